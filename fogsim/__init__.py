@@ -1,0 +1,1 @@
+"""fogsim: write a decentralized algorithm once, run it simulated or distributed."""
