@@ -1,1 +1,90 @@
-"""fogsim: write a decentralized algorithm once, run it simulated or distributed."""
+"""fogsim: write a decentralized algorithm once, run it simulated or distributed.
+
+>>> import numpy as np, fogsim as fs
+>>> ctx = fs.init(size=8, topology=fs.topology.ring_graph)   # 8 simulated agents
+>>> x = fs.local(lambda r: np.array([float(r)]))           # agent r holds [r]
+>>> for _ in range(100):
+...     x = fs.neighbor_allreduce(x)                        # x <- W x
+>>> bool(np.allclose(x, 3.5))
+True
+>>> fs.shutdown()
+
+In simulation (the default without a launcher) every agent-local value is stacked along
+a leading agent axis; under ``mpiexec``/``fogrun`` each process is one agent. See
+:func:`init`, :func:`neighbor_allreduce` and :mod:`fogsim.topology`.
+"""
+
+import logging as _logging
+
+from . import topology
+from ._api import (
+    allgather,
+    allgather_nonblocking,
+    allreduce,
+    allreduce_nonblocking,
+    barrier,
+    barrier_nonblocking,
+    broadcast,
+    broadcast_nonblocking,
+    in_neighbor_ranks,
+    init,
+    is_initialized,
+    is_topology_weighted,
+    load_topology,
+    local,
+    local_rank,
+    local_size,
+    neighbor_allgather,
+    neighbor_allgather_nonblocking,
+    neighbor_allreduce,
+    neighbor_allreduce_nonblocking,
+    out_neighbor_ranks,
+    poll,
+    rank,
+    set_topology,
+    shutdown,
+    size,
+    vmap,
+    wait,
+)
+from ._context import Context
+from ._handles import Handle
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Context",
+    "Handle",
+    "__version__",
+    "allgather",
+    "allgather_nonblocking",
+    "allreduce",
+    "allreduce_nonblocking",
+    "barrier",
+    "barrier_nonblocking",
+    "broadcast",
+    "broadcast_nonblocking",
+    "in_neighbor_ranks",
+    "init",
+    "is_initialized",
+    "is_topology_weighted",
+    "load_topology",
+    "local",
+    "local_rank",
+    "local_size",
+    "neighbor_allgather",
+    "neighbor_allgather_nonblocking",
+    "neighbor_allreduce",
+    "neighbor_allreduce_nonblocking",
+    "out_neighbor_ranks",
+    "poll",
+    "rank",
+    "set_topology",
+    "shutdown",
+    "size",
+    "topology",
+    "vmap",
+    "wait",
+]
+
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())

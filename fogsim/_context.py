@@ -1,0 +1,116 @@
+"""The explicit world state: one :class:`Context` per ``init()``.
+
+A context owns the backend instance (which holds the topology and everything derived from
+it) and the seed. The only module-level state is the pointer to the current context; a
+``with ctx:`` block makes ``ctx`` current for the running thread only, so tests can keep
+several simulated worlds side by side and per-agent threads can each see their own.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from . import _settings
+from .backends import create_backend
+
+__all__ = ["Context", "current", "set_current"]
+
+_current: Context | None = None
+_thread = threading.local()
+
+
+class Context:
+    """One fogsim world: a backend, its topology, and the seed.
+
+    Parameters are those of :func:`fogsim.init`. Creating a context does not make it
+    current; :func:`fogsim.init` does, and so does ``with ctx:`` for the block.
+    """
+
+    def __init__(
+        self,
+        backend: str | None = None,
+        size: int | None = None,
+        topology: Any = None,
+        seed: int | None = None,
+        *,
+        local_size: int | None = None,
+        settings: _settings.Settings | None = None,
+    ) -> None:
+        self.settings = _settings.load() if settings is None else settings
+        name = backend if backend is not None else self.settings.backend
+        if name is None:
+            name = "mpi" if self.settings.launched else "sim"
+        if not isinstance(name, str):
+            raise TypeError(f"backend must be a string such as 'sim', got {type(name).__name__}")
+        if seed is None:
+            seed = self.settings.seed
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int | np.integer)):
+            raise TypeError(f"seed must be an integer, got {type(seed).__name__}")
+        if seed is not None and seed < 0:
+            raise ValueError(f"seed must be >= 0, got {seed}")
+        self.seed: int | None = None if seed is None else int(seed)
+        self.rng = np.random.default_rng(self.seed)
+        self.backend = create_backend(
+            name.lower(),
+            size=size,
+            local_size=local_size if local_size is not None else self.settings.local_size,
+            settings=self.settings,
+        )
+        self.backend.set_topology(self._default_topology() if topology is None else topology)
+        self._closed = False
+
+    def _default_topology(self):
+        from .topology import exponential_two_graph
+
+        return exponential_two_graph(self.backend.size())
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has run."""
+        return self._closed
+
+    def close(self) -> None:
+        """Release the backend's resources; the context cannot be used afterwards."""
+        if not self._closed:
+            self._closed = True
+            self.backend.close()
+
+    def __enter__(self) -> Context:
+        stack = getattr(_thread, "stack", None)
+        if stack is None:
+            stack = _thread.stack = []
+        stack.append(self)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        _thread.stack.pop()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"size={self.backend.size_int}"
+        return f"<fogsim.Context backend={self.backend.name!r} {state}>"
+
+
+def current() -> Context:
+    """Return the context of the running thread, else the one made by ``init()``."""
+    stack = getattr(_thread, "stack", None)
+    ctx = stack[-1] if stack else _current
+    if ctx is None or ctx.closed:
+        raise RuntimeError("fogsim is not initialized: call fogsim.init() first")
+    return ctx
+
+
+def peek() -> Context | None:
+    """Return the current context, or None when there is none (no error)."""
+    try:
+        return current()
+    except RuntimeError:
+        return None
+
+
+def set_current(ctx: Context | None) -> None:
+    """Make ``ctx`` the process-wide current context (``None`` clears it)."""
+    global _current
+    _current = ctx

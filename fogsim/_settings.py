@@ -1,0 +1,89 @@
+"""Runtime options read from the environment, validated in one place.
+
+This is the only module of fogsim that reads ``os.environ``. Every ``FOGSIM_*`` variable
+is listed here with its meaning:
+
+``FOGSIM_BACKEND``
+    Backend name used by :func:`fogsim.init` when none is given (``sim``, ``mpi``, ``torch``).
+``FOGSIM_SIZE``
+    Number of simulated agents used by :func:`fogsim.init` when no size is given.
+``FOGSIM_SEED``
+    Seed used by :func:`fogsim.init` when no seed is given.
+``FOGSIM_LOCAL_SIZE``
+    Agents per (emulated) machine.
+
+Variables set by MPI launchers (``PMI_SIZE``, ``OMPI_COMM_WORLD_SIZE``, ...) are read to
+tell whether the process was started by ``mpiexec``/``fogrun`` with more than one process.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["Settings", "load", "DEFAULT_SIM_SIZE"]
+
+#: Agents simulated when neither ``size=`` nor ``FOGSIM_SIZE`` says otherwise.
+DEFAULT_SIM_SIZE = 4
+
+_BACKENDS = ("sim", "mpi", "torch")
+# (size variable, rank variable) pairs set by common MPI launchers.
+_LAUNCHER_VARS = (
+    ("PMI_SIZE", "PMI_RANK"),  # MPICH / Hydra
+    ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"),  # Open MPI
+    ("PMIX_SIZE", "PMIX_RANK"),
+    ("MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK"),  # MVAPICH
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Validated runtime options (see the module docstring for the variables)."""
+
+    backend: str | None = None
+    size: int | None = None
+    seed: int | None = None
+    local_size: int | None = None
+    launcher_size: int | None = None
+    launcher_rank: int | None = None
+
+    @property
+    def launched(self) -> bool:
+        """Whether an MPI launcher started this process with more than one process."""
+        return self.launcher_size is not None and self.launcher_size > 1
+
+
+def _int(environ: Mapping[str, str], name: str, minimum: int) -> int | None:
+    text = environ.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r} is not an integer") from None
+    if value < minimum:
+        raise ValueError(f"{name}={value} must be >= {minimum}")
+    return value
+
+
+def load(environ: Mapping[str, str] | None = None) -> Settings:
+    """Read and validate the options from ``environ`` (default: ``os.environ``)."""
+    env = os.environ if environ is None else environ
+    backend = env.get("FOGSIM_BACKEND", "").strip().lower() or None
+    if backend is not None and backend not in _BACKENDS:
+        raise ValueError(f"FOGSIM_BACKEND={backend!r} is not one of {', '.join(_BACKENDS)}")
+    launcher_size = launcher_rank = None
+    for size_var, rank_var in _LAUNCHER_VARS:
+        launcher_size = _int(env, size_var, 1)
+        if launcher_size is not None:
+            launcher_rank = _int(env, rank_var, 0)
+            break
+    return Settings(
+        backend=backend,
+        size=_int(env, "FOGSIM_SIZE", 1),
+        seed=_int(env, "FOGSIM_SEED", 0),
+        local_size=_int(env, "FOGSIM_LOCAL_SIZE", 1),
+        launcher_size=launcher_size,
+        launcher_rank=launcher_rank,
+    )

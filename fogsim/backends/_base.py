@@ -1,0 +1,169 @@
+"""The interface every backend implements; the public API dispatches to it.
+
+A backend instance *is* one world: it knows its size and ranks, holds the topology, and
+runs the ops. The simulator (``sim``) holds all agents with values stacked along a leading
+axis; the distributed runtimes hold one agent per process. Method signatures are those of
+the public functions in :mod:`fogsim`, so a script runs unchanged on any backend.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+from .._handles import Handle
+from ..topology import Topology, as_topology
+
+__all__ = ["Backend"]
+
+
+class Backend(abc.ABC):
+    """Base class of the backends (see the module docstring)."""
+
+    #: Registered name, e.g. ``"sim"``.
+    name: ClassVar[str]
+
+    def __init__(self) -> None:
+        self._topology: Topology | None = None
+        self._is_weighted = False
+
+    # -- world ----------------------------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def size_int(self) -> int:
+        """Number of agents as a Python int."""
+
+    @abc.abstractmethod
+    def size(self) -> int:
+        """Return the number of agents."""
+
+    @abc.abstractmethod
+    def rank(self) -> Any:
+        """Return this agent's rank (all ranks, stacked, in simulation)."""
+
+    @abc.abstractmethod
+    def local_size(self) -> int:
+        """Return the number of agents on this machine."""
+
+    @abc.abstractmethod
+    def local_rank(self) -> Any:
+        """Return the rank within the machine (stacked in simulation)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources held by the backend."""
+
+    # -- topology -------------------------------------------------------------------------
+    def set_topology(self, topology: Any, is_weighted: bool = False) -> None:
+        """Validate and install ``topology``; then let the backend derive what it needs."""
+        if not isinstance(is_weighted, bool):
+            raise TypeError(f"is_weighted must be a bool, got {type(is_weighted).__name__}")
+        if callable(topology) and not isinstance(topology, Topology):
+            topology = topology(self.size_int)
+        topo = as_topology(topology, size=self.size_int, argname="topology")
+        self._topology, self._is_weighted = topo, is_weighted
+        self._on_topology()
+
+    def _on_topology(self) -> None:  # noqa: B027 - optional hook
+        """Derive backend state from the new topology (communicators, cached plans)."""
+
+    def load_topology(self) -> Topology:
+        """Return the topology in use."""
+        assert self._topology is not None
+        return self._topology
+
+    def is_topology_weighted(self) -> bool:
+        """Return whether ``set_topology`` was asked to use the topology's weights."""
+        return self._is_weighted
+
+    @abc.abstractmethod
+    def in_neighbor_ranks(self) -> Any:
+        """Return the ranks this agent receives from (per agent in simulation)."""
+
+    @abc.abstractmethod
+    def out_neighbor_ranks(self) -> Any:
+        """Return the ranks this agent sends to (per agent in simulation)."""
+
+    # -- agent-local data -----------------------------------------------------------------
+    @abc.abstractmethod
+    def local(self, fn: Callable[[int], Any]) -> Any:
+        """Return the agent-local value ``fn(rank)`` (stacked over agents in simulation)."""
+
+    @abc.abstractmethod
+    def vmap(self, fn: Callable[..., Any], in_axes: int | None | Sequence[int | None] = 0):
+        """Return ``fn`` applied per agent (over the stacked axis in simulation)."""
+
+    # -- collective ops -------------------------------------------------------------------
+    @abc.abstractmethod
+    def allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
+        """Return the average (or sum) over all agents of ``x``."""
+
+    @abc.abstractmethod
+    def allgather(self, x: Any, name: str | None = None) -> Any:
+        """Return all agents' ``x`` concatenated along the first dimension, in rank order."""
+
+    @abc.abstractmethod
+    def broadcast(self, x: Any, root_rank: int, name: str | None = None) -> Any:
+        """Return agent ``root_rank``'s ``x`` on every agent."""
+
+    @abc.abstractmethod
+    def neighbor_allreduce(
+        self,
+        x: Any,
+        self_weight: Any = None,
+        src_weights: Any = None,
+        dst_weights: Any = None,
+        enable_topo_check: bool = True,
+        name: str | None = None,
+    ) -> Any:
+        """Return the weighted average of own and in-neighbors' values."""
+
+    @abc.abstractmethod
+    def neighbor_allgather(
+        self, x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
+    ) -> Any:
+        """Return the in-neighbors' values concatenated along the first dimension."""
+
+    @abc.abstractmethod
+    def barrier(self) -> None:
+        """Block until every agent has reached the barrier."""
+
+    # -- nonblocking twins: eager by default; runtimes that overlap override these --------
+    def allreduce_nonblocking(self, x: Any, average: bool = True, name: str | None = None):
+        """Start :meth:`allreduce` and return a :class:`Handle`."""
+        return Handle.completed("allreduce", self.allreduce(x, average, name), name)
+
+    def allgather_nonblocking(self, x: Any, name: str | None = None) -> Handle:
+        """Start :meth:`allgather` and return a :class:`Handle`."""
+        return Handle.completed("allgather", self.allgather(x, name), name)
+
+    def broadcast_nonblocking(self, x: Any, root_rank: int, name: str | None = None) -> Handle:
+        """Start :meth:`broadcast` and return a :class:`Handle`."""
+        return Handle.completed("broadcast", self.broadcast(x, root_rank, name), name)
+
+    def neighbor_allreduce_nonblocking(
+        self,
+        x: Any,
+        self_weight: Any = None,
+        src_weights: Any = None,
+        dst_weights: Any = None,
+        enable_topo_check: bool = True,
+        name: str | None = None,
+    ) -> Handle:
+        """Start :meth:`neighbor_allreduce` and return a :class:`Handle`."""
+        result = self.neighbor_allreduce(
+            x, self_weight, src_weights, dst_weights, enable_topo_check, name
+        )
+        return Handle.completed("neighbor_allreduce", result, name)
+
+    def neighbor_allgather_nonblocking(
+        self, x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
+    ) -> Handle:
+        """Start :meth:`neighbor_allgather` and return a :class:`Handle`."""
+        result = self.neighbor_allgather(x, src_ranks, dst_ranks, name)
+        return Handle.completed("neighbor_allgather", result, name)
+
+    def barrier_nonblocking(self) -> Handle:
+        """Start :meth:`barrier` and return a :class:`Handle`."""
+        self.barrier()
+        return Handle.completed("barrier", None)

@@ -1,0 +1,5 @@
+"""The vectorized simulator backend (``init(backend="sim")``)."""
+
+from ._backend import SimBackend
+
+__all__ = ["SimBackend"]

@@ -1,0 +1,255 @@
+"""The vectorized simulator: all n agents in one process, values stacked on axis 0.
+
+Agent i's value is ``x[i]``; every op runs once for all agents, and a neighbor
+allreduce is one weight-matrix product ``X <- W X`` run by the kernels of
+:mod:`fogsim._core` (no Python loop over agents on the per-step path).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ... import _arrays, _settings
+from ..._arrays import Kind, to_numpy, wrap_like
+from .._base import Backend
+from ._plan import (
+    apply_plan,
+    check_same_pattern,
+    rank_rows,
+    resolve_plan,
+    static_plan,
+    transpose,
+)
+from ._pool import BufferPool
+from ._stack import stack_agents
+
+__all__ = ["SimBackend"]
+
+
+def _positive_int(value: Any, argname: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{argname} must be an integer, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{argname} must be >= 1, got {value}")
+    return int(value)
+
+
+class SimBackend(Backend):
+    """Simulate ``size`` agents in this process (see the module docstring)."""
+
+    name = "sim"
+
+    def __init__(
+        self,
+        size: int | None = None,
+        local_size: int | None = None,
+        settings: _settings.Settings | None = None,
+    ) -> None:
+        super().__init__()
+        settings = settings or _settings.Settings()
+        if size is None:
+            size = settings.size or _settings.DEFAULT_SIM_SIZE
+        self._n = _positive_int(size, "size")
+        self._local = self._n if local_size is None else _positive_int(local_size, "local_size")
+        if self._n % self._local:
+            raise ValueError(
+                f"local_size={self._local} does not divide size={self._n}: simulated machines "
+                "must all hold the same number of agents"
+            )
+        self._pool = BufferPool()
+        self._static_plan: Any = None
+
+    # -- world ----------------------------------------------------------------------------
+    @property
+    def size_int(self) -> int:
+        return self._n
+
+    def size(self) -> int:
+        return self._n
+
+    def rank(self) -> np.ndarray:
+        return np.arange(self._n)
+
+    def local_size(self) -> int:
+        return self._local
+
+    def local_rank(self) -> np.ndarray:
+        return np.arange(self._n) % self._local
+
+    def close(self) -> None:
+        self._pool.clear()
+
+    # -- topology -------------------------------------------------------------------------
+    def _on_topology(self) -> None:
+        self._static_plan = static_plan(self._topology, self._is_weighted)
+
+    def in_neighbor_ranks(self) -> list[list[int]]:
+        return [self._topology.in_neighbors(i) for i in range(self._n)]
+
+    def out_neighbor_ranks(self) -> list[list[int]]:
+        return [self._topology.out_neighbors(i) for i in range(self._n)]
+
+    # -- agent-local data -----------------------------------------------------------------
+    def local(self, fn: Callable[[int], Any]) -> Any:
+        if not callable(fn):
+            raise TypeError(f"local() takes a function of the rank, got {type(fn).__name__}")
+        return stack_agents([fn(r) for r in range(self._n)])
+
+    def vmap(self, fn: Callable[..., Any], in_axes: int | None | Sequence[int | None] = 0):
+        if not callable(fn):
+            raise TypeError(f"vmap() takes a function, got {type(fn).__name__}")
+        n = self._n
+
+        def per_agent(*args: Any) -> Any:
+            axes = in_axes if isinstance(in_axes, Sequence) else [in_axes] * len(args)
+            if len(axes) != len(args):
+                raise ValueError(f"in_axes has {len(axes)} entries for {len(args)} arguments")
+            for k, (a, ax) in enumerate(zip(args, axes, strict=True)):
+                if ax not in (0, None):
+                    raise ValueError(f"in_axes[{k}] must be 0 or None, got {ax!r}")
+                if ax == 0 and len(a) != n:
+                    raise ValueError(
+                        f"argument {k} has {len(a)} entries on its agent axis, expected {n}"
+                    )
+            return stack_agents(
+                [
+                    fn(*[a[i] if ax == 0 else a for a, ax in zip(args, axes, strict=True)])
+                    for i in range(n)
+                ]
+            )
+
+        per_agent.__wrapped__ = fn  # type: ignore[attr-defined]
+        per_agent.__doc__ = fn.__doc__
+        return per_agent
+
+    # -- helpers --------------------------------------------------------------------------
+    def _stacked(self, x: Any, op: str, averaging: bool) -> tuple[np.ndarray, Kind]:
+        arr, kind = to_numpy(x)
+        if arr.ndim == 0:  # a scalar is the same value on every agent
+            arr = np.full(self._n, arr[()])
+        elif arr.shape[0] != self._n:
+            raise ValueError(
+                f"{op}: x has {arr.shape[0]} entries on its leading (agent) axis but the "
+                f"world has {self._n} agents; stack one value per agent (see fogsim.local)"
+            )
+        if averaging:
+            _arrays.require_float(arr, op)
+        elif arr.dtype.kind not in "biuf":
+            raise TypeError(f"{op}: x must hold numbers, got dtype {arr.dtype}")
+        return arr, kind
+
+    # -- ops ------------------------------------------------------------------------------
+    def allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
+        _arrays.check_name(name)
+        if not isinstance(average, bool):
+            raise TypeError(f"average must be a bool, got {type(average).__name__}")
+        arr, kind = self._stacked(x, "allreduce", averaging=average)
+        total = arr.sum(axis=0, dtype=arr.dtype)
+        out = self._pool.empty(arr.shape, arr.dtype)
+        out[...] = total / self._n if average else total
+        return wrap_like(out, kind)
+
+    def broadcast(self, x: Any, root_rank: int, name: str | None = None) -> Any:
+        _arrays.check_name(name)
+        root = self.check_rank(root_rank, "root_rank")
+        arr, kind = self._stacked(x, "broadcast", averaging=False)
+        out = self._pool.empty(arr.shape, arr.dtype)
+        out[...] = arr[root]
+        return wrap_like(out, kind)
+
+    def allgather(self, x: Any, name: str | None = None) -> Any:
+        _arrays.check_name(name)
+        if isinstance(x, list | tuple) and len(x) == self._n and _ragged(x):
+            return self._allgather_ragged(x)
+        arr, kind = self._stacked(x, "allgather", averaging=False)
+        per_agent = arr.reshape(self._n, -1, *arr.shape[2:]) if arr.ndim > 1 else arr[:, None]
+        flat = per_agent.reshape(1, -1, *per_agent.shape[2:])
+        out = self._pool.empty((self._n, *flat.shape[1:]), arr.dtype)
+        out[...] = flat
+        return wrap_like(out, kind)
+
+    def _allgather_ragged(self, values: Sequence[Any]) -> list[Any]:
+        parts = [to_numpy(v, f"x[{i}]") for i, v in enumerate(values)]
+        arrays = [np.atleast_1d(a) for a, _ in parts]
+        trailing = {a.shape[1:] for a in arrays}
+        if len(trailing) > 1:
+            raise ValueError(
+                f"allgather: agents' values differ beyond the first dimension: {sorted(trailing)}"
+            )
+        whole = np.concatenate(arrays)
+        return [wrap_like(whole.copy(), kind) for _, kind in parts]
+
+    def neighbor_allreduce(
+        self,
+        x: Any,
+        self_weight: Any = None,
+        src_weights: Any = None,
+        dst_weights: Any = None,
+        enable_topo_check: bool = True,
+        name: str | None = None,
+    ) -> Any:
+        _arrays.check_name(name)
+        if not isinstance(enable_topo_check, bool):
+            raise TypeError("enable_topo_check must be a bool")
+        arr, kind = self._stacked(x, "neighbor_allreduce", averaging=True)
+        # The simulator always matches senders with receivers: it needs the pairing to
+        # build W anyway, so enable_topo_check=False cannot make it faster or unsafe.
+        plan = resolve_plan(
+            self._n,
+            self._topology,
+            self._is_weighted,
+            self._static_plan,
+            self_weight,
+            src_weights,
+            dst_weights,
+        )
+        flat = np.ascontiguousarray(arr.reshape(self._n, -1))
+        out = self._pool.empty(flat.shape, arr.dtype)
+        if flat.shape[1]:
+            apply_plan(plan, flat, out)
+        return wrap_like(out.reshape(arr.shape), kind)
+
+    def neighbor_allgather(
+        self, x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
+    ) -> Any:
+        _arrays.check_name(name)
+        arr, kind = self._stacked(x, "neighbor_allgather", averaging=False)
+        if (src_ranks is None) != (dst_ranks is None):
+            raise ValueError("neighbor_allgather needs both src_ranks and dst_ranks, or neither")
+        if src_ranks is None:
+            indptr, indices, _ = self._topology.offdiag_csr()
+        else:
+            recv = rank_rows(src_ranks, self._n, "src_ranks")
+            send = transpose(*rank_rows(dst_ranks, self._n, "dst_ranks"), self._n)
+            check_same_pattern(recv, send, self._n, names=("src_ranks", "dst_ranks"))
+            indptr, indices = recv[0], recv[1]
+        per_agent = arr[:, None] if arr.ndim == 1 else arr
+        gathered = per_agent[indices]  # (nnz, k, ...)
+        degrees = np.diff(indptr)
+        if degrees.size and np.all(degrees == degrees[0]):
+            out = gathered.reshape(self._n, -1, *per_agent.shape[2:])
+            return wrap_like(out, kind)
+        chunks = np.split(gathered, indptr[1:-1])
+        return [wrap_like(c.reshape(-1, *per_agent.shape[2:]), kind) for c in chunks]
+
+    def barrier(self) -> None:
+        """Return at once: all simulated agents are always at the same point."""
+
+    # -- validation shared by ops -------------------------------------------------------
+    def check_rank(self, value: Any, argname: str) -> int:
+        """Return ``value`` as a rank in range, or raise naming ``argname``."""
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"{argname} must be an integer rank, got {type(value).__name__}")
+        if not 0 <= value < self._n:
+            raise ValueError(f"{argname}={value} is out of range for {self._n} agents")
+        return int(value)
+
+
+def _ragged(values: Sequence[Any]) -> bool:
+    shapes = {tuple(np.shape(v)) for v in values}
+    return len(shapes) > 1
+

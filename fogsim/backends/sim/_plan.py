@@ -1,0 +1,222 @@
+"""Turn ``neighbor_allreduce``'s weight arguments into one combine plan for all agents.
+
+A plan is the step's weight matrix in the form the kernels consume: a circulant form
+(shifted diagonals: rings, exponential graphs, one-peer schedules; no index arrays) or
+CSR of the off-diagonal part plus a self-weight vector. Building a plan is vectorized;
+the only per-agent Python work is reading user dicts, done in ``fogsim._core``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ... import _core
+from ..._arrays import is_tensor
+from ...topology import CirculantForm, Topology, as_topology
+
+__all__ = [
+    "CsrPlan",
+    "CircPlan",
+    "apply_plan",
+    "check_same_pattern",
+    "rank_rows",
+    "resolve_plan",
+    "static_plan",
+    "transpose",
+]
+
+
+@dataclass(frozen=True)
+class CsrPlan:
+    """out_i = self_weight_i x_i + sum_p data_p x_{indices_p}, p over row i."""
+
+    self_weight: np.ndarray  # (n,) float64
+    indptr: np.ndarray  # (n+1,) int64
+    indices: np.ndarray  # (nnz,) int32, ascending per row
+    data: np.ndarray  # (nnz,) float64
+
+
+@dataclass(frozen=True)
+class CircPlan:
+    """out_i = self_weight x_i + sum_k w_k x_{(i + offset_k) mod n}."""
+
+    form: CirculantForm
+
+
+Plan = CsrPlan | CircPlan
+
+
+def _plan_of(topo: Topology, self_weight: np.ndarray | None = None) -> Plan:
+    form = topo.circulant_form()
+    if form is not None:
+        if self_weight is not None:
+            form = dataclasses.replace(form, self_weight=self_weight)
+        return CircPlan(form)
+    sw = topo.self_weights if self_weight is None else self_weight
+    return CsrPlan(sw, *topo.offdiag_csr())
+
+
+def static_plan(topo: Topology, is_weighted: bool) -> Plan:
+    """Return the plan for the static topology (its weights, or uniform 1/(in-degree+1))."""
+    return _plan_of(topo if is_weighted else topo.uniform())
+
+
+def apply_plan(plan: Plan, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Compute ``out = W x`` for a C-contiguous (n, m) ``x``."""
+    if isinstance(plan, CircPlan):
+        f = plan.form
+        return _core.circulant_combine(f.offsets, f.weights, f.self_weight, x, out)
+    return _core.csr_combine(plan.indptr, plan.indices, plan.data, plan.self_weight, x, out)
+
+
+# -- argument parsing ---------------------------------------------------------------------
+def _is_matrix(obj: Any) -> bool:
+    """Whether a weight argument is one matrix for all agents (vs. a sequence of n dicts)."""
+    if isinstance(obj, Topology) or sp.issparse(obj):
+        return True
+    if type(obj).__module__.startswith("networkx"):
+        return True
+    return (isinstance(obj, np.ndarray) or is_tensor(obj)) and obj.ndim == 2
+
+
+def self_weights(value: Any, n: int) -> np.ndarray | None:
+    """Return ``self_weight`` as a finite float64 vector of n (None stays None)."""
+    if value is None:
+        return None
+    if is_tensor(value):
+        value = value.detach().cpu().numpy()
+    if isinstance(value, bool) or (
+        not isinstance(value, numbers.Real | np.ndarray | list | tuple)
+    ):
+        raise TypeError(
+            f"self_weight must be a number or a sequence of {n} numbers, "
+            f"got {type(value).__name__}"
+        )
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(f"self_weight must hold real numbers, got {value!r:.60}") from None
+    if arr.ndim == 0:
+        arr = np.full(n, float(arr))
+    elif arr.shape != (n,):
+        raise ValueError(f"self_weight has shape {arr.shape}; expected one weight per agent ({n},)")
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if bad.size:
+        raise ValueError(f"self_weight[{bad[0]}] is {arr[bad[0]]}; weights must be finite")
+    return arr
+
+
+def rank_rows(obj: Any, n: int, argname: str) -> tuple[np.ndarray, ...]:
+    """Return CSR arrays from a sequence of n per-agent dicts (or lists of ranks, weight 1)."""
+    if isinstance(obj, dict) or not isinstance(obj, list | tuple):
+        raise TypeError(
+            f"{argname} must be a sequence of {n} per-agent dicts {{rank: weight}} (or rank "
+            f"lists) or an {n}x{n} weight matrix, got {type(obj).__name__}"
+        )
+    return _core.assemble_csr(n, obj, argname=argname, allow_self=False)
+
+
+def transpose(indptr, indices, data, n) -> tuple[np.ndarray, ...]:
+    t = sp.csr_array((data, indices, indptr), shape=(n, n)).T.tocsr()
+    t.sort_indices()
+    return t.indptr.astype(np.int64), t.indices.astype(np.int32), t.data
+
+
+def _keys(indptr: np.ndarray, indices: np.ndarray, n: int) -> np.ndarray:
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    return rows * n + indices
+
+
+def check_same_pattern(
+    recv, send, n: int, names: tuple[str, str] = ("src_weights", "dst_weights")
+) -> None:
+    """Raise ValueError naming the agents when the send and receive edges differ.
+
+    ``recv`` and ``send`` are CSR arrays in receiver rows (row i: who i hears from).
+    """
+    src, dst = names
+    if np.array_equal(recv[0], send[0]) and np.array_equal(recv[1], send[1]):
+        return
+    rkeys, skeys = _keys(recv[0], recv[1], n), _keys(send[0], send[1], n)
+    only_send = np.setdiff1d(skeys, rkeys, assume_unique=True)
+    if only_send.size:
+        i, j = divmod(int(only_send[0]), n)
+        raise ValueError(
+            f"topology check failed: agent {j} sends to agent {i} ({dst}[{j}]) "
+            f"but agent {i} does not receive from {j} ({src}[{i}])"
+        )
+    i, j = divmod(int(np.setdiff1d(rkeys, skeys, assume_unique=True)[0]), n)
+    raise ValueError(
+        f"topology check failed: agent {i} receives from agent {j} ({src}[{i}]) "
+        f"but agent {j} does not send to {i} ({dst}[{j}])"
+    )
+
+
+def _send_scaling(dst: Any, n: int) -> tuple[np.ndarray, ...]:
+    """Return dst weights as receiver rows: row i holds s_ij for each sender j."""
+    if _is_matrix(dst):
+        m = as_topology(dst, size=n, argname="dst_weights")
+        return m.offdiag_csr()
+    return transpose(*rank_rows(dst, n, "dst_weights"), n)
+
+
+def resolve_plan(
+    n: int,
+    topo: Topology,
+    is_weighted: bool,
+    cached_static: Plan,
+    self_weight: Any,
+    src_weights: Any,
+    dst_weights: Any,
+) -> Plan:
+    """Return the plan for one call (see :func:`fogsim.neighbor_allreduce` for the rules)."""
+    sw = self_weights(self_weight, n)
+    if src_weights is None:
+        if dst_weights is not None:
+            raise ValueError(
+                "dst_weights was given without src_weights: a dynamic neighbor_allreduce "
+                "needs self_weight, src_weights and dst_weights"
+            )
+        if sw is not None:
+            raise ValueError("self_weight and src_weights must be given together (or neither)")
+        return cached_static
+
+    if _is_matrix(src_weights):
+        step = as_topology(src_weights, size=n, argname="src_weights")
+        if dst_weights is None:
+            return _plan_of(step, sw)
+        recv = step.offdiag_csr()
+        if sw is None:
+            sw = step.self_weights
+    else:
+        if sw is None:
+            raise ValueError("src_weights was given without self_weight; give both")
+        recv = rank_rows(src_weights, n, "src_weights")
+        if dst_weights is None:
+            _check_static_subset(recv, topo, n)
+            return CsrPlan(sw, *recv)
+    if sw is None:
+        raise ValueError("dst_weights was given without self_weight; give self_weight too")
+    send = _send_scaling(dst_weights, n)
+    check_same_pattern(recv, send, n)
+    return CsrPlan(sw, recv[0], recv[1], recv[2] * send[2])
+
+
+def _check_static_subset(recv, topo: Topology, n: int) -> None:
+    """Without dst_weights the senders are the topology's: src keys must be in-neighbors."""
+    tptr, tidx, _ = topo.offdiag_csr()
+    rkeys, tkeys = _keys(recv[0], recv[1], n), _keys(tptr, tidx, n)
+    missing = rkeys[~np.isin(rkeys, tkeys, assume_unique=True)]
+    if missing.size:
+        i, j = divmod(int(missing[0]), n)
+        raise ValueError(
+            f"src_weights[{i}] names rank {j}, which is not an in-neighbor of agent {i} in "
+            f"the topology (in-neighbors {topo.in_neighbors(i)}); pass dst_weights for a "
+            "dynamic topology or set_topology() first"
+        )

@@ -1,0 +1,41 @@
+"""Stacking of per-agent values along a leading agent axis."""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..._arrays import is_tensor
+
+__all__ = ["stack_agents"]
+
+
+def stack_agents(values: Sequence[Any]) -> Any:
+    """Stack per-agent values: arrays and numbers of one shape into one array, else a list.
+
+    numpy arrays and real numbers stack into an ndarray with a leading agent axis, torch
+    tensors into a tensor; dicts, lists, ragged shapes and mixtures stay a list of n.
+    """
+    if not values:
+        return []
+    first = values[0]
+    if is_tensor(first):
+        if all(is_tensor(v) and v.shape == first.shape for v in values):
+            import torch
+
+            return torch.stack(list(values))
+        return list(values)
+    if all(_is_array_like(v) for v in values):
+        shape = np.shape(first)
+        if all(np.shape(v) == shape for v in values):
+            return np.stack([np.asarray(v) for v in values])
+    return list(values)
+
+
+def _is_array_like(v: Any) -> bool:
+    if isinstance(v, np.ndarray):
+        return v.dtype != object
+    return isinstance(v, numbers.Number | np.generic) and not isinstance(v, str)
