@@ -72,8 +72,11 @@ def main(argv: list[str] | None = None) -> list[float]:
 
         fig, ax = plt.subplots(figsize=(5, 3.5))
         ax.semilogy(errors, marker=".")
-        ax.set(xlabel="iteration", ylabel="consensus error",
-               title=f"{args.topology}, {fs.size()} agents")
+        ax.set(
+            xlabel="iteration",
+            ylabel="consensus error",
+            title=f"{args.topology}, {fs.size()} agents",
+        )
         fig.tight_layout()
         fig.savefig(args.plot, dpi=120)
         print(f"saved {args.plot}")

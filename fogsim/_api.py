@@ -280,12 +280,16 @@ def barrier_nonblocking() -> Handle:
 def wait(handle: Handle) -> Any:
     """Block until the operation behind ``handle`` finishes; return its result."""
     if not isinstance(handle, Handle):
-        raise TypeError(f"wait() takes a handle from a *_nonblocking op, got {type(handle).__name__}")
+        raise TypeError(
+            f"wait() takes a handle from a *_nonblocking op, got {type(handle).__name__}"
+        )
     return handle.wait()
 
 
 def poll(handle: Handle) -> bool:
     """Return whether :func:`wait` on ``handle`` would return without blocking."""
     if not isinstance(handle, Handle):
-        raise TypeError(f"poll() takes a handle from a *_nonblocking op, got {type(handle).__name__}")
+        raise TypeError(
+            f"poll() takes a handle from a *_nonblocking op, got {type(handle).__name__}"
+        )
     return handle.poll()

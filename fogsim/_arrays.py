@@ -77,9 +77,7 @@ def wrap_like(arr: np.ndarray, kind: Kind) -> Any:
 def require_float(arr: np.ndarray, op: str, argname: str = "x") -> None:
     """Raise TypeError unless ``arr`` is float32 or float64 (``op`` averages)."""
     if arr.dtype not in FLOAT_DTYPES:
-        raise TypeError(
-            f"{op} averages, so {argname} must be float32 or float64, got {arr.dtype}"
-        )
+        raise TypeError(f"{op} averages, so {argname} must be float32 or float64, got {arr.dtype}")
 
 
 def check_name(name: Any) -> None:

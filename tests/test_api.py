@@ -48,11 +48,19 @@ def test_every_public_callable_has_a_docstring(module):
 def test_signatures_are_the_contract():
     sig = inspect.signature(fs.neighbor_allreduce)
     assert list(sig.parameters) == [
-        "x", "self_weight", "src_weights", "dst_weights", "enable_topo_check", "name"
+        "x",
+        "self_weight",
+        "src_weights",
+        "dst_weights",
+        "enable_topo_check",
+        "name",
     ]
     assert list(inspect.signature(fs.init).parameters) == ["backend", "size", "topology", "seed"]
     assert list(inspect.signature(fs.neighbor_allgather).parameters) == [
-        "x", "src_ranks", "dst_ranks", "name"
+        "x",
+        "src_ranks",
+        "dst_ranks",
+        "name",
     ]
 
 

@@ -165,7 +165,9 @@ def test_torch_tensors_in_and_out(world):
     assert isinstance(got, torch.Tensor) and got.dtype == torch.float32
     np.testing.assert_allclose(got.numpy(), uniform_matrix(topo) @ x.numpy(), rtol=1e-6)
     s = fs.allreduce(torch.ones(5, 3, dtype=torch.float64), average=False)
-    assert isinstance(s, torch.Tensor) and torch.equal(s, torch.full((5, 3), 5.0, dtype=torch.float64))
+    assert isinstance(s, torch.Tensor) and torch.equal(
+        s, torch.full((5, 3), 5.0, dtype=torch.float64)
+    )
 
 
 @pytest.mark.parametrize("shape", SHAPES)

@@ -48,7 +48,9 @@ def _resolve(name: str) -> Callable[..., Backend]:
                     f"backend {name!r} is not available in this fogsim build "
                     f"({module_name} is missing)"
                 ) from exc
-            raise ValueError(f"backend {name!r} needs {exc.name!r}, which is not installed") from exc
+            raise ValueError(
+                f"backend {name!r} needs {exc.name!r}, which is not installed"
+            ) from exc
         factory = _REGISTRY[name] = getattr(module, attr)
     return factory
 

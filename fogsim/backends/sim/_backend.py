@@ -252,4 +252,3 @@ class SimBackend(Backend):
 def _ragged(values: Sequence[Any]) -> bool:
     shapes = {tuple(np.shape(v)) for v in values}
     return len(shapes) > 1
-

@@ -91,12 +91,9 @@ def self_weights(value: Any, n: int) -> np.ndarray | None:
         return None
     if is_tensor(value):
         value = value.detach().cpu().numpy()
-    if isinstance(value, bool) or (
-        not isinstance(value, numbers.Real | np.ndarray | list | tuple)
-    ):
+    if isinstance(value, bool) or (not isinstance(value, numbers.Real | np.ndarray | list | tuple)):
         raise TypeError(
-            f"self_weight must be a number or a sequence of {n} numbers, "
-            f"got {type(value).__name__}"
+            f"self_weight must be a number or a sequence of {n} numbers, got {type(value).__name__}"
         )
     try:
         arr = np.asarray(value, dtype=np.float64)

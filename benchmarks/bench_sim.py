@@ -1,0 +1,138 @@
+"""Simulator step cost against memory copies of the same state, measured in one run.
+
+One ``neighbor_allreduce`` step on stacked float64 state (n agents x d values) is timed
+next to two baselines on the same data:
+
+* ``memcpy``: ``np.copyto(out, x)``, one read and one write of the state (the floor for
+  any step that produces a new state);
+* ``scipy``: ``W @ x`` with ``W`` a ``scipy.sparse`` CSR matrix (the obvious way to
+  simulate the same step).
+
+For the static topologies (ring, exponential-2) ``x = fs.neighbor_allreduce(x)``; for the
+one-peer exponential-2 schedule each step also takes the schedule's next W. Printed:
+milliseconds per step and the ratios step/memcpy and scipy/memcpy (best of --repeat).
+
+    python benchmarks/bench_sim.py                 # the full grid (about 2-4 minutes)
+    python benchmarks/bench_sim.py --quick         # a small grid, seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+import fogsim as fs
+from fogsim import _core
+from fogsim import topology as T
+
+MB = 1 << 20
+
+
+def best_time(fn, repeat: int) -> float:
+    """Return the fastest of ``repeat`` timed calls (after one warm-up call)."""
+    fn()
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def bench_case(topo_name: str, n: int, d: int, repeat: int) -> dict:
+    fs.init(size=n, topology=T.ring_graph if topo_name == "ring" else T.exponential_two_graph)
+    x = np.random.default_rng(0).standard_normal((n, d))
+    out = np.empty_like(x)
+    memcpy = best_time(lambda: np.copyto(out, x), repeat)
+
+    state = {"x": x}
+    if topo_name == "one-peer":
+        schedule = T.one_peer_exponential_two(n)
+        W_scipy = next(T.one_peer_exponential_two(n)).weights.to_sparse()
+
+        def step():
+            state["x"] = fs.neighbor_allreduce(state["x"], src_weights=next(schedule).weights)
+    else:
+        W_scipy = fs.load_topology().uniform().to_sparse()
+
+        def step():
+            state["x"] = fs.neighbor_allreduce(state["x"])
+
+    step_t = best_time(step, repeat)
+    state.clear()  # drop the last output before timing scipy
+    scipy_t = best_time(lambda: W_scipy @ x, max(1, repeat // 2))
+    fs.shutdown()
+    return {"memcpy": memcpy, "step": step_t, "scipy": scipy_t}
+
+
+def bench_dict_assembly(n: int, repeat: int) -> float:
+    """Seconds to turn n per-agent weight dicts (one peer each) into the step's W."""
+    src = [{(i - 1) % n: 0.5} for i in range(n)]
+    return best_time(lambda: _core.assemble_csr(n, src, argname="src_weights"), repeat)
+
+
+def million_agents_rate(steps: int) -> float:
+    """Steps per second of one-peer exponential-2 on 10^6 agents with d = 8."""
+    n = 1_000_000
+    fs.init(size=n)
+    schedule = T.one_peer_exponential_two(n)
+    x = np.random.default_rng(1).standard_normal((n, 8))
+    x = fs.neighbor_allreduce(x, src_weights=next(schedule).weights)  # warm up
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        x = fs.neighbor_allreduce(x, src_weights=next(schedule).weights)
+    rate = steps / (time.perf_counter() - t0)
+    fs.shutdown()
+    return rate
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small grid for a smoke run")
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args(argv)
+
+    if args.quick:
+        agents, sizes_mb, repeat = [64, 4096], [1, 8], 2
+    else:
+        agents, sizes_mb, repeat = [64, 4096, 100_000, 1_000_000], [1, 8, 64, 512], args.repeat
+    print(f"fogsim._core compiled: {_core.compiled}")
+    header = (
+        f"{'topology':<9} {'agents':>9} {'d':>8} {'MB':>5} {'memcpy ms':>10} "
+        f"{'step ms':>9} {'scipy ms':>9} {'step/memcpy':>12} {'scipy/memcpy':>13}"
+    )
+    print(header)
+    print("-" * len(header))
+    ratios = []
+    for topo_name in ("ring", "exp2", "one-peer"):
+        for n in agents:
+            for mb in sizes_mb:
+                d = mb * MB // (8 * n)
+                if d < 1:
+                    continue
+                r = bench_case(topo_name, n, d, repeat)
+                ratio = r["step"] / r["memcpy"]
+                ratios.append((topo_name, ratio))
+                print(
+                    f"{topo_name:<9} {n:>9} {d:>8} {mb:>5} {1e3 * r['memcpy']:>10.3f} "
+                    f"{1e3 * r['step']:>9.3f} {1e3 * r['scipy']:>9.3f} {ratio:>12.2f} "
+                    f"{r['scipy'] / r['memcpy']:>13.2f}",
+                    flush=True,
+                )
+    for name in ("ring", "exp2", "one-peer"):
+        values = [v for t, v in ratios if t == name]
+        print(f"{name}: step/memcpy median {np.median(values):.2f}, max {max(values):.2f}")
+
+    n_dicts = 10_000 if args.quick else 1_000_000
+    print(
+        f"assembling {n_dicts} per-agent weight dicts: "
+        f"{1e3 * bench_dict_assembly(n_dicts, repeat):.1f} ms"
+    )
+    if not args.quick:
+        print(f"10^6 agents, one-peer exponential-2, d=8: {million_agents_rate(20):.1f} steps/s")
+
+
+if __name__ == "__main__":
+    main()
