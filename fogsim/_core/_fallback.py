@@ -1,0 +1,152 @@
+"""Pure numpy versions of the kernels in ``_kernels.pyx``, bit-identical to them.
+
+Each function performs the same floating-point operations in the same order as its compiled
+twin (weights first cast to the data dtype, the self term first, then one rounded product
+added per neighbor in the stated order), vectorized over agents: the loops run over degree
+slots or offsets, never over agents, except in ``assemble_csr``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from . import _checks
+
+__all__ = ["assemble_csr", "circulant_combine", "csr_combine", "weighted_combine"]
+
+
+def weighted_combine(
+    out: np.ndarray, self_weight: float, x: np.ndarray, weights: np.ndarray, ys: np.ndarray
+) -> np.ndarray:
+    """Combine a vector with received neighbor buffers, weighted.
+
+    ``out <- self_weight * x + weights[0] * ys[0] + weights[1] * ys[1] + ...``, in that order.
+    """
+    sw = _checks.weighted_combine_args(out, self_weight, x, weights, ys)
+    _checks.finite("weights", weights)
+    dt = x.dtype
+    w = weights.astype(dt)
+    np.multiply(x, dt.type(sw), out=out)
+    for k in range(w.shape[0]):
+        out += w[k] * ys[k]
+    return out
+
+
+def csr_combine(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    data: np.ndarray,
+    self_weight: np.ndarray,
+    x: np.ndarray,
+    out: np.ndarray,
+) -> np.ndarray:
+    """Apply a weight matrix given as its diagonal and its off-diagonal part in CSR form.
+
+    ``out[i] <- self_weight[i] * x[i] + sum_{p = indptr[i]}^{indptr[i+1]-1} data[p] *
+    x[indices[p]]``, accumulated in ``p`` order.
+    """
+    _checks.csr_combine_args(indptr, indices, data, self_weight, x, out)
+    n = x.shape[0]
+    _checks.csr_structure(indptr, indices, n)
+    dt = x.dtype
+    np.multiply(x, self_weight.astype(dt)[:, None], out=out)
+    if indices.shape[0] == 0 or out.size == 0:
+        return out
+    w = data.astype(dt)
+    deg = np.diff(indptr)
+    if (deg == deg[0]).all():
+        # Every row has the same degree: degree slot s is column s of (n, degree) views.
+        cols = indices.reshape(n, -1)
+        ws = w.reshape(n, -1)
+        for s in range(cols.shape[1]):
+            out += ws[:, s, None] * np.take(x, cols[:, s], axis=0)
+        return out
+    # Degree slot s adds entry indptr[i] + s of every row i with more than s entries; sorting
+    # rows by decreasing degree makes those rows a prefix of `order`.
+    start = indptr[:-1]
+    order = np.argsort(-deg, kind="stable")
+    neg_sorted = -deg[order]
+    for s in range(int(-neg_sorted[0])):
+        rows = order[: int(np.searchsorted(neg_sorted, -s, side="left"))]
+        p = start[rows] + s
+        out[rows] += w[p, None] * np.take(x, indices[p], axis=0)
+    return out
+
+
+def circulant_combine(
+    offsets: np.ndarray,
+    weights: np.ndarray,
+    self_weight: np.ndarray,
+    x: np.ndarray,
+    out: np.ndarray,
+) -> np.ndarray:
+    """Apply a circulant weight matrix: agent i receives from ``(i + offsets[k]) % n``.
+
+    ``out[i] <- self_weight[i] * x[i] + sum_k weights[k](i) * x[(i + offsets[k]) % n]``,
+    accumulated by ascending source index.
+    """
+    _checks.circulant_combine_args(offsets, weights, self_weight, x, out)
+    n = x.shape[0]
+    _checks.offsets(offsets, n)
+    # Only weights shared by all agents are scanned (see _checks).
+    if weights.ndim == 1:
+        _checks.finite("weights", weights)
+    if self_weight.size == 1:
+        _checks.finite("self_weight", self_weight)
+    dt = x.dtype
+    # (), (1,) and (n,) all broadcast against x as a column.
+    np.multiply(x, self_weight.astype(dt).reshape(-1, 1), out=out)
+    if out.size == 0:
+        return out
+    w = weights.astype(dt)
+    per_row = w.ndim == 2
+    offs = offsets.tolist()
+    nk = len(offs)
+    # Rows [n - offs[p], n - offs[p-1]) wrap around for exactly the offsets k >= p; those
+    # sources come first (smaller index), so the segment adds k = p..K-1, then k = 0..p-1.
+    bounds = [n] + [n - o for o in offs] + [0]
+    for p in range(nk, -1, -1):
+        lo, hi = bounds[p + 1], bounds[p]
+        for k in (*range(p, nk), *range(p)):
+            shift = offs[k] - n if k >= p else offs[k]
+            wk = w[k, lo:hi, None] if per_row else w[k]
+            out[lo:hi] += wk * x[lo + shift : hi + shift]
+    return out
+
+
+def assemble_csr(
+    n: int,
+    rows: Sequence[Mapping[int, float] | Sequence[int] | np.ndarray | None],
+    argname: str = "src_weights",
+    allow_self: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Assemble per-agent {rank: weight} rows into CSR arrays with sorted column indices.
+
+    Row ``i`` of the result holds ``rows[i]``: a dict ``{rank: weight}``, a sequence of ranks
+    (weight 1.0 each) or None. Returns ``(indptr, indices, data)`` as int64, int32, float64.
+    """
+    n = _checks.agent_count(n)
+    rows = _checks.row_items(rows, n, argname)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    cols: list[int] = []
+    vals: list[float] = []
+    for i, item in enumerate(rows):
+        item = _checks.row_item(item, i, argname)
+        entries = []
+        if isinstance(item, dict):
+            for key, v in item.items():
+                r = _checks.rank(key, n, i, argname, allow_self)
+                entries.append((r, _checks.weight(v, r, i, argname)))
+        else:
+            for key in item:
+                entries.append((_checks.rank(key, n, i, argname, allow_self), 1.0))
+        entries.sort(key=lambda e: e[0])
+        for a in range(1, len(entries)):
+            if entries[a][0] == entries[a - 1][0]:
+                raise _checks.duplicate(entries[a][0], i, argname)
+        cols.extend(e[0] for e in entries)
+        vals.extend(e[1] for e in entries)
+        indptr[i + 1] = len(cols)
+    return indptr, np.array(cols, dtype=np.int32), np.array(vals, dtype=np.float64)

@@ -1,0 +1,42 @@
+# cython: language_level=3
+# Kernels other Cython modules may cimport: `from fogsim._core._kernels cimport ...`.
+# They do no argument checking; the def wrappers in _kernels.pyx show what callers must
+# guarantee (shapes, index ranges, out not aliasing x). Call them without the GIL.
+
+from libc.stdint cimport int32_t, int64_t
+
+ctypedef fused real_t:
+    float
+    double
+
+# out <- self_weight * x + sum_k weights[k] * ys[k]; out may be x itself.
+cdef void weighted_combine_kernel(
+    real_t[::1] out,
+    double self_weight,
+    const real_t[::1] x,
+    const double[::1] weights,
+    const real_t[:, ::1] ys,
+) noexcept nogil
+
+# out[i] <- self_weight[i] * x[i] + sum_{p in row i} data[p] * x[indices[p]], in p order.
+cdef void csr_combine_kernel(
+    const int64_t[::1] indptr,
+    const int32_t[::1] indices,
+    const double[::1] data,
+    const double[::1] self_weight,
+    const real_t[:, ::1] x,
+    real_t[:, ::1] out,
+) noexcept nogil
+
+# Circulant matrix: row i receives from (i + offsets[k]) % n, by ascending source index.
+# weights is (K,) or, if weights_per_row, the (K, n) array flattened; likewise self_weight
+# is (1,) or, if self_per_row, (n,).
+cdef void circulant_combine_kernel(
+    const int64_t[::1] offsets,
+    const double[::1] weights,
+    bint weights_per_row,
+    const double[::1] self_weight,
+    bint self_per_row,
+    const real_t[:, ::1] x,
+    real_t[:, ::1] out,
+) noexcept nogil

@@ -1,0 +1,24 @@
+"""Build the compiled kernels; the project metadata lives in pyproject.toml."""
+
+import sys
+
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+if sys.platform == "win32":
+    # MSVC does not contract a*b+c into an FMA under /fp:precise (VS 2022 and later).
+    compile_args = ["/O2", "/fp:precise"]
+else:
+    # No -march=native or -ffast-math: results must stay bit-identical to numpy, so no FMA
+    # contraction (GCC contracts by default wherever the target has FMA, e.g. aarch64).
+    compile_args = ["-O3", "-ffp-contract=off"]
+
+extensions = [
+    Extension(
+        "fogsim._core._kernels",
+        ["fogsim/_core/_kernels.pyx"],
+        extra_compile_args=compile_args,
+    )
+]
+
+setup(ext_modules=cythonize(extensions, compiler_directives={"language_level": 3}))
