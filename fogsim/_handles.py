@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Handle"]
+__all__ = ["Handle", "HandleTable"]
 
 
 class Handle:
@@ -13,10 +13,11 @@ class Handle:
 
     A backend that computes eagerly creates a completed handle with :meth:`completed`; one
     that overlaps communication passes ``finish`` (blocks and returns the result) and
-    ``test`` (returns whether ``finish`` would return at once).
+    ``test`` (returns whether ``finish`` would return at once). A handle is released by
+    :meth:`wait`: waiting or polling it again raises ``ValueError``.
     """
 
-    __slots__ = ("op", "name", "_finish", "_test", "_result", "_done")
+    __slots__ = ("op", "name", "_finish", "_test", "_result", "_done", "_released")
 
     def __init__(
         self,
@@ -31,6 +32,7 @@ class Handle:
         self._test = test
         self._result: Any = None
         self._done = False
+        self._released = False
 
     @classmethod
     def completed(cls, op: str, result: Any, name: str | None = None) -> Handle:
@@ -39,20 +41,74 @@ class Handle:
         handle._result, handle._done, handle._finish = result, True, None
         return handle
 
+    def _check_live(self) -> None:
+        if self._released:
+            raise ValueError(f"{self!r} was already waited on; wait() releases a handle")
+
     def poll(self) -> bool:
         """Return True when :meth:`wait` would return without blocking."""
+        self._check_live()
         if self._done:
             return True
         return True if self._test is None else bool(self._test())
 
-    def wait(self) -> Any:
-        """Block until the operation finishes and return its result (again on later calls)."""
+    def complete(self) -> None:
+        """Finish the operation (blocking) and keep its result for :meth:`wait`."""
         if not self._done:
             self._result = self._finish()
             self._done, self._finish, self._test = True, None, None
-        return self._result
+
+    def wait(self) -> Any:
+        """Block until the operation finishes, release the handle, and return the result."""
+        self._check_live()
+        self.complete()
+        self._released = True
+        result, self._result = self._result, None
+        return result
 
     def __repr__(self) -> str:
-        state = "done" if self._done else "pending"
+        state = "released" if self._released else "done" if self._done else "pending"
         label = f" name={self.name!r}" if self.name else ""
         return f"<fogsim.Handle {self.op}{label} {state}>"
+
+
+class HandleTable:
+    """The in-flight operations of one world; a handle leaves the table when waited on.
+
+    Owned by a backend instance (never a module global), so ``shutdown()`` can complete
+    what is still in flight and a second world keeps its own handles.
+    """
+
+    __slots__ = ("_pending",)
+
+    def __init__(self) -> None:
+        self._pending: dict[int, Handle] = {}
+
+    def start(
+        self,
+        op: str,
+        finish: Callable[[], Any],
+        test: Callable[[], bool] | None = None,
+        name: str | None = None,
+    ) -> Handle:
+        """Register a pending operation and return its handle."""
+        holder: list[Handle] = []
+
+        def release() -> Any:
+            try:
+                return finish()
+            finally:
+                self._pending.pop(id(holder[0]), None)
+
+        handle = Handle(op, release, test, name)
+        holder.append(handle)
+        self._pending[id(handle)] = handle
+        return handle
+
+    def drain(self) -> None:
+        """Complete every pending operation (results stay in their handles for wait())."""
+        for handle in list(self._pending.values()):
+            handle.complete()
+
+    def __len__(self) -> int:
+        return len(self._pending)

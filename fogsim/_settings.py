@@ -11,6 +11,10 @@ is listed here with its meaning:
     Seed used by :func:`fogsim.init` when no seed is given.
 ``FOGSIM_LOCAL_SIZE``
     Agents per (emulated) machine.
+``FOGSIM_FUSION_THRESHOLD``
+    Bytes up to which queued nonblocking tensors are fused into one message (0: off).
+``FOGSIM_TIMELINE``
+    File prefix of the per-rank Chrome-trace timeline (``PREFIX<rank>.json``).
 
 Variables set by MPI launchers (``PMI_SIZE``, ``OMPI_COMM_WORLD_SIZE``, ...) are read to
 tell whether the process was started by ``mpiexec``/``fogrun`` with more than one process.
@@ -22,10 +26,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["Settings", "load", "DEFAULT_SIM_SIZE"]
+__all__ = ["DEFAULT_FUSION_THRESHOLD", "DEFAULT_SIM_SIZE", "Settings", "environ", "load"]
 
 #: Agents simulated when neither ``size=`` nor ``FOGSIM_SIZE`` says otherwise.
 DEFAULT_SIM_SIZE = 4
+#: Default fusion buffer: neighbor ops have O(1) latency, so a small buffer pays off.
+DEFAULT_FUSION_THRESHOLD = 8 << 20
 
 _BACKENDS = ("sim", "mpi", "torch")
 # (size variable, rank variable) pairs set by common MPI launchers.
@@ -45,6 +51,8 @@ class Settings:
     size: int | None = None
     seed: int | None = None
     local_size: int | None = None
+    fusion_threshold: int = DEFAULT_FUSION_THRESHOLD
+    timeline: str | None = None
     launcher_size: int | None = None
     launcher_rank: int | None = None
 
@@ -84,6 +92,15 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         size=_int(env, "FOGSIM_SIZE", 1),
         seed=_int(env, "FOGSIM_SEED", 0),
         local_size=_int(env, "FOGSIM_LOCAL_SIZE", 1),
+        fusion_threshold=_int(env, "FOGSIM_FUSION_THRESHOLD", 0)
+        if env.get("FOGSIM_FUSION_THRESHOLD", "").strip()
+        else DEFAULT_FUSION_THRESHOLD,
+        timeline=env.get("FOGSIM_TIMELINE", "").strip() or None,
         launcher_size=launcher_size,
         launcher_rank=launcher_rank,
     )
+
+
+def environ() -> dict[str, str]:
+    """Return a copy of the process environment (for launchers building a child's)."""
+    return dict(os.environ)

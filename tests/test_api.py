@@ -171,10 +171,13 @@ def test_vmap_applies_per_agent():
         solve(A[:3], x[:3])
 
 
-def test_handle_wait_is_idempotent():
+def test_wait_releases_the_handle():
     fs.init(size=4, topology=T.ring_graph)
     h = fs.neighbor_allreduce_nonblocking(np.ones((4, 2)))
-    assert "neighbor_allreduce" in repr(h)
-    first = fs.wait(h)
-    assert fs.wait(h) is first and fs.poll(h)
+    assert "neighbor_allreduce" in repr(h) and fs.poll(h)
+    assert np.array_equal(fs.wait(h), np.ones((4, 2)))
+    with pytest.raises(ValueError, match="already waited on"):
+        fs.wait(h)
+    with pytest.raises(ValueError, match="already waited on"):
+        fs.poll(h)
     assert fs.wait(fs.barrier_nonblocking()) is None
