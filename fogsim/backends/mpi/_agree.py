@@ -1,0 +1,56 @@
+"""Agreement before data moves: every rank raises the same error, or none does.
+
+A call whose arguments are wrong on one rank (bad weights, a shape that differs, a
+sender its receiver does not expect) must not leave the other ranks blocked in a
+transfer that will never complete. Each rank reduces a small fingerprint of what must
+match plus a flag for its own local error in one ``Allreduce``; only when something is
+off do the ranks exchange descriptions (small Python objects) to word one message,
+which every rank then raises.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import numpy as np
+
+__all__ = ["fingerprint", "agree", "LocalError"]
+
+
+class LocalError:
+    """A problem found on this rank: the exception type and its message."""
+
+    __slots__ = ("kind", "message")
+
+    def __init__(self, exc: BaseException) -> None:
+        self.kind = type(exc).__name__
+        self.message = str(exc)
+
+
+def fingerprint(*parts: Any) -> int:
+    """Return a deterministic 62-bit fingerprint of ``parts`` (same on every process)."""
+    text = "|".join(map(str, parts)).encode()
+    return (zlib.crc32(text) << 30) ^ zlib.adler32(text)
+
+
+def agree(comm: Any, mpi: Any, fp: int, error: LocalError | None, describe: str) -> None:
+    """Raise the same exception on every rank unless all fingerprints match and no error.
+
+    ``describe`` says what this rank has (e.g. ``"float64 (3,)"``) for the message when
+    the fingerprints differ.
+    """
+    flags = np.array([fp, -fp, 0 if error is None else 1], dtype=np.int64)
+    comm.Allreduce(mpi.IN_PLACE, flags, op=mpi.MAX)
+    if flags[0] == -flags[1] and flags[2] == 0:
+        return
+    reports = comm.allgather((error.kind, error.message) if error else None)
+    for rank, report in enumerate(reports):
+        if report is not None:
+            kind, message = report
+            exc_type = TypeError if kind == "TypeError" else ValueError
+            prefix = "" if message.startswith("topology check") else f"rank {rank}: "
+            raise exc_type(prefix + message)
+    descriptions = comm.allgather(describe)
+    listed = ", ".join(f"rank {r} has {d}" for r, d in enumerate(descriptions))
+    raise ValueError(f"ranks disagree: {listed}")

@@ -1,0 +1,321 @@
+"""Neighbor ops of the MPI runtime, tensor fusion, and the handle table.
+
+Static calls move data with the graph communicator's ``(I)neighbor_allgather``; dynamic
+calls with ``Isend``/``Irecv`` per call. Small nonblocking static calls are queued and
+fused: their bytes are packed into one buffer, sent in one collective when any of them is
+waited on (or the buffer fills, or another op needs the ordering), and unpacked into their
+owners byte for byte. Every rank flushes at the same points of the program, since the
+triggers are ops, never timing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from ... import _arrays, _core
+from ..._arrays import Kind, wrap_like
+from ..._handles import Handle, HandleTable
+from ._agree import LocalError, agree, fingerprint
+from ._plan import RankPlan, is_matrix, rank_plan, rank_weights
+
+__all__ = ["NeighborOps"]
+
+_ALIGN = 8  # bytes; each fused tensor starts on a multiple of this
+
+
+def combine(arr: np.ndarray, plan: RankPlan, ys: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Return ``self_weight * arr + sum_k weights[k] * ys[k]`` in ascending source order."""
+    out = np.empty_like(arr)
+    if arr.size:
+        flat = ys.reshape(ys.shape[0], arr.size)
+        _core.weighted_combine(out.reshape(-1), plan.self_weight, arr.reshape(-1), weights, flat)
+    return out
+
+
+@dataclass
+class _Queued:
+    arr: np.ndarray
+    kind: Kind
+    plan: RankPlan
+    offset: int
+    batch: _Batch | None = None
+    result: Any = None
+
+
+class _Batch:
+    """Fused tensors sent in one neighbor collective."""
+
+    def __init__(self, entries: list[_Queued], send: np.ndarray, recv: np.ndarray) -> None:
+        self.entries = entries
+        self.send, self.recv = send, recv  # both stay alive until the transfer completes
+        self.request: Any = None
+        self.done = False
+
+
+class NeighborOps:
+    """Mixin of :class:`MPIBackend`: neighbor ops, fusion queue, handle table."""
+
+    comm: Any
+    graph_comm: Any
+    _n: int
+    _rank: int
+    _static: RankPlan
+    _fusion_threshold: int
+
+    def _init_neighbor_ops(self) -> None:
+        self.handles = HandleTable()
+        self.p2p_comm = self.comm.Dup()  # dynamic transfers never meet collectives
+        self._queue: list[_Queued] = []
+        self._queued_bytes = 0
+
+    def _drain(self) -> None:
+        self._flush()
+        self.handles.drain()
+
+    # -- neighbor_allreduce ---------------------------------------------------------------
+    def neighbor_allreduce(
+        self, x, self_weight=None, src_weights=None, dst_weights=None,
+        enable_topo_check=True, name=None,
+    ):  # fmt: skip
+        return self._neighbor_allreduce(
+            x, self_weight, src_weights, dst_weights, enable_topo_check, name, fuse=False
+        ).wait()
+
+    def neighbor_allreduce_nonblocking(
+        self, x, self_weight=None, src_weights=None, dst_weights=None,
+        enable_topo_check=True, name=None,
+    ):  # fmt: skip
+        return self._neighbor_allreduce(
+            x, self_weight, src_weights, dst_weights, enable_topo_check, name, fuse=True
+        )
+
+    def _plan_call(self, x, self_weight, src_weights, dst_weights, check):
+        """Return (array, kind, plan, weights) once every rank agreed, else raise on all.
+
+        One ``Allreduce`` settles shapes, dtypes, the kind of call and local argument
+        errors; a dynamic call with weight dicts then exchanges who sends to whom (one
+        ``Alltoall``) and agrees once more on the outcome.
+        """
+        error = arr = kind = plan = None
+        try:
+            arr, kind = self._value(x, "neighbor_allreduce", averaging=True)
+            plan = rank_plan(self._n, self._rank, self._topology, self._static,
+                             self_weight, src_weights, dst_weights)  # fmt: skip
+        except (TypeError, ValueError) as exc:
+            if not check:
+                raise
+            error = LocalError(exc)
+        if not check:
+            return arr, kind, plan, plan.weights
+        exchange = dst_weights is not None and not is_matrix(src_weights)
+        if error is None:
+            fp = fingerprint("neighbor_allreduce", arr.dtype.str, arr.shape, plan.fingerprint,
+                             plan.static, exchange)  # fmt: skip
+            describe = f"{arr.dtype} {arr.shape} in neighbor_allreduce"
+        else:
+            fp, describe = 0, "an invalid argument"
+        agree(self.comm, MPI, fp, error, describe)
+        if not exchange:
+            return arr, kind, plan, plan.weights
+        weights, mismatch = self._exchange(plan)
+        agree(self.comm, MPI, 0, mismatch, "")
+        return arr, kind, plan, weights
+
+    def _exchange(self, plan: RankPlan) -> tuple[np.ndarray | None, LocalError | None]:
+        """Tell every rank whether (and with which weight) we send to it; check our senders.
+
+        Returns the combined weights ``r_ij * s_ij`` (the simulator's product, so both
+        give the same bits) or the mismatch found on this rank.
+        """
+        table = np.zeros((self._n, 2), dtype=np.float64)
+        table[plan.dsts, 0] = 1.0
+        table[plan.dsts, 1] = plan.send_weights
+        got = np.empty_like(table)
+        self.comm.Alltoall(table, got)
+        senders = np.flatnonzero(got[:, 0])
+        extra = np.setdiff1d(senders, plan.srcs)
+        if extra.size:
+            j, i = int(extra[0]), self._rank
+            return None, LocalError(ValueError(
+                f"topology check failed: agent {j} sends to agent {i} (dst_weights[{j}]) "
+                f"but agent {i} does not receive from {j} (src_weights[{i}])"
+            ))  # fmt: skip
+        missing = np.setdiff1d(plan.srcs, senders)
+        if missing.size:
+            i, j = self._rank, int(missing[0])
+            return None, LocalError(ValueError(
+                f"topology check failed: agent {i} receives from agent {j} (src_weights[{i}]) "
+                f"but agent {j} does not send to {i} (dst_weights[{j}])"
+            ))  # fmt: skip
+        return plan.weights * got[plan.srcs, 1], None
+
+    def _neighbor_allreduce(self, x, self_weight, src_weights, dst_weights, check, name, fuse):
+        _arrays.check_name(name)
+        if not isinstance(check, bool):
+            raise TypeError("enable_topo_check must be a bool")
+        if not (fuse and self._queue):
+            self._flush()
+        arr, kind, plan, weights = self._plan_call(x, self_weight, src_weights, dst_weights,
+                                                   check)  # fmt: skip
+        if plan.static and fuse and 0 < arr.nbytes <= self._fusion_threshold:
+            return self._enqueue(arr, kind, plan, name)
+        self._flush()
+        if plan.static:
+            recv = np.empty((len(self._static.srcs), *arr.shape), dtype=arr.dtype)
+            req = self.graph_comm.Ineighbor_allgather(arr, recv)
+
+            def finish() -> Any:
+                req.Wait()
+                ys = recv if plan.select is None else recv[plan.select]
+                return wrap_like(combine(arr, plan, ys, weights), kind)
+
+            return self.handles.start("neighbor_allreduce", finish, req.Test, name)
+        return self._start_dynamic(arr, kind, plan, weights, scale=not check and plan.exchange,
+                                   name=name)  # fmt: skip
+
+    def _start_dynamic(self, arr, kind, plan, weights, scale, name) -> Handle:
+        recv = np.empty((len(plan.srcs), *arr.shape), dtype=arr.dtype)
+        reqs = [self.p2p_comm.Irecv(recv[k], source=int(j)) for k, j in enumerate(plan.srcs)]
+        keep = []
+        for j, s in zip(plan.dsts, plan.send_weights if scale else [1.0] * len(plan.dsts),
+                        strict=True):  # fmt: skip
+            buf = arr if s == 1.0 else np.multiply(arr, arr.dtype.type(s))
+            keep.append(buf)
+            reqs.append(self.p2p_comm.Isend(buf, dest=int(j)))
+
+        def finish() -> Any:
+            MPI.Request.Waitall(reqs)
+            keep.clear()
+            return wrap_like(combine(arr, plan, recv, weights), kind)
+
+        return self.handles.start("neighbor_allreduce", finish,
+                                  lambda: MPI.Request.Testall(reqs), name)  # fmt: skip
+
+    # -- fusion ---------------------------------------------------------------------------
+    def _enqueue(self, arr: np.ndarray, kind: Kind, plan: RankPlan, name) -> Handle:
+        size = -(-arr.nbytes // _ALIGN) * _ALIGN
+        if self._queued_bytes + size > self._fusion_threshold:
+            self._flush()
+        entry = _Queued(arr.copy(), kind, plan, self._queued_bytes)
+        self._queue.append(entry)
+        self._queued_bytes += size
+
+        def batch() -> _Batch:
+            if entry.batch is None:  # still queued: waiting on it sends the queue
+                self._flush()
+            return entry.batch
+
+        def finish() -> Any:
+            self._complete_batch(batch())
+            return entry.result
+
+        def test() -> bool:
+            b = batch()
+            return b.done or bool(b.request.Test())
+
+        return self.handles.start("neighbor_allreduce", finish, test, name)
+
+    def _flush(self) -> None:
+        """Send everything queued in one neighbor collective (collective on all ranks)."""
+        if not self._queue:
+            return
+        entries, total = self._queue, self._queued_bytes
+        self._queue, self._queued_bytes = [], 0
+        layout = [(e.arr.dtype.str, e.arr.shape) for e in entries]
+        agree(self.comm, MPI, fingerprint("fused", layout), None,
+              f"{len(entries)} fused tensors {layout}")  # fmt: skip
+        send = np.zeros(total, dtype=np.uint8)
+        for e in entries:
+            send[e.offset : e.offset + e.arr.nbytes] = e.arr.reshape(-1).view(np.uint8)
+        batch = _Batch(entries, send, np.empty((len(self._static.srcs), total), np.uint8))
+        batch.request = self.graph_comm.Ineighbor_allgather(send, batch.recv)
+        for e in entries:
+            e.batch = batch
+
+    def _complete_batch(self, batch: _Batch) -> None:
+        if batch.done:
+            return
+        batch.request.Wait()
+        for e in batch.entries:
+            block = batch.recv[:, e.offset : e.offset + e.arr.nbytes]
+            ys = np.ascontiguousarray(block).view(e.arr.dtype)
+            if e.plan.select is not None:
+                ys = ys[e.plan.select]
+            e.result = wrap_like(combine(e.arr, e.plan, ys, e.plan.weights), e.kind)
+            e.batch = batch
+        batch.done = True
+        batch.send = batch.recv = None
+
+    # -- neighbor_allgather ---------------------------------------------------------------
+    def neighbor_allgather(self, x, src_ranks=None, dst_ranks=None, name=None):
+        return self.neighbor_allgather_nonblocking(x, src_ranks, dst_ranks, name).wait()
+
+    def neighbor_allgather_nonblocking(self, x, src_ranks=None, dst_ranks=None, name=None):
+        _arrays.check_name(name)
+        self._flush()
+        error, srcs, dsts = None, None, None
+        try:
+            if (src_ranks is None) != (dst_ranks is None):
+                raise ValueError(
+                    "neighbor_allgather needs both src_ranks and dst_ranks, or neither"
+                )
+            if src_ranks is not None:
+                srcs, _ = rank_weights(src_ranks, self._n, self._rank, "src_ranks")
+                dsts, _ = rank_weights(dst_ranks, self._n, self._rank, "dst_ranks")
+        except (TypeError, ValueError) as exc:
+            error = LocalError(exc)
+        arr, kind = self._checked(
+            "neighbor_allgather", x, averaging=False, shape_of=lambda a: a.shape[1:],
+            extra=(src_ranks is None,), error=error,
+        )  # fmt: skip
+        arr = arr.reshape(1) if arr.ndim == 0 else arr
+        if srcs is None:
+            srcs = np.asarray(self._static.srcs)
+            comm, counts_comm = self.graph_comm, self.graph_comm
+        else:
+            self._check_pairs(srcs, dsts)
+            comm, counts_comm = None, None
+        rows = self._neighbor_rows(arr.shape[0], srcs, dsts, counts_comm)
+        per_row = int(np.prod(arr.shape[1:], dtype=np.int64))
+        out = np.empty((int(rows.sum()), *arr.shape[1:]), dtype=arr.dtype)
+        if comm is not None:
+            displs = np.concatenate([[0], np.cumsum(rows)[:-1]]) * per_row
+            reqs = [comm.Ineighbor_allgatherv(arr, [out, (rows * per_row, displs)])]
+        else:
+            starts = np.concatenate([[0], np.cumsum(rows)])
+            reqs = [self.p2p_comm.Irecv(out[starts[k] : starts[k + 1]], source=int(j))
+                    for k, j in enumerate(srcs)]  # fmt: skip
+            reqs += [self.p2p_comm.Isend(arr, dest=int(j)) for j in dsts]
+
+        def finish() -> Any:
+            MPI.Request.Waitall(reqs)
+            return wrap_like(out, kind)
+
+        return self.handles.start("neighbor_allgather", finish,
+                                  lambda: MPI.Request.Testall(reqs), name)  # fmt: skip
+
+    def _check_pairs(self, srcs: np.ndarray, dsts: np.ndarray) -> None:
+        plan = RankPlan(1.0, srcs, np.ones(len(srcs)), static=False, dsts=dsts,
+                        send_weights=np.ones(len(dsts)), exchange=True)  # fmt: skip
+        _, mismatch = self._exchange(plan)
+        if mismatch is not None:
+            mismatch.message = mismatch.message.replace("dst_weights", "dst_ranks").replace(
+                "src_weights", "src_ranks"
+            )
+        agree(self.comm, MPI, 0, mismatch, "")
+
+    def _neighbor_rows(self, mine: int, srcs, dsts, graph_comm) -> np.ndarray:
+        """Return the first-dimension length of each source's value (they may differ)."""
+        rows = np.empty(len(srcs), dtype=np.int64)
+        if graph_comm is not None:
+            graph_comm.Neighbor_allgather(np.array([mine], dtype=np.int64), rows)
+            return rows
+        sent = np.array([mine], dtype=np.int64)
+        reqs = [self.p2p_comm.Irecv(rows[k : k + 1], source=int(j)) for k, j in enumerate(srcs)]
+        reqs += [self.p2p_comm.Isend(sent, dest=int(j)) for j in dsts]
+        MPI.Request.Waitall(reqs)
+        return rows

@@ -1,0 +1,198 @@
+"""One rank's view of a ``neighbor_allreduce`` call: whom to hear, whom to tell, weights.
+
+The rules are the simulator's (see :func:`fogsim.neighbor_allreduce`), applied to one
+agent: ``self_weight`` is a number, ``src_weights`` a dict ``{rank: weight}`` and
+``dst_weights`` a dict or a list of ranks, or ``src_weights`` is one ``n x n`` matrix
+(or Topology) that every rank passes for the step. Combined weights are ordered by
+ascending source rank, the simulator's accumulation order, so both give the same bits.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..._arrays import is_tensor
+from ...topology import Topology, as_topology
+from ._agree import fingerprint
+
+__all__ = [
+    "RankPlan",
+    "is_matrix",
+    "rank_plan",
+    "rank_weights",
+    "row_of",
+    "scalar_weight",
+    "static_rank_plan",
+]
+
+
+@dataclass
+class RankPlan:
+    """What this rank does in one call."""
+
+    self_weight: float
+    srcs: np.ndarray  # int64, ascending: the ranks combined into the result
+    weights: np.ndarray  # float64, aligned with srcs (receiver weight x sender weight)
+    static: bool = True  # True: data moves over the static topology's graph communicator
+    select: np.ndarray | None = None  # static: rows of the received block to combine
+    dsts: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    send_weights: np.ndarray | None = None  # dynamic: s_ij per entry of dsts
+    exchange: bool = False  # dynamic dicts: ranks must exchange who sends to whom
+    fingerprint: int = 0  # what every rank must agree on beyond shape and dtype
+
+
+def row_of(topo: Topology, i: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return agent i's in-neighbors (ascending) and their weights W[i, j]."""
+    indptr, indices, data = topo.offdiag_csr()
+    lo, hi = indptr[i], indptr[i + 1]
+    return indices[lo:hi].astype(np.int64), np.array(data[lo:hi], dtype=np.float64)
+
+
+def static_rank_plan(topo: Topology, is_weighted: bool, i: int) -> RankPlan:
+    """Return the plan for the static topology on agent i."""
+    used = topo if is_weighted else topo.uniform()
+    srcs, weights = row_of(used, i)
+    return RankPlan(float(used.self_weights[i]), srcs, weights)
+
+
+def scalar_weight(value: Any, argname: str) -> float:
+    """Return ``value`` as a finite float, or raise naming ``argname``."""
+    if is_tensor(value):
+        value = value.item() if value.numel() == 1 else value
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.reshape(())[()]
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{argname} must be a number on each rank, got {type(value).__name__}")
+    value = float(value)
+    if not np.isfinite(value):
+        raise ValueError(f"{argname} is {value}; weights must be finite")
+    return value
+
+
+def rank_weights(obj: Any, n: int, i: int, argname: str) -> tuple[np.ndarray, np.ndarray]:
+    """Return (ranks ascending, weights) from a dict {rank: weight} or a list of ranks."""
+    if isinstance(obj, dict):
+        items = list(obj.items())
+    elif isinstance(obj, list | tuple | np.ndarray):
+        items = [(r, 1.0) for r in obj]
+    else:
+        raise TypeError(
+            f"{argname} must be a dict {{rank: weight}} or a list of ranks on each rank, "
+            f"or one {n}x{n} matrix, got {type(obj).__name__}"
+        )
+    ranks = np.empty(len(items), dtype=np.int64)
+    weights = np.empty(len(items), dtype=np.float64)
+    for k, (r, w) in enumerate(items):
+        if isinstance(r, bool) or not isinstance(r, numbers.Integral):
+            raise TypeError(f"{argname}: rank {r!r} is not an integer")
+        if not 0 <= r < n:
+            raise ValueError(f"{argname}: rank {r} is out of range for {n} agents")
+        if r == i:
+            raise ValueError(f"{argname} contains agent {i}'s own rank; give it as self_weight")
+        weights[k] = scalar_weight(w, f"{argname}[{r}]")
+        ranks[k] = r
+    order = np.argsort(ranks, kind="stable")
+    ranks, weights = ranks[order], weights[order]
+    if ranks.size > 1 and np.any(ranks[1:] == ranks[:-1]):
+        raise ValueError(f"{argname} lists rank {ranks[1:][ranks[1:] == ranks[:-1]][0]} twice")
+    return ranks, weights
+
+
+def is_matrix(obj: Any) -> bool:
+    """Whether a weight argument is one matrix for every agent (vs. this agent's dict)."""
+    if isinstance(obj, Topology) or sp.issparse(obj):
+        return True
+    if type(obj).__module__.startswith("networkx"):
+        return True
+    return (isinstance(obj, np.ndarray) or is_tensor(obj)) and obj.ndim == 2
+
+
+def _congestion_order(dsts: np.ndarray, i: int, n: int) -> np.ndarray:
+    """Order destinations by distance (j - i) mod n, so no receiver gets everyone first."""
+    return dsts[np.argsort((dsts - i) % n, kind="stable")]
+
+
+def rank_plan(
+    n: int,
+    i: int,
+    topo: Topology,
+    static: RankPlan,
+    self_weight: Any,
+    src_weights: Any,
+    dst_weights: Any,
+) -> RankPlan:
+    """Return agent i's plan for one call; raise ValueError/TypeError on bad arguments."""
+    sw = None if self_weight is None else scalar_weight(self_weight, "self_weight")
+    if src_weights is None:
+        if dst_weights is not None:
+            raise ValueError(
+                "dst_weights was given without src_weights: a dynamic neighbor_allreduce "
+                "needs self_weight, src_weights and dst_weights"
+            )
+        if sw is not None:
+            raise ValueError("self_weight and src_weights must be given together (or neither)")
+        return static
+
+    if is_matrix(src_weights):
+        return _matrix_plan(n, i, src_weights, sw, dst_weights)
+    if sw is None:
+        raise ValueError("src_weights was given without self_weight; give both")
+    srcs, weights = rank_weights(src_weights, n, i, "src_weights")
+    if dst_weights is None:
+        missing = srcs[~np.isin(srcs, static.srcs)]
+        if missing.size:
+            raise ValueError(
+                f"src_weights[{i}] names rank {missing[0]}, which is not an in-neighbor of "
+                f"agent {i} in the topology (in-neighbors {static.srcs.tolist()}); pass "
+                "dst_weights for a dynamic topology or set_topology() first"
+            )
+        select = np.searchsorted(static.srcs, srcs)
+        return RankPlan(sw, srcs, weights, static=True, select=select)
+    if is_matrix(dst_weights):
+        d = as_topology(dst_weights, size=n, argname="dst_weights")
+        dsts, send_w = row_of(d.transpose(), i)
+    else:
+        dsts, send_w = rank_weights(dst_weights, n, i, "dst_weights")
+    order = np.argsort((dsts - i) % n, kind="stable")
+    return RankPlan(
+        sw, srcs, weights, static=False, dsts=dsts[order], send_weights=send_w[order],
+        exchange=True,
+    )  # fmt: skip
+
+
+def _matrix_plan(n: int, i: int, src: Any, sw: float | None, dst: Any) -> RankPlan:
+    """Every rank holds the step's whole W: row i says whom to hear, column i whom to tell."""
+    step = as_topology(src, size=n, argname="src_weights")
+    srcs, weights = row_of(step, i)
+    dsts, _ = row_of(step.transpose(), i)
+    fp_parts: list[Any] = [_matrix_fingerprint(step)]
+    if dst is not None:
+        d = as_topology(dst, size=n, argname="dst_weights")
+        d_srcs, d_recv = row_of(d, i)
+        if not np.array_equal(d_srcs, srcs):
+            raise ValueError(
+                f"dst_weights and src_weights matrices have different edges into agent {i}"
+            )
+        weights = weights * d_recv
+        fp_parts.append(_matrix_fingerprint(d))
+    self_weight = float(step.self_weights[i]) if sw is None else sw
+    return RankPlan(
+        self_weight, srcs, weights, static=False, dsts=_congestion_order(dsts, i, n),
+        fingerprint=fingerprint(*fp_parts),
+    )  # fmt: skip
+
+
+def _matrix_fingerprint(topo: Topology) -> int:
+    form = topo.circulant_form()
+    if form is not None:
+        return fingerprint(
+            "circ", form.offsets.tobytes(), np.asarray(form.weights).tobytes(),
+            np.asarray(form.self_weight).tobytes(),
+        )  # fmt: skip
+    indptr, indices, data = topo.offdiag_csr()
+    return fingerprint("csr", indptr.tobytes(), indices.tobytes(), data.tobytes())

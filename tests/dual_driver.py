@@ -1,0 +1,38 @@
+"""Run the cases of dual_cases.py under mpiexec; rank 0 prints one JSON line per case.
+
+mpiexec -n 4 python -m mpi4py tests/dual_driver.py [case_name ...]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import dual_cases  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+import fogsim as fs  # noqa: E402
+
+
+def main() -> None:
+    comm = MPI.COMM_WORLD
+    names = sys.argv[1:] or dual_cases.CASES
+    for name in names:
+        try:
+            getattr(dual_cases, name)()
+            outcome = None
+        except Exception:  # noqa: BLE001 - reported per case, per rank
+            outcome = traceback.format_exc(limit=6)
+            fs.shutdown()
+        outcomes = comm.gather(outcome, root=0)
+        if comm.Get_rank() == 0:
+            failed = {r: o for r, o in enumerate(outcomes) if o is not None}
+            print(json.dumps({"case": name, "failed": failed}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
