@@ -25,6 +25,8 @@ __all__ = [
     "local_rank",
     "local",
     "vmap",
+    "is_main_process",
+    "global_view",
     "set_topology",
     "load_topology",
     "is_topology_weighted",
@@ -63,7 +65,7 @@ def init(
     ``backend`` is ``"sim"`` (n agents stacked in this process), ``"mpi"`` or ``"torch"``;
     by default ``"mpi"`` when an MPI launcher started more than one process, else
     ``"sim"`` (``FOGSIM_BACKEND`` overrides). ``size`` sets the number of simulated agents
-    (default ``FOGSIM_SIZE``, else 4). ``topology`` is anything :func:`set_topology`
+    (default ``FOGSIM_SIZE``, else 16). ``topology`` is anything :func:`set_topology`
     takes, or a builder called with the size; default: the exponential-2 graph.
     Calling ``init`` again replaces the current context (the old one is shut down).
     """
@@ -130,6 +132,23 @@ def vmap(fn: Callable[..., Any], in_axes: int | None | Sequence[int | None] = 0)
     needs no ``vmap``.
     """
     return _backend().vmap(fn, in_axes)
+
+
+def is_main_process() -> bool:
+    """Return whether this process should print and write files for the job.
+
+    True in simulation (one process holds every agent); rank 0 when distributed.
+    """
+    return _backend().is_main_process()
+
+
+def global_view(x: Any) -> Any:
+    """Return every agent's ``x`` stacked along a new leading axis, the same on every agent.
+
+    In simulation that is ``x`` itself (copied); distributed, ``allgather(x[None])``. Use it
+    for metrics, plots and files that need all agents' values at once.
+    """
+    return _backend().global_view(x)
 
 
 # -- topology -----------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 __all__ = ["DEFAULT_FUSION_THRESHOLD", "DEFAULT_SIM_SIZE", "Settings", "environ", "load"]
 
 #: Agents simulated when neither ``size=`` nor ``FOGSIM_SIZE`` says otherwise.
-DEFAULT_SIM_SIZE = 4
+DEFAULT_SIM_SIZE = 16
 #: Default fusion buffer: neighbor ops have O(1) latency, so a small buffer pays off.
 DEFAULT_FUSION_THRESHOLD = 8 << 20
 

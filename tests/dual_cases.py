@@ -241,6 +241,18 @@ def case_unknown_and_released_handles():
     fs.shutdown()
 
 
+def case_global_view_and_main_process():
+    fs.init()
+    n = fs.size()
+    data = _data(n, (2,))
+    whole = fs.global_view(fs.local(lambda r: data[r]))
+    _same(whole, data, exact=True)
+    mains = fs.allreduce(fs.local(lambda r: float(fs.is_main_process())), average=False)
+    distributed = np.ndim(fs.rank()) == 0  # one agent per process
+    assert np.all(np.asarray(mains) == (1.0 if distributed else n))  # one main process
+    fs.shutdown()
+
+
 def case_torch_tensors_keep_type_and_dtype():
     try:
         import torch

@@ -93,6 +93,14 @@ class Backend(abc.ABC):
     def vmap(self, fn: Callable[..., Any], in_axes: int | None | Sequence[int | None] = 0):
         """Return ``fn`` applied per agent (over the stacked axis in simulation)."""
 
+    @abc.abstractmethod
+    def is_main_process(self) -> bool:
+        """Return whether this process should print and write files for the job."""
+
+    @abc.abstractmethod
+    def global_view(self, x: Any) -> Any:
+        """Return every agent's ``x`` stacked along a new leading axis, on every agent."""
+
     # -- collective ops -------------------------------------------------------------------
     @abc.abstractmethod
     def allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:

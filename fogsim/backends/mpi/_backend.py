@@ -122,6 +122,14 @@ class MPIBackend(NeighborOps, Backend):
             raise TypeError(f"vmap() takes a function, got {type(fn).__name__}")
         return fn
 
+    def is_main_process(self) -> bool:
+        return self._rank == 0
+
+    def global_view(self, x: Any) -> Any:
+        arr, kind = to_numpy(x)
+        stacked = self.allgather(arr[None])
+        return wrap_like(stacked, kind)
+
     # -- helpers --------------------------------------------------------------------------
     def _value(self, x: Any, op: str, averaging: bool) -> tuple[np.ndarray, Kind]:
         """Return this rank's value as a C-contiguous array (checked for its dtype)."""

@@ -126,6 +126,13 @@ class SimBackend(Backend):
         per_agent.__doc__ = fn.__doc__
         return per_agent
 
+    def is_main_process(self) -> bool:
+        return True
+
+    def global_view(self, x: Any) -> Any:
+        arr, kind = self._stacked(x, "global_view", averaging=False)
+        return wrap_like(arr.copy(), kind)
+
     # -- helpers --------------------------------------------------------------------------
     def _stacked(self, x: Any, op: str, averaging: bool) -> tuple[np.ndarray, Kind]:
         arr, kind = to_numpy(x)
