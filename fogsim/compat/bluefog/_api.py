@@ -1,0 +1,334 @@
+"""BlueFog's functions (``bluefog.torch``'s names and semantics) over fogsim's public API.
+
+Each function is a thin wrapper: BlueFog's argument names and order, BlueFog's defaults
+and return types (``load_topology`` a ``networkx.DiGraph``, ``set_topology`` a bool), and
+integer weights turned into floats. The ops are fogsim's, so numpy arrays work as well as
+torch tensors.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import networkx as nx
+import numpy as np
+
+import fogsim
+
+__all__ = [
+    "init",
+    "shutdown",
+    "size",
+    "rank",
+    "local_size",
+    "local_rank",
+    "set_topology",
+    "load_topology",
+    "is_topo_weighted",
+    "in_neighbor_ranks",
+    "out_neighbor_ranks",
+    "allreduce",
+    "allreduce_nonblocking",
+    "allreduce_",
+    "allreduce_nonblocking_",
+    "allgather",
+    "allgather_nonblocking",
+    "broadcast",
+    "broadcast_nonblocking",
+    "broadcast_",
+    "broadcast_nonblocking_",
+    "neighbor_allreduce",
+    "neighbor_allreduce_nonblocking",
+    "neighbor_allgather",
+    "neighbor_allgather_nonblocking",
+    "barrier",
+    "synchronize",
+    "wait",
+    "poll",
+]
+
+
+# -- world --------------------------------------------------------------------------------
+def init(topology_fn: Callable[[int], nx.DiGraph] | None = None, is_weighted: bool = False) -> None:
+    """Start fogsim (:func:`fogsim.init`) and set the topology ``topology_fn(size())``.
+
+    Without ``topology_fn`` the topology is the exponential-2 graph. ``is_weighted`` is that
+    of :func:`set_topology`. The backend and size come from fogsim's defaults and the
+    ``FOGSIM_BACKEND`` / ``FOGSIM_SIZE`` variables.
+    """
+    fogsim.init()
+    set_topology(None if topology_fn is None else topology_fn(fogsim.size()), is_weighted)
+
+
+def shutdown() -> None:
+    """Shut fogsim down; :func:`init` may be called again."""
+    fogsim.shutdown()
+
+
+def size() -> int:
+    """Return the number of agents."""
+    return fogsim.size()
+
+
+def rank() -> Any:
+    """Return this agent's rank (all ranks, stacked, under the simulator)."""
+    return fogsim.rank()
+
+
+def local_size() -> int:
+    """Return the number of agents on this machine."""
+    return fogsim.local_size()
+
+
+def local_rank() -> Any:
+    """Return this agent's rank within its machine (stacked under the simulator)."""
+    return fogsim.local_rank()
+
+
+# -- topology -----------------------------------------------------------------------------
+def set_topology(topology: Any = None, is_weighted: bool = False) -> bool:
+    """Use ``topology`` (a ``networkx.DiGraph``) for the neighbor ops; return True.
+
+    ``None`` means the exponential-2 graph. With ``is_weighted`` the neighbor ops use the
+    graph's weights (edge ``j -> i``: the weight i applies to j), else uniform weights
+    ``1/(in-degree + 1)``. Anything :func:`fogsim.set_topology` takes is accepted too. A bad
+    topology raises (``TypeError``/``ValueError``) instead of BlueFog's False.
+    """
+    if topology is None:
+        topology = fogsim.topology.exponential_two_graph
+    fogsim.set_topology(topology, is_weighted=is_weighted)
+    return True
+
+
+def load_topology() -> nx.DiGraph:
+    """Return the topology in use as a ``networkx.DiGraph`` (edge ``j -> i``: weight i gives j)."""
+    return fogsim.load_topology().to_networkx()
+
+
+def is_topo_weighted() -> bool:
+    """Return whether the neighbor ops use the topology's own weights."""
+    return fogsim.is_topology_weighted()
+
+
+def in_neighbor_ranks() -> Any:
+    """Return the ranks this agent receives from, self excluded (one list per agent, stacked)."""
+    return fogsim.in_neighbor_ranks()
+
+
+def out_neighbor_ranks() -> Any:
+    """Return the ranks this agent sends to, self excluded (one list per agent, stacked)."""
+    return fogsim.out_neighbor_ranks()
+
+
+# -- collective ops -----------------------------------------------------------------------
+def allreduce(tensor: Any, average: bool = True, name: str | None = None) -> Any:
+    """Return the average (``average=False``: the sum) of ``tensor`` over all agents."""
+    return fogsim.allreduce(tensor, average, name)
+
+
+def allreduce_nonblocking(
+    tensor: Any, average: bool = True, name: str | None = None
+) -> fogsim.Handle:
+    """Start :func:`allreduce`; return a handle for :func:`synchronize`."""
+    return fogsim.allreduce_nonblocking(tensor, average, name)
+
+
+def allreduce_(tensor: Any, average: bool = True, name: str | None = None) -> Any:
+    """Average (or sum) ``tensor`` over all agents in place; return ``tensor``."""
+    _check_in_place(tensor)
+    return _copy_into(tensor, fogsim.allreduce(tensor, average, name))
+
+
+def allreduce_nonblocking_(
+    tensor: Any, average: bool = True, name: str | None = None
+) -> fogsim.Handle:
+    """Start :func:`allreduce_`; :func:`synchronize` writes the result into ``tensor``."""
+    return _in_place(tensor, lambda: fogsim.allreduce_nonblocking(tensor, average, name))
+
+
+def allgather(tensor: Any, name: str | None = None) -> Any:
+    """Return every agent's ``tensor`` concatenated along the first dimension, by rank."""
+    return fogsim.allgather(tensor, name)
+
+
+def allgather_nonblocking(tensor: Any, name: str | None = None) -> fogsim.Handle:
+    """Start :func:`allgather`; return a handle for :func:`synchronize`."""
+    return fogsim.allgather_nonblocking(tensor, name)
+
+
+def broadcast(tensor: Any, root_rank: int, name: str | None = None) -> Any:
+    """Return agent ``root_rank``'s ``tensor`` on every agent (``tensor`` is not modified)."""
+    return fogsim.broadcast(tensor, root_rank, name)
+
+
+def broadcast_nonblocking(tensor: Any, root_rank: int, name: str | None = None) -> fogsim.Handle:
+    """Start :func:`broadcast`; return a handle for :func:`synchronize`."""
+    return fogsim.broadcast_nonblocking(tensor, root_rank, name)
+
+
+def broadcast_(tensor: Any, root_rank: int, name: str | None = None) -> Any:
+    """Overwrite ``tensor`` with agent ``root_rank``'s, in place; return ``tensor``."""
+    _check_in_place(tensor)
+    return _copy_into(tensor, fogsim.broadcast(tensor, root_rank, name))
+
+
+def broadcast_nonblocking_(tensor: Any, root_rank: int, name: str | None = None) -> fogsim.Handle:
+    """Start :func:`broadcast_`; :func:`synchronize` writes the result into ``tensor``."""
+    return _in_place(tensor, lambda: fogsim.broadcast_nonblocking(tensor, root_rank, name))
+
+
+# -- neighbor ops -------------------------------------------------------------------------
+def neighbor_allreduce(
+    tensor: Any,
+    self_weight: Any = None,
+    src_weights: Any = None,
+    dst_weights: Any = None,
+    enable_topo_check: bool = True,
+    name: str | None = None,
+) -> Any:
+    """Return the weighted average of own and in-neighbors' values.
+
+    ``x_i <- self_weight x_i + sum_j src_weights[j] dst_weights_j[i] x_j``
+
+    No weights: the topology's (``is_weighted``) or uniform. ``self_weight`` and
+    ``src_weights`` (``{rank: weight}``) together: a static-topology step with these
+    weights. ``dst_weights`` too (``{rank: weight}``, or a list of ranks meaning 1.0 each):
+    a dynamic step, senders and receivers checked to match. Integer weights are accepted.
+    See :func:`fogsim.neighbor_allreduce` for the stacked arguments of the simulator.
+    """
+    return fogsim.neighbor_allreduce(
+        tensor,
+        _float_scalar(self_weight),
+        _float_weights(src_weights),
+        _float_weights(dst_weights),
+        enable_topo_check,
+        name,
+    )
+
+
+def neighbor_allreduce_nonblocking(
+    tensor: Any,
+    self_weight: Any = None,
+    src_weights: Any = None,
+    dst_weights: Any = None,
+    enable_topo_check: bool = True,
+    name: str | None = None,
+) -> fogsim.Handle:
+    """Start :func:`neighbor_allreduce`; return a handle for :func:`synchronize`."""
+    return fogsim.neighbor_allreduce_nonblocking(
+        tensor,
+        _float_scalar(self_weight),
+        _float_weights(src_weights),
+        _float_weights(dst_weights),
+        enable_topo_check,
+        name,
+    )
+
+
+def neighbor_allgather(
+    tensor: Any,
+    src_ranks: Any = None,
+    dst_ranks: Any = None,
+    name: str | None = None,
+    *,
+    enable_topo_check: bool = True,
+) -> Any:
+    """Return the in-neighbors' ``tensor`` concatenated along the first dimension, by rank.
+
+    ``src_ranks`` and ``dst_ranks`` (both) replace the topology's neighbors for this call.
+    ``enable_topo_check`` is accepted for BlueFog scripts; fogsim always checks the match.
+    """
+    _check_bool(enable_topo_check, "enable_topo_check")
+    return fogsim.neighbor_allgather(tensor, src_ranks, dst_ranks, name)
+
+
+def neighbor_allgather_nonblocking(
+    tensor: Any,
+    src_ranks: Any = None,
+    dst_ranks: Any = None,
+    name: str | None = None,
+    *,
+    enable_topo_check: bool = True,
+) -> fogsim.Handle:
+    """Start :func:`neighbor_allgather`; return a handle for :func:`synchronize`."""
+    _check_bool(enable_topo_check, "enable_topo_check")
+    return fogsim.neighbor_allgather_nonblocking(tensor, src_ranks, dst_ranks, name)
+
+
+# -- synchronization ----------------------------------------------------------------------
+def barrier() -> None:
+    """Block until every agent has reached the barrier."""
+    fogsim.barrier()
+
+
+def synchronize(handle: fogsim.Handle) -> Any:
+    """Block until the operation behind ``handle`` finishes; return its result."""
+    return fogsim.wait(handle)
+
+
+def wait(handle: fogsim.Handle) -> Any:
+    """Block until the operation behind ``handle`` finishes; return its result (= synchronize)."""
+    return fogsim.wait(handle)
+
+
+def poll(handle: fogsim.Handle) -> bool:
+    """Return whether :func:`synchronize` on ``handle`` would return without blocking."""
+    return fogsim.poll(handle)
+
+
+# -- helpers ------------------------------------------------------------------------------
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_)
+
+
+def _float_scalar(value: Any) -> Any:
+    """Return an integer weight as a float; anything else unchanged (fogsim validates it)."""
+    return float(value) if _is_integer(value) else value
+
+
+def _float_weights(weights: Any) -> Any:
+    """Return ``{rank: weight}`` dicts (alone or stacked in a list) with float weights.
+
+    Lists of ranks (``dst_weights`` meaning 1.0 each) and matrices pass unchanged.
+    """
+    if isinstance(weights, Mapping):
+        return {r: _float_scalar(w) for r, w in weights.items()}
+    if isinstance(weights, list | tuple) and any(isinstance(w, Mapping) for w in weights):
+        return [_float_weights(w) if isinstance(w, Mapping) else w for w in weights]
+    return weights
+
+
+def _check_bool(value: Any, name: str) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+
+
+def _check_in_place(tensor: Any) -> None:
+    # Duck-typed so that torch is never imported here.
+    if not (isinstance(tensor, np.ndarray) or callable(getattr(tensor, "copy_", None))):
+        raise TypeError(
+            f"in-place ops need a numpy array or a torch tensor, got {type(tensor).__name__}"
+        )
+
+
+def _copy_into(tensor: Any, result: Any) -> Any:
+    """Write ``result`` into ``tensor`` (a torch tensor or a numpy array); return ``tensor``."""
+    if isinstance(tensor, np.ndarray):
+        np.copyto(tensor, result)
+    else:
+        tensor.copy_(result)
+    return tensor
+
+
+def _in_place(tensor: Any, start: Callable[[], fogsim.Handle]) -> fogsim.Handle:
+    """Start an op with ``start()``; return a handle whose wait copies its result to ``tensor``."""
+    _check_in_place(tensor)  # refuse a wrong type before the op starts, not at wait time
+    handle = start()
+    return fogsim.Handle(
+        handle.op + "_",
+        finish=lambda: _copy_into(tensor, fogsim.wait(handle)),
+        test=lambda: fogsim.poll(handle),
+        name=handle.name,
+    )
