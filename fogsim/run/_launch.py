@@ -1,0 +1,132 @@
+"""Start the job, forward signals to it, enforce the timeout, return its exit code."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+
+from .. import _settings
+from . import _mpi
+from ._cli import Options, parse_args
+from ._command import NO_MPI_MESSAGE, LaunchError, build_command, env_changes
+
+__all__ = ["TIMEOUT_EXIT_CODE", "main", "run"]
+
+#: Exit code of a job killed by ``--timeout`` (the one of coreutils' ``timeout``).
+TIMEOUT_EXIT_CODE = 124
+_USAGE_EXIT_CODE = 2
+_NOT_FOUND_EXIT_CODE = 127
+# Seconds between SIGTERM (mpiexec cleans up its ranks) and SIGKILL to the process group.
+_KILL_GRACE = 3.0
+_FORWARDED = (signal.SIGINT, signal.SIGTERM)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    # The child leads its own process group (start_new_session), so this reaches mpiexec,
+    # its proxies and the ranks, and nothing of the caller's.
+    if not hasattr(os, "killpg"):  # pragma: no cover - Windows
+        proc.kill()
+        proc.wait()
+        return
+    for sig, grace in ((signal.SIGTERM, _KILL_GRACE), (signal.SIGKILL, None)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(grace)
+
+
+@contextlib.contextmanager
+def _forwarding_signals(proc: subprocess.Popen[bytes]) -> Iterator[None]:
+    # The child is in its own session, so a terminal's Ctrl-C reaches only fogrun: pass
+    # SIGINT/SIGTERM on to mpiexec, which relays them to every rank.
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def forward(signum: int, frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in _FORWARDED}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def run(argv: Sequence[str], env: Mapping[str, str], timeout: float | None = None) -> int:
+    """Run ``argv`` with environment ``env``; return its exit code.
+
+    A child killed by signal ``s`` gives ``128 + s``, as in a shell. After ``timeout``
+    seconds the child's whole process group is killed and `TIMEOUT_EXIT_CODE` returned.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        proc = subprocess.Popen(list(argv), env=dict(env), shell=False, start_new_session=True)
+    except FileNotFoundError:
+        print(f"fogrun: command not found: {argv[0]}", file=sys.stderr)
+        return _NOT_FOUND_EXIT_CODE
+    try:
+        with _forwarding_signals(proc):
+            code = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        print(f"fogrun: timed out after {timeout:g} s; killed the job", file=sys.stderr)
+        return TIMEOUT_EXIT_CODE
+    finally:
+        if proc.poll() is None:  # fogrun itself is failing: take the job down with it
+            _kill_group(proc)
+    return code if code >= 0 else 128 - code
+
+
+def _check_mpi4py(options: Options) -> None:
+    # Only this interpreter can be asked cheaply; another one named on the command line
+    # reports a missing mpi4py itself.
+    if options.sim or options.command[0] not in ("python", "python3", sys.executable):
+        return
+    if importlib.util.find_spec("mpi4py") is None:
+        raise LaunchError(
+            f"mpi4py is not importable by {sys.executable}; install it with: "
+            "pip install 'fogsim[mpi]' (mpi4py and the mpich wheel)"
+        )
+
+
+def _describe(argv: Sequence[str], changes: Mapping[str, str]) -> str:
+    lines = [f"{name}={shlex.quote(value)}" for name, value in sorted(changes.items())]
+    return "\n".join([*lines, shlex.join(argv)])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``fogrun`` with the command line ``argv`` (default: ``sys.argv[1:]``).
+
+    Return the job's exit code; 2 for a usage error or a missing MPI, with one line on stderr.
+    """
+    try:
+        options = parse_args(argv)
+    except SystemExit as exc:  # argparse has printed the usage and the error
+        return exc.code if isinstance(exc.code, int) else _USAGE_EXIT_CODE
+    environ = _settings.environ()
+    try:
+        mpi = None
+        if not options.sim:
+            mpi = _mpi.find_mpi(environ)
+            if mpi is None:
+                raise LaunchError(NO_MPI_MESSAGE)
+        command, env = build_command(options, environ, mpi)
+        _check_mpi4py(options)
+    except LaunchError as exc:
+        print(f"fogrun: {exc}", file=sys.stderr)
+        return _USAGE_EXIT_CODE
+    if options.dry_run:
+        print(_describe(command, env_changes(options, environ, mpi)))
+        return 0
+    return run(command, env, options.timeout)

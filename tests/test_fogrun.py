@@ -1,0 +1,387 @@
+"""The ``fogrun`` launcher: command and environment building (pure), then real launches."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fogsim import run as fr
+from fogsim.run import _launch, _mpi
+
+ROOT = Path(__file__).resolve().parent.parent
+NO_MPI = (
+    "fogrun: no MPI found; install it with: pip install 'fogsim[mpi]' (mpi4py and the mpich wheel)"
+)
+MPICH = fr.MPIInfo(mpiexec="/opt/mpi/bin/mpiexec", implementation=fr.MPICH)
+OPENMPI = fr.MPIInfo(mpiexec="/opt/ompi/bin/mpiexec", implementation=fr.OPENMPI)
+
+
+def opts(*args: str) -> fr.Options:
+    return fr.parse_args(list(args))
+
+
+# ---------------------------------------------------------------- the command, pure
+
+
+def test_public_namespace():
+    assert set(fr.__all__) == {
+        "MPICH", "OPENMPI", "UNKNOWN", "TIMEOUT_EXIT_CODE", "LaunchError", "MPIInfo",
+        "Options", "build_command", "env_changes", "find_mpi", "find_mpiexec",
+        "implementation", "is_python", "main", "make_parser", "parse_args", "run",
+        "with_mpi4py",
+    }  # fmt: skip
+    for name in fr.__all__:
+        assert hasattr(fr, name), name
+
+
+def test_mpich_command():
+    o = opts("-np", "4", "--hosts", "a,b", "--extra-mpi-flags", "-genv A 'x y' -v",
+             "python", "train.py", "--lr", "0.1")  # fmt: skip
+    argv, env = fr.build_command(o, {"PATH": "/bin"}, MPICH)
+    assert argv == [
+        "/opt/mpi/bin/mpiexec", "-n", "4", "-hosts", "a,b", "-genv", "A", "x y", "-v",
+        sys.executable, "-m", "mpi4py", "train.py", "--lr", "0.1",
+    ]  # fmt: skip
+    assert env == {"PATH": "/bin", "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+
+
+def test_openmpi_command_and_laptop_environment():
+    o = opts("-np", "3", "--hosts", "n1:2,n2:1", "--local-size", "2", "python3", "-m", "pkg.mod")
+    argv, env = fr.build_command(o, {}, OPENMPI)
+    assert argv == [
+        "/opt/ompi/bin/mpiexec", "-n", "3", "--host", "n1:2,n2:1",
+        "-x", "FOGSIM_LOCAL_SIZE", "-x", "NUMBA_NUM_THREADS", "-x", "OMP_NUM_THREADS",
+        sys.executable, "-m", "mpi4py", "-m", "pkg.mod",
+    ]  # fmt: skip
+    assert env["OMPI_ALLOW_RUN_AS_ROOT"] == env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] == "1"
+    assert env["PRTE_MCA_rmaps_default_mapping_policy"] == ":oversubscribe"
+    assert (env["OMPI_MCA_osc"], env["OMPI_MCA_pml"]) == ("^ucx", "ob1")
+    assert env["OMPI_MCA_btl"] == "self,sm,tcp"  # several hosts need a network transport
+    assert env["FOGSIM_LOCAL_SIZE"] == "2"
+    _, env = fr.build_command(opts("-np", "3", "python", "s.py"), {}, OPENMPI)
+    assert env["OMPI_MCA_btl"] == "self,sm"
+
+
+def test_options_stop_at_the_command():
+    o = opts("-np", "2", "--extra-mpi-flags", "-v", "--", "python", "s.py", "-np", "9",
+             "--sim", "--extra-mpi-flags", "-x")  # fmt: skip
+    assert (o.np, o.sim, o.extra_mpi_flags) == (2, False, "-v")
+    assert o.command == ("python", "s.py", "-np", "9", "--sim", "--extra-mpi-flags", "-x")
+    assert opts("-n", "3", "--extra-mpi-flags=-a -b", "./a.out").extra_mpi_flags == "-a -b"
+
+
+def test_mpich_gets_no_openmpi_variables():
+    _, env = fr.build_command(opts("-np", "2", "python", "s.py"), {}, MPICH)
+    assert not [k for k in env if k.startswith(("OMPI_", "PRTE_"))]
+
+
+def test_user_variables_win_over_defaults():
+    user = {"OMP_NUM_THREADS": "8", "NUMBA_NUM_THREADS": "2", "OMPI_MCA_btl": "self,tcp",
+            "OMPI_MCA_pml": "ucx"}  # fmt: skip
+    o = opts("-np", "2", "python", "s.py")
+    argv, env = fr.build_command(o, user, OPENMPI)
+    for name, value in user.items():
+        assert env[name] == value
+    changes = fr.env_changes(o, user, OPENMPI)
+    assert not set(changes) & set(user)
+    assert "-x" not in argv  # nothing set by fogrun needs exporting
+
+
+def test_explicit_options_override_user_variables():
+    user = {"FOGSIM_BACKEND": "mpi", "FOGSIM_SIZE": "7", "FOGSIM_TIMELINE": "old"}
+    o = opts("--sim", "-np", "5", "--timeline-filename", "tl/run", "python", "s.py")
+    _, env = fr.build_command(o, user)
+    assert (env["FOGSIM_BACKEND"], env["FOGSIM_SIZE"], env["FOGSIM_TIMELINE"]) == (
+        "sim", "5", "tl/run",
+    )  # fmt: skip
+
+
+def test_sim_runs_one_process_without_mpi():
+    o = opts("--sim", "-np", "1000", "--hosts", "a,b", "--extra-mpi-flags", "-v",
+             "python", "s.py", "-x")  # fmt: skip
+    argv, env = fr.build_command(o, {"OMP_NUM_THREADS": "4"}, None)
+    assert argv == [sys.executable, "s.py", "-x"]
+    assert env == {"OMP_NUM_THREADS": "4", "FOGSIM_BACKEND": "sim", "FOGSIM_SIZE": "1000"}
+    assert "NUMBA_NUM_THREADS" not in env  # one process: its thread pools do not collide
+
+
+def test_mpi_mode_without_mpi_is_refused():
+    with pytest.raises(fr.LaunchError, match="no MPI found"):
+        fr.build_command(opts("-np", "2", "python", "s.py"), {}, None)
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("python s.py a", "PY -m mpi4py s.py a"),
+        ("python3 -m pkg.mod --x", "PY -m mpi4py -m pkg.mod --x"),
+        ("python -c code -m y", "PY -m mpi4py -c code -m y"),
+        ("python -u -X dev -W error s.py", "PY -u -X dev -W error -m mpi4py s.py"),
+        ("python -uc code", "PY -u -m mpi4py -c code"),
+        ("python -mpkg", "PY -m mpi4py -m pkg"),
+        ("python -Wignore -B s.py", "PY -Wignore -B -m mpi4py s.py"),
+        ("python -- s.py", "PY -m mpi4py s.py"),
+        ("python - a", "PY -m mpi4py - a"),
+        ("python -m mpi4py s.py", "PY -m mpi4py s.py"),
+        ("python -m mpi4py.run -m m", "PY -m mpi4py.run -m m"),
+        ("python3.11 s.py", "python3.11 -m mpi4py s.py"),
+        ("/usr/bin/python3 s.py", "/usr/bin/python3 -m mpi4py s.py"),
+        ("PY s.py", "PY -m mpi4py s.py"),
+        ("./a.out -m x", "./a.out -m x"),
+        ("pythonista s.py", "pythonista s.py"),
+        ("hostname", "hostname"),
+    ],
+)
+def test_mpi4py_insertion(command, expected):
+    words = [sys.executable if w == "PY" else w for w in command.split()]
+    argv, _ = fr.build_command(fr.Options(np=2, command=tuple(words)), {}, MPICH)
+    assert argv[:3] == [MPICH.mpiexec, "-n", "2"]
+    assert argv[3:] == [sys.executable if w == "PY" else w for w in expected.split()]
+
+
+def test_is_python():
+    for word in ("python", "python3", "python3.11", "/x/bin/python3.12", sys.executable):
+        assert fr.is_python(word), word
+    for word in ("pythonista", "ipython", "py", "python3.", "mpiexec"):
+        assert not fr.is_python(word), word
+
+
+def test_argument_list_never_a_shell_string():
+    tricky = ("python", "s.py", "$HOME", "a b", "'q'", ";", "rm -rf /", "*")
+    for mpi, sim in ((MPICH, False), (OPENMPI, False), (None, True)):
+        o = fr.Options(np=2, command=tricky, sim=sim, extra_mpi_flags="-a 'b c'")
+        argv, env = fr.build_command(o, {}, mpi)
+        assert isinstance(argv, list)
+        assert all(isinstance(a, str) for a in argv)
+        assert argv[-6:] == list(tricky[2:])  # passed through word for word
+        assert all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
+
+
+def test_run_passes_a_list_without_shell(monkeypatch):
+    calls = []
+
+    class FakePopen:
+        def __init__(self, args, **kwargs):
+            calls.append((args, kwargs))
+            self.pid, self.returncode = 12345, 7
+
+        def wait(self, timeout=None):
+            return 7
+
+        def poll(self):
+            return 7
+
+    monkeypatch.setattr(_mpi, "find_mpi", lambda environ: MPICH)
+    monkeypatch.setattr(_launch.subprocess, "Popen", FakePopen)
+    assert fr.main(["-np", "2", "python", "s.py", "a b"]) == 7
+    [(args, kwargs)] = calls
+    assert args == [MPICH.mpiexec, "-n", "2", sys.executable, "-m", "mpi4py", "s.py", "a b"]
+    assert kwargs.get("shell", False) is False
+    assert kwargs["start_new_session"] is True
+    assert kwargs["env"]["OMP_NUM_THREADS"] == os.environ.get("OMP_NUM_THREADS", "1")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("HYDRA build details:\n    Version:   5.0.2\n", fr.MPICH),
+        ("Intel(R) MPI Library for Linux* OS, Version 2021.10 Build 20230619", fr.MPICH),
+        ("mpiexec (Open MPI) 5.0.5\n\nReport bugs to https://www.open-mpi.org/", fr.OPENMPI),
+        ("mpiexec (OpenRTE) 4.1.2\n", fr.OPENMPI),
+        ("prterun (PRRTE) 3.0.6", fr.OPENMPI),
+        ("something else 1.0", fr.UNKNOWN),
+    ],
+)
+def test_implementation_from_version_text(text, expected):
+    assert fr.implementation(text) == expected
+
+
+def _fake_mpiexec(folder: Path, version: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "mpiexec"
+    path.write_text(f"#!/bin/sh\necho '{version}'\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+@pytest.mark.skipif(os.name != "posix", reason="fake mpiexec is a shell script")
+def test_mpiexec_next_to_the_interpreter_comes_first(tmp_path, monkeypatch):
+    venv = tmp_path / "venv" / "bin"
+    on_path = _fake_mpiexec(tmp_path / "system", "HYDRA build details:")
+    monkeypatch.setattr(sys, "executable", str(venv / "python"))
+    assert fr.find_mpiexec({"PATH": str(on_path.parent)}) == str(on_path)
+    mine = _fake_mpiexec(venv, "mpiexec (Open MPI) 5.0.5")
+    assert fr.find_mpiexec({"PATH": str(on_path.parent)}) == str(mine)
+    assert fr.find_mpi({"PATH": ""}) == fr.MPIInfo(str(mine), fr.OPENMPI)
+    assert fr.find_mpiexec({"PATH": str(tmp_path / "nowhere")}) == str(mine)
+    mine.unlink()
+    assert fr.find_mpi({"PATH": str(tmp_path / "nowhere")}) is None
+
+
+def test_detection_is_cached(monkeypatch):
+    calls = []
+
+    def fake_run(args, **kwargs):
+        calls.append(args)
+        return subprocess.CompletedProcess(args, 0, "mpiexec (Open MPI) 5.0.5\n", "")
+
+    monkeypatch.setattr(_mpi.subprocess, "run", fake_run)
+    _mpi._detect.cache_clear()
+    try:
+        assert _mpi._detect("/fake/mpiexec") == _mpi._detect("/fake/mpiexec") == fr.OPENMPI
+    finally:
+        _mpi._detect.cache_clear()
+    assert calls == [["/fake/mpiexec", "--version"]]
+
+
+# ---------------------------------------------------------------- main(): errors, dry run
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["python", "s.py"], "-np N"),
+        (["-np", "0", "python", "s.py"], "0 is not >= 1"),
+        (["-np", "two", "python", "s.py"], "not an integer"),
+        (["-np", "2"], "no command"),
+        (["-np", "2", "--timeout", "-1", "python"], "--timeout"),
+    ],
+)
+def test_bad_arguments_are_usage_errors(argv, message, capsys):
+    assert fr.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: fogrun")
+    assert message in err
+
+
+def test_missing_mpi(monkeypatch, capsys):
+    monkeypatch.setattr(_mpi, "find_mpiexec", lambda environ: None)
+    assert fr.main(["-np", "2", "python", "s.py"]) == 2
+    assert capsys.readouterr().err == NO_MPI + "\n"
+    # The simulator needs no MPI.
+    assert fr.main(["--sim", "--dry-run", "-np", "2", "python", "s.py"]) == 0
+
+
+def test_missing_mpi4py(monkeypatch, capsys):
+    real = _launch.importlib.util.find_spec
+    monkeypatch.setattr(_mpi, "find_mpi", lambda environ: MPICH)
+    monkeypatch.setattr(
+        _launch.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "mpi4py" else real(name, *a),
+    )
+    assert fr.main(["-np", "2", "python", "s.py"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fogrun: mpi4py is not importable") and err.count("\n") == 1
+    assert "pip install 'fogsim[mpi]'" in err
+    # A program that is not this Python is not asked about mpi4py.
+    assert fr.main(["--dry-run", "-np", "2", "./a.out"]) == 0
+
+
+def test_dry_run_prints_environment_and_command(monkeypatch, capsys):
+    monkeypatch.setattr(_mpi, "find_mpi", lambda environ: MPICH)
+    monkeypatch.setattr(_launch.subprocess, "Popen", None)  # would fail if anything ran
+    code = fr.main(["--dry-run", "-np", "2", "--timeline-filename", "t x/", "python", "-c",
+                    "print('hi')"])  # fmt: skip
+    assert code == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "FOGSIM_TIMELINE='t x/'" in lines
+    assert lines[-1] == (
+        f"/opt/mpi/bin/mpiexec -n 2 {sys.executable} -m mpi4py -c 'print('\"'\"'hi'\"'\"')'"
+    )
+
+
+# ---------------------------------------------------------------- real launches
+
+
+def fogrun(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "fogsim.run", *args],
+        env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+    )  # fmt: skip
+
+
+def _mpi_missing() -> str | None:
+    if fr.find_mpi(os.environ) is None:
+        return "no mpiexec installed"
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return "mpi4py is not installed"
+    return None
+
+
+needs_mpi = pytest.mark.skipif(_mpi_missing() is not None, reason=str(_mpi_missing()))
+
+
+@needs_mpi
+def test_two_ranks_print():
+    # One write per line: with PYTHONUNBUFFERED each piece of print('rank', r) is its own
+    # write, and mpiexec forwards the ranks' writes as they come, interleaved.
+    done = fogrun("-np", "2", "python", "-c", "import sys; from mpi4py import MPI; "
+                  "sys.stdout.write(f'rank {MPI.COMM_WORLD.Get_rank()}\\n')")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.splitlines()) == ["rank 0", "rank 1"]
+
+
+@needs_mpi
+def test_script_arguments_reach_every_rank_word_for_word(tmp_path):
+    script = tmp_path / "show.py"
+    script.write_text(
+        "import json, sys\nfrom mpi4py import MPI\n"
+        "sys.stdout.write(json.dumps([MPI.COMM_WORLD.Get_rank(), sys.argv[1:]]) + '\\n')\n"
+    )
+    words = ["-np", "5", "--sim", "$HOME", "a b", "*", ";"]
+    done = fogrun("-np", "2", "python", str(script), *words)
+    assert done.returncode == 0, done.stderr
+    rows = sorted(json.loads(line) for line in done.stdout.splitlines())
+    assert rows == [[0, words], [1, words]]
+
+
+@needs_mpi
+def test_failing_rank_aborts_the_job():
+    code = (
+        "from mpi4py import MPI\n"
+        "if MPI.COMM_WORLD.Get_rank() == 1:\n    raise RuntimeError('rank 1 fails')\n"
+        "MPI.COMM_WORLD.barrier()\n"
+    )
+    start = time.monotonic()
+    done = fogrun("--timeout", "20", "-np", "2", "python", "-c", code)
+    assert done.returncode not in (0, fr.TIMEOUT_EXIT_CODE), done.stderr
+    assert time.monotonic() - start < 20
+    assert "rank 1 fails" in done.stderr
+
+
+def test_sim_mode_runs_the_simulator():
+    done = fogrun("--sim", "-np", "3", "python", "-c",
+                  "import fogsim as fs; fs.init(); print(fs.size())")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "3"
+
+
+def test_exit_code_and_timeout():
+    done = fogrun("--sim", "-np", "1", "python", "-c", "raise SystemExit(3)")
+    assert done.returncode == 3
+    start = time.monotonic()
+    done = fogrun("--sim", "--timeout", "0.5", "-np", "1", "python", "-c",
+                  "import time; time.sleep(30)")  # fmt: skip
+    assert done.returncode == fr.TIMEOUT_EXIT_CODE
+    assert time.monotonic() - start < 15
+    assert done.stderr.strip() == "fogrun: timed out after 0.5 s; killed the job"
+
+
+def test_dry_run_in_a_process():
+    done = fogrun("--dry-run", "--sim", "-np", "4", "python", "s.py", "--x", "1")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "FOGSIM_BACKEND=sim", "FOGSIM_SIZE=4", shlex.join([sys.executable, "s.py", "--x", "1"]),
+    ]  # fmt: skip
