@@ -16,7 +16,8 @@ from fogsim import topology as T
 PUBLIC = {
     "Context", "Handle", "__version__", "topology",
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
-    "local", "vmap", "is_main_process", "global_view", "set_topology", "load_topology", "is_topology_weighted",
+    "local", "vmap", "is_main_process", "global_view",
+    "set_topology", "load_topology", "is_topology_weighted",
     "in_neighbor_ranks", "out_neighbor_ranks",
     "allreduce", "allreduce_nonblocking", "allgather", "allgather_nonblocking",
     "broadcast", "broadcast_nonblocking", "neighbor_allreduce",

@@ -50,7 +50,9 @@ def test_mpich_command():
         "/opt/mpi/bin/mpiexec", "-n", "4", "-hosts", "a,b", "-genv", "A", "x y", "-v",
         sys.executable, "-m", "mpi4py", "train.py", "--lr", "0.1",
     ]  # fmt: skip
-    assert env == {"PATH": "/bin", "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    assert env == {
+        "PATH": "/bin", "FOGSIM_BACKEND": "mpi", "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"
+    }  # fmt: skip
 
 
 def test_openmpi_command_and_laptop_environment():
@@ -58,7 +60,8 @@ def test_openmpi_command_and_laptop_environment():
     argv, env = fr.build_command(o, {}, OPENMPI)
     assert argv == [
         "/opt/ompi/bin/mpiexec", "-n", "3", "--host", "n1:2,n2:1",
-        "-x", "FOGSIM_LOCAL_SIZE", "-x", "NUMBA_NUM_THREADS", "-x", "OMP_NUM_THREADS",
+        "-x", "FOGSIM_BACKEND", "-x", "FOGSIM_LOCAL_SIZE", "-x", "NUMBA_NUM_THREADS",
+        "-x", "OMP_NUM_THREADS",
         sys.executable, "-m", "mpi4py", "-m", "pkg.mod",
     ]  # fmt: skip
     assert env["OMPI_ALLOW_RUN_AS_ROOT"] == env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] == "1"
@@ -85,7 +88,7 @@ def test_mpich_gets_no_openmpi_variables():
 
 def test_user_variables_win_over_defaults():
     user = {"OMP_NUM_THREADS": "8", "NUMBA_NUM_THREADS": "2", "OMPI_MCA_btl": "self,tcp",
-            "OMPI_MCA_pml": "ucx"}  # fmt: skip
+            "OMPI_MCA_pml": "ucx", "FOGSIM_BACKEND": "torch"}  # fmt: skip
     o = opts("-np", "2", "python", "s.py")
     argv, env = fr.build_command(o, user, OPENMPI)
     for name, value in user.items():

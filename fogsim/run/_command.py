@@ -122,6 +122,9 @@ def env_changes(
     if options.sim:
         explicit.update(FOGSIM_BACKEND="sim", FOGSIM_SIZE=str(options.np))
     else:
+        # One process per agent even for -np 1 (mpiexec alone picks MPI only above 1);
+        # a user's FOGSIM_BACKEND (e.g. "torch") still wins.
+        defaults["FOGSIM_BACKEND"] = "mpi"
         defaults.update(_ONE_THREAD)
         if mpi is not None and mpi.implementation == OPENMPI:
             defaults.update(_OPENMPI_LAPTOP)

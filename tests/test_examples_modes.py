@@ -1,0 +1,47 @@
+"""The examples give the same numbers simulated (fogrun --sim) and under MPI (fogrun)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).parent.parent
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+CONFIGS = [
+    *[(n, "exp2") for n in (1, 2, 3, 4)],
+    (4, "ring"),
+    (4, "one-peer-exp2"),
+    (3, "one-peer-exp2"),
+]
+
+
+def fogrun(tmp_path: Path, mode: list[str], n: int, example: str, topology: str) -> np.ndarray:
+    out = tmp_path / f"{example}-{'sim' if mode else 'mpi'}-{n}-{topology}.npy"
+    cmd = [sys.executable, "-m", "fogsim.run", *mode, "-np", str(n), "--timeout", "120",
+           "python", str(ROOT / "examples" / f"{example}.py"), "--topology", topology,
+           "--iters", "40", "--save", str(out)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("FOGSIM_SIZE", None)
+    env.pop("FOGSIM_BACKEND", None)
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = [ln for ln in run.stdout.splitlines() if ln.strip() and ln.split()[0].isdigit()]
+    assert lines and len(set(lines)) == len(lines), "progress must be printed once per job"
+    return np.load(out)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("example", ["consensus", "dgd"])
+@pytest.mark.parametrize(("n", "topology"), CONFIGS)
+def test_example_same_numbers_in_both_modes(tmp_path, example, n, topology):
+    if not MPIEXEC.exists():
+        pytest.skip("no mpiexec next to the interpreter (pip install 'fogsim[mpi]')")
+    simulated = fogrun(tmp_path, ["--sim"], n, example, topology)
+    distributed = fogrun(tmp_path, [], n, example, topology)
+    assert simulated.shape[0] == n
+    np.testing.assert_allclose(distributed, simulated, rtol=1e-12, atol=1e-14)
