@@ -38,10 +38,12 @@ def combine(arr: np.ndarray, plan: RankPlan, ys: np.ndarray, weights: np.ndarray
 
 @dataclass
 class _Queued:
-    arr: np.ndarray
-    kind: Kind
-    plan: RankPlan
+    arr: np.ndarray | None  # None when the arguments were bad on this rank
+    kind: Kind | None
+    plan: RankPlan | None
     offset: int
+    error: LocalError | None = None
+    check: bool = True
     batch: _Batch | None = None
     result: Any = None
 
@@ -157,13 +159,21 @@ class NeighborOps:
         _arrays.check_name(name)
         if not isinstance(check, bool):
             raise TypeError("enable_topo_check must be a bool")
-        if not (fuse and self._queue):
-            self._flush()
+        if fuse and dst_weights is None and not is_matrix(src_weights):
+            # Static nonblocking calls are queued; ranks agree once per fused batch.
+            error = arr = kind = plan = None
+            try:
+                arr, kind = self._value(x, "neighbor_allreduce", averaging=True)
+                plan = rank_plan(self._n, self._rank, self._topology, self._static,
+                                 self_weight, src_weights, dst_weights)  # fmt: skip
+            except (TypeError, ValueError) as exc:
+                if not check:
+                    raise
+                error = LocalError(exc)
+            return self._enqueue(arr, kind, plan, name, error, check)
+        self._flush()
         arr, kind, plan, weights = self._plan_call(x, self_weight, src_weights, dst_weights,
                                                    check)  # fmt: skip
-        if plan.static and fuse and 0 < arr.nbytes <= self._fusion_threshold:
-            return self._enqueue(arr, kind, plan, name)
-        self._flush()
         if plan.static:
             recv = np.empty((len(self._static.srcs), *arr.shape), dtype=arr.dtype)
             req = self.graph_comm.Ineighbor_allgather(arr, recv)
@@ -196,13 +206,16 @@ class NeighborOps:
                                   lambda: MPI.Request.Testall(reqs), name)  # fmt: skip
 
     # -- fusion ---------------------------------------------------------------------------
-    def _enqueue(self, arr: np.ndarray, kind: Kind, plan: RankPlan, name) -> Handle:
-        size = -(-arr.nbytes // _ALIGN) * _ALIGN
-        if self._queued_bytes + size > self._fusion_threshold:
+    def _enqueue(self, arr, kind, plan, name, error=None, check=True) -> Handle:
+        size = 0 if arr is None else -(-arr.nbytes // _ALIGN) * _ALIGN
+        if self._queue and self._queued_bytes + size > self._fusion_threshold:
             self._flush()
-        entry = _Queued(arr.copy(), kind, plan, self._queued_bytes)
+        # The caller must not change arr before wait(), as with any nonblocking MPI call.
+        entry = _Queued(arr, kind, plan, self._queued_bytes, error, check)
         self._queue.append(entry)
         self._queued_bytes += size
+        if size > self._fusion_threshold:  # too big to share a buffer: send it alone now
+            self._flush()
 
         def batch() -> _Batch:
             if entry.batch is None:  # still queued: waiting on it sends the queue
@@ -225,9 +238,12 @@ class NeighborOps:
             return
         entries, total = self._queue, self._queued_bytes
         self._queue, self._queued_bytes = [], 0
-        layout = [(e.arr.dtype.str, e.arr.shape) for e in entries]
-        agree(self.comm, MPI, fingerprint("fused", layout), None,
-              f"{len(entries)} fused tensors {layout}")  # fmt: skip
+        if any(e.check for e in entries):
+            errors = [e.error for e in entries if e.error is not None]
+            layout = [(e.arr.dtype.str, e.arr.shape) for e in entries if e.arr is not None]
+            fp = 0 if errors else fingerprint("fused", layout)
+            agree(self.comm, MPI, fp, errors[0] if errors else None,
+                  f"{len(entries)} queued neighbor_allreduce tensors {layout}")  # fmt: skip
         send = np.zeros(total, dtype=np.uint8)
         for e in entries:
             send[e.offset : e.offset + e.arr.nbytes] = e.arr.reshape(-1).view(np.uint8)

@@ -1,0 +1,122 @@
+"""MPI runtime cost against raw mpi4py on the same graph and bytes, measured in one run.
+
+    python benchmarks/bench_mpi.py            # relaunches itself under mpiexec -n 4
+    python benchmarks/bench_mpi.py -np 2
+
+For each message size, per call (mean over many calls; the slowest rank's mean):
+
+* ``raw``: ``Neighbor_allgatherv`` on a distributed-graph communicator of the same
+  exponential-2 graph, then the weighted sum ``w_self * x + w @ recv`` in numpy;
+* ``fogsim``: ``fs.neighbor_allreduce(x)`` (default: ranks agree on shapes first);
+* ``fogsim/nocheck``: ``fs.neighbor_allreduce(x, enable_topo_check=False)``.
+
+Printed: microseconds per call, ratios to raw and microseconds added. Then 100 tensors of
+1 KB: one blocking call each against 100 nonblocking calls fused into one message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+SIZES = [8, 64, 1 << 10, 8 << 10, 64 << 10, 512 << 10, 4 << 20]
+
+
+def per_call(fn, comm, min_seconds: float = 0.2, max_calls: int = 20000) -> float:
+    """Return the slowest rank's mean seconds per ``fn()`` call.
+
+    Every rank runs the same number of calls (they are collective): the count doubles
+    until the slowest rank took ``min_seconds``.
+    """
+    from mpi4py import MPI
+
+    fn()
+    calls = 1
+    while True:
+        comm.Barrier()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        elapsed = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+        if elapsed >= min_seconds or calls >= max_calls:
+            return elapsed / calls
+        calls *= 2
+
+
+def child() -> None:
+    from mpi4py import MPI
+
+    import fogsim as fs
+    from fogsim import topology as T
+
+    comm = MPI.COMM_WORLD
+    fs.init(backend="mpi", topology=T.exponential_two_graph)
+    n, r = fs.size(), fs.rank()
+    topo = T.exponential_two_graph(n).uniform()
+    srcs = topo.in_neighbors(r)
+    w = np.array([topo.to_dense()[r, j] for j in srcs])
+    w_self = float(topo.self_weights[r])
+    graph = comm.Create_dist_graph_adjacent(srcs, topo.out_neighbors(r), reorder=False)
+    main = r == 0
+    if main:
+        print(f"fogsim MPI benchmark: {n} ranks, exponential-2 graph (in-degree {len(srcs)})")
+        print(f"{'bytes':>9} {'raw us':>9} {'fogsim us':>10} {'ratio':>6} {'added us':>9} "
+              f"{'nocheck us':>11} {'ratio':>6} {'added us':>9}")  # fmt: skip
+    for nbytes in SIZES:
+        x = np.random.default_rng(r).standard_normal(max(1, nbytes // 8))
+        recv = np.empty((len(srcs), x.size))
+        counts = [x.size] * len(srcs)
+        displs = [k * x.size for k in range(len(srcs))]
+
+        def raw(x=x, recv=recv, counts=counts, displs=displs):
+            graph.Neighbor_allgatherv(x, [recv, (counts, displs), MPI.DOUBLE])
+            return w_self * x + w @ recv
+
+        t_raw = per_call(raw, comm)
+        t_fs = per_call(lambda x=x: fs.neighbor_allreduce(x), comm)
+        t_nc = per_call(lambda x=x: fs.neighbor_allreduce(x, enable_topo_check=False), comm)
+        if main:
+            print(f"{x.nbytes:>9} {1e6 * t_raw:>9.1f} {1e6 * t_fs:>10.1f} {t_fs / t_raw:>6.2f} "
+                  f"{1e6 * (t_fs - t_raw):>9.1f} {1e6 * t_nc:>11.1f} {t_nc / t_raw:>6.2f} "
+                  f"{1e6 * (t_nc - t_raw):>9.1f}", flush=True)  # fmt: skip
+
+    tensors = [np.random.default_rng(k).standard_normal(128) for k in range(100)]  # 1 KB each
+
+    def one_by_one():
+        for t in tensors:
+            fs.neighbor_allreduce(t)
+
+    def fused():
+        handles = [fs.neighbor_allreduce_nonblocking(t) for t in tensors]
+        for h in handles:
+            fs.wait(h)
+
+    t_one, t_fused = per_call(one_by_one, comm), per_call(fused, comm)
+    if main:
+        print(f"100 tensors of 1 KB: one by one {1e3 * t_one:.2f} ms, fused {1e3 * t_fused:.2f} "
+              f"ms, speed-up {t_one / t_fused:.1f}x")  # fmt: skip
+    graph.Free()
+    fs.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-np", type=int, default=4, help="number of MPI processes")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child()
+        return 0
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    cmd = [mpiexec, "-n", str(args.np), sys.executable, "-m", "mpi4py", __file__, "--child"]
+    env = {**os.environ, "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run(cmd, env=env, timeout=900).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
