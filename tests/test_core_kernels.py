@@ -222,6 +222,133 @@ def test_circulant_combine_bitwise(compiled, dtype, n, m, per_row, self_layout):
         assert np.array_equal(a, compiled.csr_combine(*to_csr(W), x, np.empty_like(x)))
 
 
+# --- streaming stores ------------------------------------------------------------------------
+
+# Large outputs are written with streaming stores: the last pass over a block writes out
+# directly (SSE2 vectors from the first 16-byte aligned element, single-element stores before
+# and after), earlier passes go to a stack buffer. The `streamed` fixture takes that path for
+# every output, so small shapes reach its head, tail, block and pass boundaries.
+STREAM_SHAPES = [(1, 1), (2, 1), (3, 2), (8, 5), (33, 3), (40, 61), (700, 4), (2100, 1)]
+# Per-row weights stream only rows of at least 1 KB; rows longer than a block (2048
+# elements) are done in pieces.
+STREAM_LONG_ROWS = [(20, 300), (9, 2 * 2048 + 5), (2, 2048)]
+# Start of out past a cache-line boundary: aligned, one element (not 16-byte aligned), 1 byte.
+SHIFTS = [0, "item", 1]
+
+
+@pytest.fixture
+def streamed(compiled):
+    """The compiled module, writing every output with streaming stores."""
+    old = compiled._set_stream_min_bytes(0)
+    yield compiled
+    compiled._set_stream_min_bytes(old)
+
+
+def guarded_out(shape, dtype, shift):
+    """Return (out, intact): out starts `shift` bytes past a 64-byte boundary inside a
+    larger buffer, and intact() tells whether the bytes around it are unchanged."""
+    dtype = np.dtype(dtype)
+    shift = dtype.itemsize if shift == "item" else shift
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    raw = np.full(nbytes + 192, 0xA5, np.uint8)
+    start = -raw.ctypes.data % 64 + 64 + shift
+    out = raw[start : start + nbytes].view(dtype).reshape(shape)
+    assert out.flags.c_contiguous and out.flags.aligned == (shift % dtype.itemsize == 0)
+
+    def intact():
+        return bool((raw[:start] == 0xA5).all() and (raw[start + nbytes :] == 0xA5).all())
+
+    return out, intact
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n,m", STREAM_SHAPES + STREAM_LONG_ROWS)
+@pytest.mark.parametrize("per_row,self_layout", LAYOUTS)
+@pytest.mark.parametrize("shift", SHIFTS)
+def test_circulant_combine_streamed_bitwise(streamed, dtype, n, m, per_row, self_layout, shift):
+    rng = np.random.default_rng(n * 100 + m + 2)
+    for _ in range(3):
+        args, W = circulant_case(rng, n, m, dtype, per_row, self_layout)
+        x = args[-1]
+        out, intact = guarded_out(x.shape, dtype, shift)
+        assert streamed.circulant_combine(*args, out) is out
+        assert intact()
+        assert np.array_equal(out, _fallback.circulant_combine(*args, np.empty_like(x)))
+        csr_out, intact = guarded_out(x.shape, dtype, shift)
+        streamed.csr_combine(*to_csr(W), x, csr_out)
+        assert intact()
+        assert np.array_equal(out, csr_out)
+
+
+# csr_combine streams only rows of at least 1 KB.
+CSR_STREAM_SHAPES = [(1, 300), (3, 128), (17, 257), (33, 300), (5, 2 * 2048 + 5)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n,m", CSR_SHAPES[:3] + CSR_STREAM_SHAPES)
+@pytest.mark.parametrize("shift", SHIFTS)
+def test_csr_combine_streamed_bitwise(streamed, dtype, n, m, shift):
+    rng = np.random.default_rng(n * 1000 + m + 2)
+    W = random_matrix(rng, n)
+    x = data(rng, (n, m), dtype)
+    out, intact = guarded_out(x.shape, dtype, shift)
+    assert streamed.csr_combine(*to_csr(W), x, out) is out
+    assert intact()
+    assert np.array_equal(out, _fallback.csr_combine(*to_csr(W), x, np.empty_like(x)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m", [9000, 9001])
+@pytest.mark.parametrize("per_row,self_layout", [(False, "one"), (True, "rows")])
+@pytest.mark.parametrize("stream", [False, True])
+def test_circulant_combine_column_ranges(compiled, dtype, m, per_row, self_layout, stream):
+    # Rows read by up to 33 rows (offsets 1..32 of 64) are split into column ranges of about
+    # 1 MB / 33, done for all rows in turn.
+    n = 64
+    offsets = np.array([1, 2, 4, 8, 16, 32], dtype=np.int64)
+    rng = np.random.default_rng(m)
+    weights = rng.random((6, n) if per_row else 6) + 0.1
+    self_weight = np.asarray(rng.random({"one": (1,), "rows": (n,)}[self_layout]) + 0.1)
+    args = (offsets, weights, self_weight, data(rng, (n, m), dtype))
+    old = compiled._set_stream_min_bytes(0 if stream else 2**62)
+    try:
+        out = compiled.circulant_combine(*args, np.empty_like(args[-1]))
+    finally:
+        compiled._set_stream_min_bytes(old)
+    assert np.array_equal(out, _fallback.circulant_combine(*args, np.empty_like(out)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("m,per_row", [(1, False), (7, False), (300, True)])
+def test_large_outputs_bitwise(compiled, dtype, m, per_row):
+    # Circulant outputs above the real threshold, with 2 offsets (one pass) and 5 (two).
+    itemsize = np.dtype(dtype).itemsize
+    n = compiled.STREAM_MIN_BYTES // (itemsize * m) + 3
+    assert n * m * itemsize > compiled.STREAM_MIN_BYTES
+    rng = np.random.default_rng(m)
+    x = data(rng, (n, m), dtype)
+    for offsets in ([1, n - 1], [1, 2, 4, 8, n - 3]):
+        offsets = np.array(offsets, dtype=np.int64)
+        k = offsets.size
+        weights = rng.random((k, n) if per_row else k) + 0.1
+        self_weight = np.asarray(rng.random(n if per_row else ()) + 0.1)
+        args = (offsets, weights, self_weight, x)
+        out = np.empty_like(x)
+        compiled.circulant_combine(*args, out)
+        assert np.array_equal(out, _fallback.circulant_combine(*args, np.empty_like(x)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_large_csr_output_bitwise(compiled, dtype):
+    m = 300
+    n = compiled.STREAM_MIN_BYTES // (np.dtype(dtype).itemsize * m) + 3
+    rng = np.random.default_rng(3)
+    x = data(rng, (n, m), dtype)
+    W = random_matrix(rng, n, max_degree=5)
+    out = compiled.csr_combine(*to_csr(W), x, np.empty_like(x))
+    assert np.array_equal(out, _fallback.csr_combine(*to_csr(W), x, np.empty_like(x)))
+
+
 # --- assemble_csr ----------------------------------------------------------------------------
 
 
@@ -265,235 +392,6 @@ def test_assemble_csr_bitwise(compiled, n, max_deg):
     for i in range(n):
         row = indices[indptr[i] : indptr[i + 1]]
         assert np.all(np.diff(row) > 0) and len(row) == len(rows[i])
-
-
-# --- argument validation ---------------------------------------------------------------------
-
-
-def wc_args(**kw):
-    args = dict(
-        out=np.zeros(4), self_weight=0.5, x=np.ones(4), weights=np.ones(2), ys=np.ones((2, 4))
-    )
-    args.update(kw)
-    return "weighted_combine", args
-
-
-def csr_args(**kw):
-    n = 6
-    ring = circulant_matrix(np.array([1, 5]), np.full(2, 1 / 3), np.array(1 / 3), n)
-    indptr, indices, data_, _ = to_csr(ring)
-    args = dict(
-        indptr=indptr,
-        indices=indices,
-        data=data_,
-        self_weight=np.full(n, 1 / 3),
-        x=np.ones((n, 2)),
-        out=np.zeros((n, 2)),
-    )
-    args.update(kw)
-    return "csr_combine", args
-
-
-def circ_args(**kw):
-    args = dict(
-        offsets=np.array([1, 5]),
-        weights=np.full(2, 1 / 3),
-        self_weight=np.array(1 / 3),
-        x=np.ones((6, 2)),
-        out=np.zeros((6, 2)),
-    )
-    args.update(kw)
-    return "circulant_combine", args
-
-
-def asm_args(**kw):
-    args = dict(n=8, rows=[{(i + 1) % 8: 0.5} for i in range(8)])
-    args.update(kw)
-    return "assemble_csr", args
-
-
-def readonly(a):
-    a.flags.writeable = False
-    return a
-
-
-_buf = np.zeros(9)
-_rows = [{(i + 1) % 8: 0.5} for i in range(8)]
-ERRORS = {
-    "wc x dtype": (wc_args(x=np.ones(4, np.int64)), TypeError, "x must have dtype float32 or"),
-    "wc x list": (wc_args(x=[1.0] * 4), TypeError, "x must be a numpy.ndarray"),
-    "wc out dtype": (wc_args(out=np.zeros(4, np.float32)), TypeError, "out must have dtype"),
-    "wc ys dtype": (wc_args(ys=np.ones((2, 4), np.float32)), TypeError, "ys must have dtype"),
-    "wc weights dtype": (wc_args(weights=np.ones(2, np.float32)), TypeError, "weights must"),
-    "wc ys shape": (wc_args(ys=np.ones((3, 4))), ValueError, r"ys must have shape \(2, 4\)"),
-    "wc out shape": (wc_args(out=np.zeros(5)), ValueError, "out must have shape"),
-    "wc x ndim": (wc_args(x=np.ones((4, 1))), ValueError, "x must be 1-D"),
-    "wc x strided": (wc_args(x=np.ones(8)[::2]), ValueError, "x must be C-contiguous"),
-    "wc out readonly": (wc_args(out=readonly(np.zeros(4))), ValueError, "out is read-only"),
-    "wc sw nan": (wc_args(self_weight=float("nan")), ValueError, "self_weight must be finite"),
-    "wc sw str": (wc_args(self_weight="1"), TypeError, "self_weight must be a real number"),
-    "wc sw bool": (wc_args(self_weight=True), TypeError, "self_weight must be a real number"),
-    "wc weight inf": (
-        wc_args(weights=np.array([1.0, np.inf])),
-        ValueError,
-        r"weights\[1\] must be finite",
-    ),
-    "wc out in ys": (
-        wc_args(out=_buf[:4], ys=_buf[1:9].reshape(2, 4)),
-        ValueError,
-        "out must not share",
-    ),
-    "wc out overlaps x": (wc_args(out=_buf[:4], x=_buf[1:5]), ValueError, "out must be x"),
-    "csr x dtype": (csr_args(x=np.ones((6, 2), np.float16)), TypeError, "x must have dtype"),
-    "csr x ndim": (csr_args(x=np.ones(6), out=np.zeros(6)), ValueError, "x must be 2-D"),
-    "csr indptr dtype": (
-        csr_args(indptr=np.arange(0, 13, 2, dtype=np.int32)),
-        TypeError,
-        "indptr must have",
-    ),
-    "csr indices dtype": (
-        csr_args(indices=np.zeros(12, np.int64)),
-        TypeError,
-        "indices must have dtype int32",
-    ),
-    "csr data dtype": (csr_args(data=np.ones(12, np.float32)), TypeError, "data must have"),
-    "csr indptr shape": (
-        csr_args(indptr=np.arange(0, 15, 2, dtype=np.int64)),
-        ValueError,
-        "indptr must have",
-    ),
-    "csr data shape": (csr_args(data=np.ones(11)), ValueError, r"data must have shape \(12,\)"),
-    "csr sw shape": (csr_args(self_weight=np.ones(5)), ValueError, "self_weight must have"),
-    "csr index high": (
-        csr_args(indices=np.full(12, 6, np.int32)),
-        ValueError,
-        r"indices\[0\] = 6 is out of range for 6 agents",
-    ),
-    "csr index negative": (
-        csr_args(indices=np.array([1] * 11 + [-1], np.int32)),
-        ValueError,
-        r"indices\[11\] = -1",
-    ),
-    "csr indptr start": (
-        csr_args(indptr=np.array([1, 2, 4, 6, 8, 10, 12])),
-        ValueError,
-        r"indptr\[0\] must be 0",
-    ),
-    "csr indptr down": (
-        csr_args(indptr=np.array([0, 4, 2, 6, 8, 10, 12])),
-        ValueError,
-        "non-decreasing",
-    ),
-    "csr indptr end": (
-        csr_args(indptr=np.array([0, 2, 4, 6, 8, 10, 11])),
-        ValueError,
-        r"indptr\[6\] must equal len\(indices\) = 12",
-    ),
-    "csr out is x": (
-        csr_args(out=_buf[:6].reshape(6, 1), x=_buf[:6].reshape(6, 1)),
-        ValueError,
-        "out must not share memory with x",
-    ),
-    "circ offsets dtype": (circ_args(offsets=np.array([1, 5], np.int32)), TypeError, "offsets"),
-    "circ offset zero": (
-        circ_args(offsets=np.array([0, 5])),
-        ValueError,
-        r"offsets\[0\] = 0 is out of range",
-    ),
-    "circ offset n": (circ_args(offsets=np.array([1, 6])), ValueError, r"offsets\[1\] = 6"),
-    "circ offsets order": (circ_args(offsets=np.array([5, 1])), ValueError, "strictly ascending"),
-    "circ offsets dup": (circ_args(offsets=np.array([2, 2])), ValueError, "strictly ascending"),
-    "circ weights shape": (circ_args(weights=np.ones(3)), ValueError, "weights must have shape"),
-    "circ weights rows": (circ_args(weights=np.ones((2, 5))), ValueError, "weights must have"),
-    "circ weight nan": (
-        circ_args(weights=np.array([np.nan, 1.0])),
-        ValueError,
-        r"weights\[0\] must be finite",
-    ),
-    "circ sw inf": (circ_args(self_weight=np.array(np.inf)), ValueError, "self_weight must be"),
-    "circ sw shape": (circ_args(self_weight=np.ones(2)), ValueError, "self_weight must have"),
-    "circ sw float": (circ_args(self_weight=0.5), TypeError, "self_weight must be a numpy"),
-    "circ out is x": (
-        circ_args(out=_buf[:6].reshape(6, 1), x=_buf[:6].reshape(6, 1)),
-        ValueError,
-        "out must not share memory with x",
-    ),
-    "asm len": (asm_args(rows=_rows[:7]), ValueError, "src_weights has 7 items, expected 8"),
-    "asm rows type": (asm_args(rows=5), TypeError, "src_weights must be a sequence"),
-    "asm n type": (asm_args(n=8.0), TypeError, "n must be an integer"),
-    "asm n negative": (asm_args(n=-1, rows=[]), ValueError, "n must be non-negative"),
-    "asm item type": (
-        asm_args(rows=[*_rows[:2], "abc", *_rows[3:]]),
-        TypeError,
-        r"src_weights\[2\] must be",
-    ),
-    "asm item 2-D": (
-        asm_args(rows=[np.ones((1, 1), int), *_rows[1:]]),
-        TypeError,
-        r"src_weights\[0\] must",
-    ),
-    "asm key str": (
-        asm_args(rows=[{"1": 0.5}, *_rows[1:]]),
-        TypeError,
-        r"src_weights\[0\]: rank '1' is not",
-    ),
-    "asm key bool": (asm_args(rows=[[True], *_rows[1:]]), TypeError, "is not an integer"),
-    "asm key float": (asm_args(rows=[{1.0: 0.5}, *_rows[1:]]), TypeError, "is not an integer"),
-    "asm rank high": (
-        asm_args(rows=[*_rows[:3], {9: 0.5}, *_rows[4:]]),
-        ValueError,
-        r"^src_weights\[3\]: rank 9 is out of range for 8 agents$",
-    ),
-    "asm rank negative": (asm_args(rows=[[-1], *_rows[1:]]), ValueError, "rank -1 is out of"),
-    "asm rank huge": (asm_args(rows=[[2**70], *_rows[1:]]), ValueError, "is out of range"),
-    "asm weight str": (asm_args(rows=[{1: "a"}, *_rows[1:]]), TypeError, "not a real number"),
-    "asm weight bool": (asm_args(rows=[{1: True}, *_rows[1:]]), TypeError, "not a real number"),
-    "asm weight complex": (asm_args(rows=[{1: 1j}, *_rows[1:]]), TypeError, "not a real"),
-    "asm weight nan": (
-        asm_args(rows=[{1: float("nan")}, *_rows[1:]]),
-        ValueError,
-        r"src_weights\[0\]: weight nan for rank 1 is not finite",
-    ),
-    "asm weight inf": (asm_args(rows=[{1: np.inf}, *_rows[1:]]), ValueError, "not finite"),
-    "asm duplicate": (
-        asm_args(rows=[[3, 1, 3], *_rows[1:]]),
-        ValueError,
-        r"src_weights\[0\]: rank 3 appears more than once",
-    ),
-    "asm own rank": (
-        asm_args(rows=[*_rows[:3], {3: 0.5}, *_rows[4:]]),
-        ValueError,
-        r"^src_weights\[3\] contains agent 3's own rank; give it as self_weight$",
-    ),
-    "asm argname": (
-        asm_args(rows=[[9], *_rows[1:]], argname="dst_weights"),
-        ValueError,
-        r"^dst_weights\[0\]: rank 9",
-    ),
-}
-
-
-@pytest.mark.parametrize("case", list(ERRORS))
-def test_errors(impl, case):
-    (name, kwargs), exc, match = ERRORS[case]
-    with pytest.raises(exc, match=match):
-        getattr(impl, name)(**kwargs)
-
-
-@pytest.mark.parametrize("case", list(ERRORS))
-def test_errors_agree(compiled, case):
-    (name, kwargs), _, _ = ERRORS[case]
-    raised = []
-    for module in (compiled, _fallback):
-        with pytest.raises((TypeError, ValueError)) as info:
-            getattr(module, name)(**kwargs)
-        raised.append((type(info.value), str(info.value)))
-    assert raised[0] == raised[1]
-
-
-def test_assemble_csr_allow_self(impl):
-    indptr, indices, data_ = impl.assemble_csr(2, [{0: 0.5, 1: 0.5}, [1]], allow_self=True)
-    assert indptr.tolist() == [0, 2, 3] and indices.tolist() == [0, 1, 1]
 
 
 # --- the package -----------------------------------------------------------------------------
