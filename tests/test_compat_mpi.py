@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parent.parent
-SCRIPT = '''
+SCRIPT = """
 import torch
 import fogsim.compat.bluefog as bf
 from fogsim.compat.bluefog import topology_util
@@ -33,7 +33,7 @@ for _ in range(2):                         # Listing 7's dynamic weights, log2(4
 if bf.rank() == 0:
     print("spread", float(spread), "average", float(v))
 bf.barrier()
-'''
+"""
 
 
 @pytest.mark.mpi

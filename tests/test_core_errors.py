@@ -6,21 +6,6 @@ from test_core_kernels import circulant_matrix, to_csr
 
 from fogsim._core import _fallback
 
-BUILD_HINT = "fogsim._core._kernels is not built (run: python setup.py build_ext --inplace)"
-
-
-@pytest.fixture
-def compiled():
-    return pytest.importorskip("fogsim._core._kernels", reason=BUILD_HINT)
-
-
-@pytest.fixture(params=["fallback", "compiled"])
-def impl(request):
-    if request.param == "fallback":
-        return _fallback
-    return pytest.importorskip("fogsim._core._kernels", reason=BUILD_HINT)
-
-
 # --- argument validation ---------------------------------------------------------------------
 
 

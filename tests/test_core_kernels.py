@@ -16,22 +16,9 @@ import scipy.sparse as sp
 from fogsim import _core
 from fogsim._core import _fallback
 
-BUILD_HINT = "fogsim._core._kernels is not built (run: python setup.py build_ext --inplace)"
 DTYPES = [np.float32, np.float64]
 # Relative to |W| @ |x|; float32 sums of up to ~12 rounded products stay far below 1e-5.
 TOL = {np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-13}
-
-
-@pytest.fixture
-def compiled():
-    return pytest.importorskip("fogsim._core._kernels", reason=BUILD_HINT)
-
-
-@pytest.fixture(params=["fallback", "compiled"])
-def impl(request):
-    if request.param == "fallback":
-        return _fallback
-    return pytest.importorskip("fogsim._core._kernels", reason=BUILD_HINT)
 
 
 def assert_matches_reference(got, W, x):

@@ -19,8 +19,9 @@ from mpi4py import MPI
 from ... import _arrays, _core
 from ..._arrays import Kind, wrap_like
 from ..._handles import Handle, HandleTable
+from .._weights import is_matrix
 from ._agree import LocalError, agree, fingerprint
-from ._plan import RankPlan, is_matrix, rank_plan, rank_weights
+from ._plan import RankPlan, rank_plan, rank_weights
 
 __all__ = ["NeighborOps"]
 
@@ -95,14 +96,12 @@ class NeighborOps:
             x, self_weight, src_weights, dst_weights, enable_topo_check, name, fuse=True
         )
 
-    def _plan_call(self, x, self_weight, src_weights, dst_weights, check):
-        """Return (array, kind, plan, weights) once every rank agreed, else raise on all.
+    def _parse(self, x, self_weight, src_weights, dst_weights, check):
+        """Return (array, kind, plan, error) from this rank's arguments alone.
 
-        One ``Allreduce`` settles shapes, dtypes, the kind of call and local argument
-        errors; a dynamic call with weight dicts then exchanges who sends to whom (one
-        ``Alltoall``) and agrees once more on the outcome.
+        With the check on, a bad argument is returned as ``error`` so that every rank
+        can raise it together; with it off it is raised here.
         """
-        error = arr = kind = plan = None
         try:
             arr, kind = self._value(x, "neighbor_allreduce", averaging=True)
             plan = rank_plan(self._n, self._rank, self._topology, self._static,
@@ -110,7 +109,17 @@ class NeighborOps:
         except (TypeError, ValueError) as exc:
             if not check:
                 raise
-            error = LocalError(exc)
+            return None, None, None, LocalError(exc)
+        return arr, kind, plan, None
+
+    def _plan_call(self, x, self_weight, src_weights, dst_weights, check):
+        """Return (array, kind, plan, weights) once every rank agreed, else raise on all.
+
+        One ``Allreduce`` settles shapes, dtypes, the kind of call and local argument
+        errors; a dynamic call with weight dicts then exchanges who sends to whom (one
+        ``Alltoall``) and agrees once more on the outcome.
+        """
+        arr, kind, plan, error = self._parse(x, self_weight, src_weights, dst_weights, check)
         if not check:
             return arr, kind, plan, plan.weights
         exchange = dst_weights is not None and not is_matrix(src_weights)
@@ -161,15 +170,7 @@ class NeighborOps:
             raise TypeError("enable_topo_check must be a bool")
         if fuse and dst_weights is None and not is_matrix(src_weights):
             # Static nonblocking calls are queued; ranks agree once per fused batch.
-            error = arr = kind = plan = None
-            try:
-                arr, kind = self._value(x, "neighbor_allreduce", averaging=True)
-                plan = rank_plan(self._n, self._rank, self._topology, self._static,
-                                 self_weight, src_weights, dst_weights)  # fmt: skip
-            except (TypeError, ValueError) as exc:
-                if not check:
-                    raise
-                error = LocalError(exc)
+            arr, kind, plan, error = self._parse(x, self_weight, src_weights, dst_weights, check)
             return self._enqueue(arr, kind, plan, name, error, check)
         self._flush()
         arr, kind, plan, weights = self._plan_call(x, self_weight, src_weights, dst_weights,

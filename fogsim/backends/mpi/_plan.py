@@ -14,15 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from ..._arrays import is_tensor
 from ...topology import Topology, as_topology
+from .._weights import check_partners, is_matrix
 from ._agree import fingerprint
 
 __all__ = [
     "RankPlan",
-    "is_matrix",
     "rank_plan",
     "rank_weights",
     "row_of",
@@ -103,15 +102,6 @@ def rank_weights(obj: Any, n: int, i: int, argname: str) -> tuple[np.ndarray, np
     return ranks, weights
 
 
-def is_matrix(obj: Any) -> bool:
-    """Whether a weight argument is one matrix for every agent (vs. this agent's dict)."""
-    if isinstance(obj, Topology) or sp.issparse(obj):
-        return True
-    if type(obj).__module__.startswith("networkx"):
-        return True
-    return (isinstance(obj, np.ndarray) or is_tensor(obj)) and obj.ndim == 2
-
-
 def _congestion_order(dsts: np.ndarray, i: int, n: int) -> np.ndarray:
     """Order destinations by distance (j - i) mod n, so no receiver gets everyone first."""
     return dsts[np.argsort((dsts - i) % n, kind="stable")]
@@ -128,14 +118,7 @@ def rank_plan(
 ) -> RankPlan:
     """Return agent i's plan for one call; raise ValueError/TypeError on bad arguments."""
     sw = None if self_weight is None else scalar_weight(self_weight, "self_weight")
-    if src_weights is None:
-        if dst_weights is not None:
-            raise ValueError(
-                "dst_weights was given without src_weights: a dynamic neighbor_allreduce "
-                "needs self_weight, src_weights and dst_weights"
-            )
-        if sw is not None:
-            raise ValueError("self_weight and src_weights must be given together (or neither)")
+    if check_partners(sw, src_weights, dst_weights):
         return static
 
     if is_matrix(src_weights):

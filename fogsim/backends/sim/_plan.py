@@ -19,6 +19,7 @@ import scipy.sparse as sp
 from ... import _core
 from ..._arrays import is_tensor
 from ...topology import CirculantForm, Topology, as_topology
+from .._weights import check_partners, is_matrix
 
 __all__ = [
     "CsrPlan",
@@ -76,15 +77,6 @@ def apply_plan(plan: Plan, x: np.ndarray, out: np.ndarray) -> np.ndarray:
 
 
 # -- argument parsing ---------------------------------------------------------------------
-def _is_matrix(obj: Any) -> bool:
-    """Whether a weight argument is one matrix for all agents (vs. a sequence of n dicts)."""
-    if isinstance(obj, Topology) or sp.issparse(obj):
-        return True
-    if type(obj).__module__.startswith("networkx"):
-        return True
-    return (isinstance(obj, np.ndarray) or is_tensor(obj)) and obj.ndim == 2
-
-
 def self_weights(value: Any, n: int) -> np.ndarray | None:
     """Return ``self_weight`` as a finite float64 vector of n (None stays None)."""
     if value is None:
@@ -157,7 +149,7 @@ def check_same_pattern(
 
 def _send_scaling(dst: Any, n: int) -> tuple[np.ndarray, ...]:
     """Return dst weights as receiver rows: row i holds s_ij for each sender j."""
-    if _is_matrix(dst):
+    if is_matrix(dst):
         m = as_topology(dst, size=n, argname="dst_weights")
         return m.offdiag_csr()
     return transpose(*rank_rows(dst, n, "dst_weights"), n)
@@ -174,17 +166,10 @@ def resolve_plan(
 ) -> Plan:
     """Return the plan for one call (see :func:`fogsim.neighbor_allreduce` for the rules)."""
     sw = self_weights(self_weight, n)
-    if src_weights is None:
-        if dst_weights is not None:
-            raise ValueError(
-                "dst_weights was given without src_weights: a dynamic neighbor_allreduce "
-                "needs self_weight, src_weights and dst_weights"
-            )
-        if sw is not None:
-            raise ValueError("self_weight and src_weights must be given together (or neither)")
+    if check_partners(sw, src_weights, dst_weights):
         return cached_static
 
-    if _is_matrix(src_weights):
+    if is_matrix(src_weights):
         step = as_topology(src_weights, size=n, argname="src_weights")
         if dst_weights is None:
             return _plan_of(step, sw)

@@ -1,0 +1,39 @@
+"""Weight-argument rules shared by every backend's neighbor_allreduce."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._arrays import is_tensor
+from ..topology import Topology
+
+__all__ = ["is_matrix", "check_partners"]
+
+
+def is_matrix(obj: Any) -> bool:
+    """Whether a weight argument is one matrix for every agent (vs. per-agent dicts)."""
+    if isinstance(obj, Topology) or sp.issparse(obj):
+        return True
+    if type(obj).__module__.startswith("networkx"):
+        return True
+    return (isinstance(obj, np.ndarray) or is_tensor(obj)) and obj.ndim == 2
+
+
+def check_partners(self_weight: Any, src_weights: Any, dst_weights: Any) -> bool:
+    """Raise ValueError for weight arguments given without their partners.
+
+    Returns True when no weights are given at all (the static topology's own weights).
+    """
+    if src_weights is None:
+        if dst_weights is not None:
+            raise ValueError(
+                "dst_weights was given without src_weights: a dynamic neighbor_allreduce "
+                "needs self_weight, src_weights and dst_weights"
+            )
+        if self_weight is not None:
+            raise ValueError("self_weight and src_weights must be given together (or neither)")
+        return True
+    return False

@@ -1,0 +1,21 @@
+"""Fixtures shared by the tests of fogsim._core."""
+
+import pytest
+
+from fogsim._core import _fallback
+
+BUILD_HINT = "fogsim._core._kernels is not built (run: python setup.py build_ext --inplace)"
+
+
+@pytest.fixture
+def compiled():
+    """The compiled kernels (skipped with a reason when the extension is not built)."""
+    return pytest.importorskip("fogsim._core._kernels", reason=BUILD_HINT)
+
+
+@pytest.fixture(params=["fallback", "compiled"])
+def impl(request):
+    """Each implementation of the kernels in turn."""
+    if request.param == "fallback":
+        return _fallback
+    return pytest.importorskip("fogsim._core._kernels", reason=BUILD_HINT)
