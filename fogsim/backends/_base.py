@@ -9,6 +9,7 @@ the public functions in :mod:`fogsim`, so a script runs unchanged on any backend
 from __future__ import annotations
 
 import abc
+import numbers
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -49,6 +50,14 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def local_rank(self) -> Any:
         """Return the rank within the machine (stacked in simulation)."""
+
+    def check_rank(self, value: Any, argname: str) -> int:
+        """Return ``value`` as a rank in range, or raise naming ``argname``."""
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"{argname} must be an integer rank, got {type(value).__name__}")
+        if not 0 <= value < self.size_int:
+            raise ValueError(f"{argname}={value} is out of range for {self.size_int} agents")
+        return int(value)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources held by the backend."""

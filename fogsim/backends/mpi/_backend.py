@@ -9,7 +9,6 @@ call raises the same error on every rank instead of hanging (see ``_agree``).
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -155,14 +154,6 @@ class MPIBackend(NeighborOps, Backend):
             error = error or LocalError(exc)
         agree(self.comm, MPI, fp, error, f"{describe} in {op}")
         return arr, kind
-
-    def check_rank(self, value: Any, argname: str) -> int:
-        """Return ``value`` as a rank in range, or raise naming ``argname``."""
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TypeError(f"{argname} must be an integer rank, got {type(value).__name__}")
-        if not 0 <= value < self._n:
-            raise ValueError(f"{argname}={value} is out of range for {self._n} agents")
-        return int(value)
 
     # -- collectives ----------------------------------------------------------------------
     def allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:

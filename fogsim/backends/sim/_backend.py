@@ -246,15 +246,6 @@ class SimBackend(Backend):
     def barrier(self) -> None:
         """Return at once: all simulated agents are always at the same point."""
 
-    # -- validation shared by ops -------------------------------------------------------
-    def check_rank(self, value: Any, argname: str) -> int:
-        """Return ``value`` as a rank in range, or raise naming ``argname``."""
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TypeError(f"{argname} must be an integer rank, got {type(value).__name__}")
-        if not 0 <= value < self._n:
-            raise ValueError(f"{argname}={value} is out of range for {self._n} agents")
-        return int(value)
-
 
 def _ragged(values: Sequence[Any]) -> bool:
     shapes = {tuple(np.shape(v)) for v in values}
