@@ -14,11 +14,8 @@ else:
     compile_args = ["-O3", "-ffp-contract=off"]
 
 extensions = [
-    Extension(
-        "fogsim._core._kernels",
-        ["fogsim/_core/_kernels.pyx"],
-        extra_compile_args=compile_args,
-    )
+    Extension(f"fogsim._core.{name}", [f"fogsim/_core/{name}.pyx"], extra_compile_args=compile_args)
+    for name in ("_kernels", "_dispatch")
 ]
 
 setup(ext_modules=cythonize(extensions, compiler_directives={"language_level": 3}))

@@ -3,7 +3,7 @@
     python benchmarks/bench_mpi.py            # relaunches itself under mpiexec -n 4
     python benchmarks/bench_mpi.py -np 2
 
-For each message size, per call (mean over many calls; the slowest rank's mean):
+For each message size, per call (median over interleaved rounds; see ``per_call``):
 
 * ``raw``: ``Neighbor_allgatherv`` on a distributed-graph communicator of the same
   exponential-2 graph, then the weighted sum ``w_self * x + w @ recv`` in numpy;
@@ -27,25 +27,30 @@ import numpy as np
 SIZES = [8, 64, 1 << 10, 8 << 10, 64 << 10, 512 << 10, 4 << 20]
 
 
-def per_call(fn, comm, min_seconds: float = 0.2, max_calls: int = 20000) -> float:
-    """Return the slowest rank's mean seconds per ``fn()`` call.
+def per_call(fns, comm, rounds: int = 15, min_seconds: float = 0.02) -> list[float]:
+    """Return each function's median seconds per call, measured in interleaved rounds.
 
-    Every rank runs the same number of calls (they are collective): the count doubles
-    until the slowest rank took ``min_seconds``.
+    Every round times a batch of calls of each function in turn, so drifting machine load
+    (2 cores, ranks that oversubscribe them) hits all of them alike; a batch's time is the
+    slowest rank's. The batch size doubles until one batch of the first function takes
+    ``min_seconds``. Every rank makes the same calls (they are collective).
     """
     from mpi4py import MPI
 
-    fn()
-    calls = 1
-    while True:
+    def batch(fn, calls: int) -> float:
         comm.Barrier()
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()
-        elapsed = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-        if elapsed >= min_seconds or calls >= max_calls:
-            return elapsed / calls
+        return comm.allreduce(time.perf_counter() - t0, op=MPI.MAX) / calls
+
+    for fn in fns:
+        fn()
+    calls = 1
+    while calls < 4096 and batch(fns[0], calls) * calls < min_seconds:
         calls *= 2
+    times = [[batch(fn, calls) for fn in fns] for _ in range(rounds)]
+    return [float(np.median(column)) for column in zip(*times, strict=True)]
 
 
 def child() -> None:
@@ -77,9 +82,10 @@ def child() -> None:
             graph.Neighbor_allgatherv(x, [recv, (counts, displs), MPI.DOUBLE])
             return w_self * x + w @ recv
 
-        t_raw = per_call(raw, comm)
-        t_fs = per_call(lambda x=x: fs.neighbor_allreduce(x), comm)
-        t_nc = per_call(lambda x=x: fs.neighbor_allreduce(x, enable_topo_check=False), comm)
+        t_raw, t_fs, t_nc = per_call(
+            [raw, lambda x=x: fs.neighbor_allreduce(x),
+             lambda x=x: fs.neighbor_allreduce(x, enable_topo_check=False)], comm,
+        )  # fmt: skip
         if main:
             print(f"{x.nbytes:>9} {1e6 * t_raw:>9.1f} {1e6 * t_fs:>10.1f} {t_fs / t_raw:>6.2f} "
                   f"{1e6 * (t_fs - t_raw):>9.1f} {1e6 * t_nc:>11.1f} {t_nc / t_raw:>6.2f} "
@@ -96,7 +102,7 @@ def child() -> None:
         for h in handles:
             fs.wait(h)
 
-    t_one, t_fused = per_call(one_by_one, comm), per_call(fused, comm)
+    t_one, t_fused = per_call([one_by_one, fused], comm)
     if main:
         print(f"100 tensors of 1 KB: one by one {1e3 * t_one:.2f} ms, fused {1e3 * t_fused:.2f} "
               f"ms, speed-up {t_one / t_fused:.1f}x")  # fmt: skip

@@ -385,20 +385,19 @@ def test_assemble_csr_bitwise(compiled, n, max_deg):
 
 
 def test_public_namespace():
-    assert sorted(_core.__all__) == [
-        "assemble_csr",
-        "circulant_combine",
-        "compiled",
-        "csr_combine",
-        "fallback",
-        "kernels",
-        "weighted_combine",
-    ]
+    assert sorted(_core.__all__) == sorted([
+        "Handle", "HandleTable", "assemble_csr", "circulant_combine", "combine_rows",
+        "compiled", "csr_combine", "dispatch", "fallback", "fallback_dispatch", "kernels",
+        "pack", "weighted_combine",
+    ])  # fmt: skip
     assert isinstance(_core.compiled, bool)
     assert _core.fallback is _fallback
     assert (_core.kernels is _fallback) is (not _core.compiled)
+    assert (_core.dispatch is _core.fallback_dispatch) is (not _core.compiled)
     for name in ("assemble_csr", "circulant_combine", "csr_combine", "weighted_combine"):
         assert getattr(_core, name) is getattr(_core.kernels, name)
+    for name in ("Handle", "HandleTable", "pack", "combine_rows"):
+        assert getattr(_core, name) is getattr(_core.dispatch, name)
 
 
 def test_falls_back_without_extension():

@@ -1,30 +1,44 @@
-"""Kernels of the combine step ``X <- W X``, compiled when possible.
+"""Kernels of the combine step ``X <- W X`` and the runtimes' dispatch, compiled when possible.
 
-``compiled`` tells whether the Cython extension ``_kernels`` is in use; without it the
-package runs on ``_fallback``, which gives bit-identical results more slowly. ``kernels`` is
-the module in use and ``fallback`` the numpy one.
+``compiled`` tells whether the Cython extensions ``_kernels`` and ``_dispatch`` are in use;
+without them the package runs on ``_fallback`` and ``_fallback_dispatch``, which give
+bit-identical results more slowly. ``kernels`` is the kernel module in use and ``fallback``
+the numpy one; ``dispatch`` and ``fallback_dispatch`` likewise for handles, the handle table
+and the fusion helpers (``pack``, ``combine_rows``).
 """
 
 from . import _fallback as fallback
+from . import _fallback_dispatch as fallback_dispatch
 
 try:
-    from ._kernels import assemble_csr, circulant_combine, csr_combine, weighted_combine
-except ImportError:
-    from ._fallback import assemble_csr, circulant_combine, csr_combine, weighted_combine
-
-    kernels = fallback
-    compiled = False
-else:
+    from . import _dispatch as dispatch
     from . import _kernels as kernels
-
+except ImportError:
+    kernels, dispatch, compiled = fallback, fallback_dispatch, False
+else:
     compiled = True
 
+assemble_csr = kernels.assemble_csr
+circulant_combine = kernels.circulant_combine
+csr_combine = kernels.csr_combine
+weighted_combine = kernels.weighted_combine
+Handle = dispatch.Handle
+HandleTable = dispatch.HandleTable
+pack = dispatch.pack
+combine_rows = dispatch.combine_rows
+
 __all__ = [
+    "Handle",
+    "HandleTable",
     "assemble_csr",
+    "combine_rows",
     "circulant_combine",
     "compiled",
     "csr_combine",
+    "dispatch",
     "fallback",
+    "fallback_dispatch",
     "kernels",
+    "pack",
     "weighted_combine",
 ]

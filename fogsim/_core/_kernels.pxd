@@ -18,6 +18,18 @@ cdef void weighted_combine_kernel(
     const real_t[:, ::1] ys,
 ) noexcept nogil
 
+# The same for raw rows: out <- self_weight * x + sum_k weights[k] * y_k over m elements,
+# with y_k = base + r * stride, r = select[k] (or k when select is NULL). Non-fused names so
+# other modules can cimport them.
+cdef void rows_combine_f64(
+    double* out, Py_ssize_t m, double self_weight, const double* x, Py_ssize_t nk,
+    const double* base, Py_ssize_t stride, const int64_t* select, const double* weights,
+) noexcept nogil
+cdef void rows_combine_f32(
+    float* out, Py_ssize_t m, double self_weight, const float* x, Py_ssize_t nk,
+    const float* base, Py_ssize_t stride, const int64_t* select, const double* weights,
+) noexcept nogil
+
 # out[i] <- self_weight[i] * x[i] + sum_{p in row i} data[p] * x[indices[p]], in p order.
 cdef void csr_combine_kernel(
     const int64_t[::1] indptr,

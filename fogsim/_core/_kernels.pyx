@@ -219,24 +219,22 @@ cdef inline Py_ssize_t _block_end(
     return end
 
 
-cdef void weighted_combine_kernel(
-    real_t[::1] out,
+cdef inline void _rows_combine(
+    real_t* out,
+    Py_ssize_t m,
     double self_weight,
-    const real_t[::1] x,
-    const double[::1] weights,
-    const real_t[:, ::1] ys,
+    const real_t* x,
+    Py_ssize_t nk,
+    const real_t* base,
+    Py_ssize_t stride,
+    const int64_t* select,
+    const double* weights,
 ) noexcept nogil:
-    cdef Py_ssize_t m = x.shape[0], nk = ys.shape[0], start, cnt, k, t, nt
+    # out <- self_weight * x + weights[0] * y_0 + ... + weights[nk-1] * y_{nk-1}, where
+    # y_k = base + r * stride for r = select[k] (or k without select), in blocks of out.
+    cdef Py_ssize_t start, cnt, k, t, nt
     cdef const real_t* src[_CHUNK]
     cdef real_t w[_CHUNK]
-    cdef real_t* op
-    cdef const real_t* xp
-    cdef const real_t* yp
-    if m == 0:
-        return
-    op = &out[0]
-    xp = &x[0]
-    yp = &ys[0, 0] if nk else NULL
     start = 0
     while start < m:
         cnt = min(<Py_ssize_t>_BLOCK, m - start)
@@ -244,14 +242,42 @@ cdef void weighted_combine_kernel(
         while True:
             nt = min(<Py_ssize_t>_CHUNK, nk - k)
             for t in range(nt):
-                src[t] = yp + (k + t) * m + start
+                src[t] = base + (select[k + t] if select != NULL else k + t) * stride + start
                 w[t] = <real_t>weights[k + t]
-            _pass(cnt, op + start, xp + start if k == 0 else NULL, <real_t>self_weight,
+            _pass(cnt, out + start, x + start if k == 0 else NULL, <real_t>self_weight,
                   nt, src, w)
             k += nt
             if k >= nk:
                 break
         start += cnt
+
+
+cdef void weighted_combine_kernel(
+    real_t[::1] out,
+    double self_weight,
+    const real_t[::1] x,
+    const double[::1] weights,
+    const real_t[:, ::1] ys,
+) noexcept nogil:
+    cdef Py_ssize_t m = x.shape[0], nk = ys.shape[0]
+    if m == 0:
+        return
+    _rows_combine(&out[0], m, self_weight, &x[0], nk, &ys[0, 0] if nk else NULL, m, NULL,
+                  &weights[0] if nk else NULL)
+
+
+cdef void rows_combine_f64(
+    double* out, Py_ssize_t m, double self_weight, const double* x, Py_ssize_t nk,
+    const double* base, Py_ssize_t stride, const int64_t* select, const double* weights,
+) noexcept nogil:
+    _rows_combine(out, m, self_weight, x, nk, base, stride, select, weights)
+
+
+cdef void rows_combine_f32(
+    float* out, Py_ssize_t m, double self_weight, const float* x, Py_ssize_t nk,
+    const float* base, Py_ssize_t stride, const int64_t* select, const double* weights,
+) noexcept nogil:
+    _rows_combine(out, m, self_weight, x, nk, base, stride, select, weights)
 
 
 # The csr and circulant kernels compute out in blocks of at most _BLOCK elements (rows, or a

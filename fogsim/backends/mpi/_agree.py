@@ -11,6 +11,7 @@ which every rank then raises.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -34,11 +35,13 @@ def fingerprint(*parts: Any) -> int:
     return (zlib.crc32(text) << 30) ^ zlib.adler32(text)
 
 
-def agree(comm: Any, mpi: Any, fp: int, error: LocalError | None, describe: str) -> None:
+def agree(
+    comm: Any, mpi: Any, fp: int, error: LocalError | None, describe: str | Callable[[], str]
+) -> None:
     """Raise the same exception on every rank unless all fingerprints match and no error.
 
-    ``describe`` says what this rank has (e.g. ``"float64 (3,)"``) for the message when
-    the fingerprints differ.
+    ``describe`` says what this rank has (e.g. ``"float64 (3,)"``), or is a function that
+    returns it (called only when the fingerprints differ), for the message.
     """
     flags = np.array([fp, -fp, 0 if error is None else 1], dtype=np.int64)
     comm.Allreduce(mpi.IN_PLACE, flags, op=mpi.MAX)
@@ -51,6 +54,6 @@ def agree(comm: Any, mpi: Any, fp: int, error: LocalError | None, describe: str)
             exc_type = TypeError if kind == "TypeError" else ValueError
             prefix = "" if message.startswith("topology check") else f"rank {rank}: "
             raise exc_type(prefix + message)
-    descriptions = comm.allgather(describe)
+    descriptions = comm.allgather(describe if isinstance(describe, str) else describe())
     listed = ", ".join(f"rank {r} has {d}" for r, d in enumerate(descriptions))
     raise ValueError(f"ranks disagree: {listed}")

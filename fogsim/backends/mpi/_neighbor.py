@@ -10,7 +10,7 @@ triggers are ops, never timing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -26,31 +26,40 @@ from ._plan import RankPlan, rank_plan, rank_weights
 __all__ = ["NeighborOps"]
 
 _ALIGN = 8  # bytes; each fused tensor starts on a multiple of this
+_FP_CACHE_SIZE = 1024  # (dtype, shape, plan) fingerprints remembered per backend
 
 
-def combine(arr: np.ndarray, plan: RankPlan, ys: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Return ``self_weight * arr + sum_k weights[k] * ys[k]`` in ascending source order."""
-    out = np.empty_like(arr)
-    if arr.size:
-        flat = ys.reshape(ys.shape[0], arr.size)
-        _core.weighted_combine(out.reshape(-1), plan.self_weight, arr.reshape(-1), weights, flat)
-    return out
+def combine(arr: np.ndarray, plan: RankPlan, recv: np.ndarray, weights: np.ndarray,
+            offset: int = 0, select: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+    """Return ``self_weight * arr + sum_k weights[k] * y_k`` in ascending source order.
+
+    ``y_k`` is row ``select[k]`` (``k`` without select) of ``recv``, read in place from byte
+    ``offset`` (see :func:`fogsim._core.combine_rows`).
+    """
+    return _core.combine_rows(np.empty_like(arr), plan.self_weight, arr, weights, recv, offset,
+                              select)  # fmt: skip
 
 
-@dataclass
 class _Queued:
-    arr: np.ndarray | None  # None when the arguments were bad on this rank
-    kind: Kind | None
-    plan: RankPlan | None
-    offset: int
-    error: LocalError | None = None
-    check: bool = True
-    batch: _Batch | None = None
-    result: Any = None
+    """One nonblocking static call waiting in the fusion queue, then in a batch."""
+
+    __slots__ = ("arr", "kind", "plan", "offset", "error", "check", "batch", "result")
+
+    def __init__(self, arr, kind, plan, offset, error, check) -> None:
+        self.arr: np.ndarray | None = arr  # None when the arguments were bad on this rank
+        self.kind: Kind | None = kind
+        self.plan: RankPlan | None = plan
+        self.offset = offset
+        self.error: LocalError | None = error
+        self.check = check
+        self.batch: _Batch | None = None
+        self.result: Any = None
 
 
 class _Batch:
     """Fused tensors sent in one neighbor collective."""
+
+    __slots__ = ("entries", "send", "recv", "request", "done")
 
     def __init__(self, entries: list[_Queued], send: np.ndarray, recv: np.ndarray) -> None:
         self.entries = entries
@@ -74,6 +83,7 @@ class NeighborOps:
         self.p2p_comm = self.comm.Dup()  # dynamic transfers never meet collectives
         self._queue: list[_Queued] = []
         self._queued_bytes = 0
+        self._fingerprints: dict[tuple, int] = {}
 
     def _drain(self) -> None:
         self._flush()
@@ -85,15 +95,15 @@ class NeighborOps:
         enable_topo_check=True, name=None,
     ):  # fmt: skip
         return self._neighbor_allreduce(
-            x, self_weight, src_weights, dst_weights, enable_topo_check, name, fuse=False
-        ).wait()
+            x, self_weight, src_weights, dst_weights, enable_topo_check, name, blocking=True
+        )
 
     def neighbor_allreduce_nonblocking(
         self, x, self_weight=None, src_weights=None, dst_weights=None,
         enable_topo_check=True, name=None,
     ):  # fmt: skip
         return self._neighbor_allreduce(
-            x, self_weight, src_weights, dst_weights, enable_topo_check, name, fuse=True
+            x, self_weight, src_weights, dst_weights, enable_topo_check, name, blocking=False
         )
 
     def _parse(self, x, self_weight, src_weights, dst_weights, check):
@@ -104,8 +114,11 @@ class NeighborOps:
         """
         try:
             arr, kind = self._value(x, "neighbor_allreduce", averaging=True)
-            plan = rank_plan(self._n, self._rank, self._topology, self._static,
-                             self_weight, src_weights, dst_weights)  # fmt: skip
+            if self_weight is None and src_weights is None and dst_weights is None:
+                plan = self._static
+            else:
+                plan = rank_plan(self._n, self._rank, self._topology, self._static,
+                                 self_weight, src_weights, dst_weights)  # fmt: skip
         except (TypeError, ValueError) as exc:
             if not check:
                 raise
@@ -124,9 +137,8 @@ class NeighborOps:
             return arr, kind, plan, plan.weights
         exchange = dst_weights is not None and not is_matrix(src_weights)
         if error is None:
-            fp = fingerprint("neighbor_allreduce", arr.dtype.str, arr.shape, plan.fingerprint,
-                             plan.static, exchange)  # fmt: skip
-            describe = f"{arr.dtype} {arr.shape} in neighbor_allreduce"
+            fp = self._fingerprint(arr, plan, exchange)
+            describe = partial("{} {} in neighbor_allreduce".format, arr.dtype, arr.shape)
         else:
             fp, describe = 0, "an invalid argument"
         agree(self.comm, MPI, fp, error, describe)
@@ -135,6 +147,19 @@ class NeighborOps:
         weights, mismatch = self._exchange(plan)
         agree(self.comm, MPI, 0, mismatch, "")
         return arr, kind, plan, weights
+
+    def _fingerprint(self, arr: np.ndarray, plan: RankPlan, exchange: bool) -> int:
+        """Return the fingerprint of a call's dtype, shape and plan (computed once each)."""
+        key = (arr.dtype, arr.shape, plan.fingerprint, plan.static, exchange)
+        fp = self._fingerprints.get(key)
+        if fp is None:
+            if len(self._fingerprints) >= _FP_CACHE_SIZE:
+                self._fingerprints.clear()
+            fp = self._fingerprints[key] = fingerprint(
+                "neighbor_allreduce", arr.dtype.str, arr.shape, plan.fingerprint, plan.static,
+                exchange,
+            )  # fmt: skip
+        return fp
 
     def _exchange(self, plan: RankPlan) -> tuple[np.ndarray | None, LocalError | None]:
         """Tell every rank whether (and with which weight) we send to it; check our senders.
@@ -164,29 +189,30 @@ class NeighborOps:
             ))  # fmt: skip
         return plan.weights * got[plan.srcs, 1], None
 
-    def _neighbor_allreduce(self, x, self_weight, src_weights, dst_weights, check, name, fuse):
-        _arrays.check_name(name)
-        if not isinstance(check, bool):
+    def _neighbor_allreduce(self, x, self_weight, src_weights, dst_weights, check, name,
+                            blocking):  # fmt: skip
+        """Blocking: return the result. Nonblocking: return a handle (static calls queue)."""
+        if name is not None:
+            _arrays.check_name(name)
+        if check is not True and check is not False:
             raise TypeError("enable_topo_check must be a bool")
-        if fuse and dst_weights is None and not is_matrix(src_weights):
+        if not blocking and dst_weights is None and (
+            src_weights is None or not is_matrix(src_weights)
+        ):
             # Static nonblocking calls are queued; ranks agree once per fused batch.
             arr, kind, plan, error = self._parse(x, self_weight, src_weights, dst_weights, check)
             return self._enqueue(arr, kind, plan, name, error, check)
-        self._flush()
+        if self._queue:
+            self._flush()
         arr, kind, plan, weights = self._plan_call(x, self_weight, src_weights, dst_weights,
                                                    check)  # fmt: skip
-        if plan.static:
+        if plan.static:  # only blocking calls get here
             recv = np.empty((len(self._static.srcs), *arr.shape), dtype=arr.dtype)
-            req = self.graph_comm.Ineighbor_allgather(arr, recv)
-
-            def finish() -> Any:
-                req.Wait()
-                ys = recv if plan.select is None else recv[plan.select]
-                return wrap_like(combine(arr, plan, ys, weights), kind)
-
-            return self.handles.start("neighbor_allreduce", finish, req.Test, name)
-        return self._start_dynamic(arr, kind, plan, weights, scale=not check and plan.exchange,
-                                   name=name)  # fmt: skip
+            self.graph_comm.Neighbor_allgather(arr, recv)
+            return wrap_like(combine(arr, plan, recv, weights, select=plan.select), kind)
+        handle = self._start_dynamic(arr, kind, plan, weights,
+                                     scale=not check and plan.exchange, name=name)  # fmt: skip
+        return handle.wait() if blocking else handle
 
     def _start_dynamic(self, arr, kind, plan, weights, scale, name) -> Handle:
         recv = np.empty((len(plan.srcs), *arr.shape), dtype=arr.dtype)
@@ -204,7 +230,7 @@ class NeighborOps:
             return wrap_like(combine(arr, plan, recv, weights), kind)
 
         return self.handles.start("neighbor_allreduce", finish,
-                                  lambda: MPI.Request.Testall(reqs), name)  # fmt: skip
+                                  partial(MPI.Request.Testall, reqs), name)  # fmt: skip
 
     # -- fusion ---------------------------------------------------------------------------
     def _enqueue(self, arr, kind, plan, name, error=None, check=True) -> Handle:
@@ -217,21 +243,20 @@ class NeighborOps:
         self._queued_bytes += size
         if size > self._fusion_threshold:  # too big to share a buffer: send it alone now
             self._flush()
+        return self.handles.start("neighbor_allreduce", partial(self._finish_entry, entry),
+                                  partial(self._test_entry, entry), name)  # fmt: skip
 
-        def batch() -> _Batch:
-            if entry.batch is None:  # still queued: waiting on it sends the queue
-                self._flush()
-            return entry.batch
+    def _finish_entry(self, entry: _Queued) -> Any:
+        if entry.batch is None:  # still queued: waiting on it sends the queue
+            self._flush()
+        self._complete_batch(entry.batch)
+        return entry.result
 
-        def finish() -> Any:
-            self._complete_batch(batch())
-            return entry.result
-
-        def test() -> bool:
-            b = batch()
-            return b.done or bool(b.request.Test())
-
-        return self.handles.start("neighbor_allreduce", finish, test, name)
+    def _test_entry(self, entry: _Queued) -> bool:
+        if entry.batch is None:
+            self._flush()
+        batch = entry.batch
+        return batch.done or bool(batch.request.Test())
 
     def _flush(self) -> None:
         """Send everything queued in one neighbor collective (collective on all ranks)."""
@@ -241,13 +266,17 @@ class NeighborOps:
         self._queue, self._queued_bytes = [], 0
         if any(e.check for e in entries):
             errors = [e.error for e in entries if e.error is not None]
-            layout = [(e.arr.dtype.str, e.arr.shape) for e in entries if e.arr is not None]
-            fp = 0 if errors else fingerprint("fused", layout)
-            agree(self.comm, MPI, fp, errors[0] if errors else None,
-                  f"{len(entries)} queued neighbor_allreduce tensors {layout}")  # fmt: skip
-        send = np.zeros(total, dtype=np.uint8)
-        for e in entries:
-            send[e.offset : e.offset + e.arr.nbytes] = e.arr.reshape(-1).view(np.uint8)
+            if errors:
+                fp, describe = 0, "an invalid argument"
+            else:
+                layout = tuple((e.arr.dtype.str, e.arr.shape, e.plan.fingerprint)
+                               for e in entries)  # fmt: skip
+                fp = fingerprint("fused", layout)
+                describe = partial("{} queued neighbor_allreduce tensors {}".format,
+                                   len(entries), layout)  # fmt: skip
+            agree(self.comm, MPI, fp, errors[0] if errors else None, describe)
+        send = np.empty(total, dtype=np.uint8)
+        _core.pack(send, [e.arr for e in entries], [e.offset for e in entries])
         batch = _Batch(entries, send, np.empty((len(self._static.srcs), total), np.uint8))
         batch.request = self.graph_comm.Ineighbor_allgather(send, batch.recv)
         for e in entries:
@@ -257,13 +286,11 @@ class NeighborOps:
         if batch.done:
             return
         batch.request.Wait()
+        recv = batch.recv
         for e in batch.entries:
-            block = batch.recv[:, e.offset : e.offset + e.arr.nbytes]
-            ys = np.ascontiguousarray(block).view(e.arr.dtype)
-            if e.plan.select is not None:
-                ys = ys[e.plan.select]
-            e.result = wrap_like(combine(e.arr, e.plan, ys, e.plan.weights), e.kind)
-            e.batch = batch
+            plan = e.plan
+            e.result = wrap_like(combine(e.arr, plan, recv, plan.weights, e.offset,
+                                         plan.select), e.kind)  # fmt: skip
         batch.done = True
         batch.send = batch.recv = None
 

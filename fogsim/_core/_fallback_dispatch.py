@@ -1,0 +1,192 @@
+"""Pure Python twins of ``_dispatch.pyx``: handles, the handle table, pack, combine_rows.
+
+Used when the extension is not compiled; results are bit-identical (``combine_rows`` does
+``weighted_combine``'s operations in its order). See ``_dispatch.pyx`` for the contracts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ._fallback import weighted_combine
+
+__all__ = ["Handle", "HandleTable", "combine_rows", "pack"]
+
+
+class Handle:
+    """A pending operation; :func:`fogsim.wait` returns its result, :func:`fogsim.poll` tests it.
+
+    A backend that computes eagerly creates a completed handle with :meth:`completed`; one
+    that overlaps communication passes ``finish`` (blocks and returns the result) and
+    ``test`` (returns whether ``finish`` would return at once). A handle is released by
+    :meth:`wait`: waiting or polling it again raises ``ValueError``.
+    """
+
+    __slots__ = ("op", "name", "_finish", "_test", "_result", "_done", "_released")
+
+    def __init__(
+        self,
+        op: str,
+        finish: Callable[[], Any],
+        test: Callable[[], bool] | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.op = op
+        self.name = name
+        self._finish = finish
+        self._test = test
+        self._result: Any = None
+        self._done = False
+        self._released = False
+
+    @classmethod
+    def completed(cls, op: str, result: Any, name: str | None = None) -> Handle:
+        """Return a handle whose operation has already finished with ``result``."""
+        handle = cls(op, finish=lambda: result, name=name)
+        handle._result, handle._done, handle._finish = result, True, None
+        return handle
+
+    def _check_live(self) -> None:
+        if self._released:
+            raise ValueError(f"{self!r} was already waited on; wait() releases a handle")
+
+    def poll(self) -> bool:
+        """Return True when :meth:`wait` would return without blocking."""
+        self._check_live()
+        if self._done:
+            return True
+        return True if self._test is None else bool(self._test())
+
+    def complete(self) -> None:
+        """Finish the operation (blocking) and keep its result for :meth:`wait`."""
+        if not self._done:
+            self._result = self._finish()
+            self._done, self._finish, self._test = True, None, None
+
+    def wait(self) -> Any:
+        """Block until the operation finishes, release the handle, and return the result."""
+        self._check_live()
+        self.complete()
+        self._released = True
+        result, self._result = self._result, None
+        return result
+
+    def __repr__(self) -> str:
+        state = "released" if self._released else "done" if self._done else "pending"
+        label = f" name={self.name!r}" if self.name else ""
+        return f"<fogsim.Handle {self.op}{label} {state}>"
+
+
+class HandleTable:
+    """The in-flight operations of one world; a handle leaves the table when completed.
+
+    Owned by a backend instance (never a module global), so ``shutdown()`` can complete
+    what is still in flight and a second world keeps its own handles.
+    """
+
+    __slots__ = ("_pending",)
+
+    def __init__(self) -> None:
+        self._pending: dict[int, Handle] = {}
+
+    def start(
+        self,
+        op: str,
+        finish: Callable[[], Any],
+        test: Callable[[], bool] | None = None,
+        name: str | None = None,
+    ) -> Handle:
+        """Register a pending operation and return its handle."""
+        holder: list[Handle] = []
+
+        def release() -> Any:
+            try:
+                return finish()
+            finally:
+                self._pending.pop(id(holder[0]), None)
+
+        handle = Handle(op, release, test, name)
+        holder.append(handle)
+        self._pending[id(handle)] = handle
+        return handle
+
+    def drain(self) -> None:
+        """Complete every pending operation (results stay in their handles for wait())."""
+        for handle in list(self._pending.values()):
+            handle.complete()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+
+def pack(out: Any, arrays: Sequence[np.ndarray], offsets: Sequence[int]) -> Any:
+    """Copy the bytes of each array to ``out`` at its offset; zero the bytes in between."""
+    if len(offsets) != len(arrays):
+        raise ValueError(f"pack: {len(arrays)} arrays but {len(offsets)} offsets")
+    dst = np.frombuffer(out, dtype=np.uint8) if not isinstance(out, np.ndarray) else out
+    dst = dst.reshape(-1).view(np.uint8)
+    end = 0
+    for k, (arr, at) in enumerate(zip(arrays, offsets, strict=True)):
+        raw = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+        if at < end or at + raw.size > dst.size:
+            raise ValueError(
+                f"pack: array {k} ({raw.size} bytes at offset {at}) overlaps the previous "
+                f"one or runs past the {dst.size}-byte buffer"
+            )
+        dst[end:at] = 0
+        dst[at : at + raw.size] = raw
+        end = at + raw.size
+    dst[end:] = 0
+    return out
+
+
+def combine_rows(
+    out: np.ndarray,
+    self_weight: float,
+    x: np.ndarray,
+    weights: np.ndarray,
+    recv: np.ndarray,
+    offset: int = 0,
+    select: np.ndarray | None = None,
+) -> np.ndarray:
+    """``out <- self_weight * x + sum_k weights[k] * y_k``, ``y_k`` read from ``recv`` rows."""
+    if out.dtype not in (np.float64, np.float32) or x.dtype != out.dtype or x.size != out.size:
+        raise TypeError(
+            "combine_rows: out and x must be float64 or float32 buffers of one format and size"
+        )
+    if weights.dtype != np.float64:
+        raise TypeError("combine_rows: weights must be float64")
+    if recv.ndim < 1:
+        raise ValueError("combine_rows: recv must have a first axis of rows")
+    nrows = recv.shape[0]
+    rows = recv.reshape(nrows, -1).view(np.uint8) if nrows else recv.reshape(0, 0)
+    row_bytes = rows.shape[1] if nrows else 0
+    nk = weights.shape[0]
+    if select is not None:
+        select = np.asarray(select)
+        if select.dtype != np.int64 or select.shape != (nk,):
+            raise ValueError("combine_rows: select must be int64 with one entry per weight")
+        bad = np.flatnonzero((select < 0) | (select >= nrows))
+        if bad.size:
+            k = int(bad[0])
+            raise ValueError(f"combine_rows: select[{k}] = {select[k]} is not a row")
+    elif nk > nrows:
+        raise ValueError(f"combine_rows: {nk} weights but {nrows} rows")
+    itemsize = out.dtype.itemsize
+    if nk and (
+        offset < 0 or offset % itemsize or row_bytes % itemsize or offset + out.nbytes > row_bytes
+    ):
+        raise ValueError(
+            f"combine_rows: {out.nbytes} bytes at offset {offset} do not fit aligned in rows "
+            f"of {row_bytes} bytes"
+        )
+    if out.size == 0:
+        return out
+    idx = np.arange(nk) if select is None else select
+    block = rows[idx, offset : offset + out.nbytes] if nk else np.empty((0, out.nbytes), np.uint8)
+    ys = np.ascontiguousarray(block).view(out.dtype)
+    weighted_combine(out.reshape(-1), self_weight, x.reshape(-1), weights, ys)
+    return out

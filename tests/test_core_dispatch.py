@@ -1,0 +1,141 @@
+"""fogsim._core dispatch: handles and their table, pack, combine_rows (both implementations)."""
+
+import numpy as np
+import pytest
+
+from fogsim._core import _fallback
+
+
+# -- handles ------------------------------------------------------------------------------
+def test_wait_returns_the_result_once_and_releases(dispatch):
+    calls = []
+    table = dispatch.HandleTable()
+    h = table.start("op", lambda: calls.append(1) or "result", lambda: False, "n")
+    assert len(table) == 1 and h.op == "op" and h.name == "n"
+    assert h.poll() is False
+    assert "pending" in repr(h) and "name='n'" in repr(h)
+    assert h.wait() == "result"
+    assert calls == [1] and len(table) == 0
+    assert "released" in repr(h)
+    with pytest.raises(ValueError, match="already waited on"):
+        h.wait()
+    with pytest.raises(ValueError, match="already waited on"):
+        h.poll()
+
+
+def test_drain_completes_everything_and_keeps_results(dispatch):
+    table = dispatch.HandleTable()
+    order = []
+    hs = [table.start("op", lambda k=k: order.append(k) or k * 10) for k in range(3)]
+    table.drain()
+    assert sorted(order) == [0, 1, 2] and len(table) == 0
+    assert [h.poll() for h in hs] == [True] * 3
+    assert [h.wait() for h in hs] == [0, 10, 20]
+    assert sorted(order) == [0, 1, 2]  # finish ran once per handle
+
+
+def test_a_failing_finish_leaves_the_table(dispatch):
+    table = dispatch.HandleTable()
+
+    def boom():
+        raise RuntimeError("transfer failed")
+
+    h = table.start("op", boom)
+    with pytest.raises(RuntimeError, match="transfer failed"):
+        h.wait()
+    assert len(table) == 0
+
+
+def test_completed_handles(dispatch):
+    h = dispatch.Handle.completed("allreduce", 42, name="x")
+    assert h.poll() is True and "done" in repr(h)
+    assert h.wait() == 42
+    untracked = dispatch.Handle("op", lambda: 5)
+    assert untracked.poll() is True  # without test(), poll says wait() returns at once
+    assert untracked.wait() == 5
+
+
+def test_public_handle_is_the_compiled_one_when_built():
+    import fogsim
+    from fogsim import _core
+
+    assert fogsim.Handle is _core.dispatch.Handle
+    assert _core.dispatch is (_core.fallback_dispatch if not _core.compiled else _core._dispatch)
+
+
+# -- pack ---------------------------------------------------------------------------------
+def test_pack_places_bytes_and_zeroes_gaps(dispatch):
+    a = np.arange(3, dtype=np.float64)
+    b = np.array([1.5], dtype=np.float32)
+    c = np.arange(4, dtype=np.int16).reshape(2, 2)
+    out = np.full(48, 0xFF, dtype=np.uint8)
+    dispatch.pack(out, [a, b, c], [0, 24, 32])
+    assert bytes(out[:24]) == a.tobytes()
+    assert bytes(out[24:28]) == b.tobytes() and not out[28:32].any()
+    assert bytes(out[32:40]) == c.tobytes() and not out[40:].any()
+
+
+@pytest.mark.parametrize("offsets", [[0, 4], [0, 30], [8]])
+def test_pack_refuses_overlaps_overruns_and_count_mismatch(dispatch, offsets):
+    arrays = [np.zeros(2), np.zeros(2)]  # 16 bytes each
+    with pytest.raises(ValueError, match="pack"):
+        dispatch.pack(np.zeros(40, np.uint8), arrays, offsets)
+
+
+# -- combine_rows -------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_combine_rows_matches_weighted_combine_bitwise(dispatch, dtype):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 7)).astype(dtype)
+    ys = rng.standard_normal((4, 35)).astype(dtype)
+    w = rng.random(4)
+    expected = _fallback.weighted_combine(np.empty(35, dtype), 0.3, x.reshape(-1), w, ys)
+    # the rows of ys sit at byte offset 16 of wider rows, in another order, picked by select
+    pad = 16 // x.itemsize
+    recv = np.zeros((4, 35 + 2 * pad), dtype)
+    perm = np.array([2, 0, 3, 1])
+    recv[perm, pad : pad + 35] = ys
+    raw = recv.view(np.uint8)
+    out = np.empty_like(x)
+    dispatch.combine_rows(out, 0.3, x, w, raw, 16, perm.astype(np.int64))
+    assert out.tobytes() == expected.tobytes()
+    # without select, rows in order; recv of the data dtype with the row axis first
+    out2 = np.empty_like(x)
+    dispatch.combine_rows(out2, 0.3, x, w, ys.reshape(4, 5, 7))
+    assert out2.tobytes() == expected.tobytes()
+
+
+def test_combine_rows_long_vectors_and_many_rows(dispatch):
+    rng = np.random.default_rng(4)
+    m, k = 5000, 7  # more than one block of the kernel and more than one pass of terms
+    x, ys, w = rng.standard_normal(m), rng.standard_normal((k, m)), rng.random(k)
+    expected = _fallback.weighted_combine(np.empty(m), 0.5, x, w, ys)
+    out = dispatch.combine_rows(np.empty(m), 0.5, x, w, ys)
+    assert out.tobytes() == expected.tobytes()
+
+
+def test_combine_rows_without_terms_scales_x(dispatch):
+    x = np.arange(4.0)
+    out = dispatch.combine_rows(np.empty(4), 0.5, x, np.empty(0), np.empty((0, 4)))
+    assert out.tolist() == [0.0, 0.5, 1.0, 1.5]
+
+
+@pytest.mark.parametrize(
+    "args, error, match",
+    [
+        (dict(x=np.zeros(3, np.float32)), TypeError, "one format and size"),
+        (dict(out=np.zeros(3, np.int64), x=np.zeros(3, np.int64)), TypeError, "float64"),
+        (dict(weights=np.ones(2, np.float32)), TypeError, "weights must be float64"),
+        (dict(select=np.array([0, 5])), ValueError, r"select\[1\] = 5 is not a row"),
+        (dict(select=np.array([0])), ValueError, "one entry per weight"),
+        (dict(weights=np.ones(4)), ValueError, "4 weights but 2 rows"),
+        (dict(offset=4), ValueError, "do not fit aligned"),
+        (dict(offset=8), ValueError, "do not fit aligned"),
+    ],
+)
+def test_combine_rows_refuses_bad_arguments(dispatch, args, error, match):
+    kw = dict(out=np.empty(3), self_weight=0.5, x=np.zeros(3), weights=np.ones(2),
+              recv=np.zeros((2, 3)), offset=0, select=None)  # fmt: skip
+    kw.update(args)
+    with pytest.raises(error, match=match):
+        dispatch.combine_rows(**kw)
