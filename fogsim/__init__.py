@@ -15,42 +15,44 @@ a leading agent axis; under ``mpiexec``/``fogrun`` each process is one agent. Se
 """
 
 import logging as _logging
+import typing as _typing
 
-from . import topology
-from ._api import (
-    allgather,
-    allgather_nonblocking,
-    allreduce,
-    allreduce_nonblocking,
-    barrier,
-    barrier_nonblocking,
-    broadcast,
-    broadcast_nonblocking,
-    global_view,
-    in_neighbor_ranks,
-    init,
-    is_initialized,
-    is_main_process,
-    is_topology_weighted,
-    load_topology,
-    local,
-    local_rank,
-    local_size,
-    neighbor_allgather,
-    neighbor_allgather_nonblocking,
-    neighbor_allreduce,
-    neighbor_allreduce_nonblocking,
-    out_neighbor_ranks,
-    poll,
-    rank,
-    set_topology,
-    shutdown,
-    size,
-    vmap,
-    wait,
-)
-from ._context import Context
-from ._handles import Handle
+if _typing.TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at run time they are lazy
+    from . import topology
+    from ._api import (
+        allgather,
+        allgather_nonblocking,
+        allreduce,
+        allreduce_nonblocking,
+        barrier,
+        barrier_nonblocking,
+        broadcast,
+        broadcast_nonblocking,
+        global_view,
+        in_neighbor_ranks,
+        init,
+        is_initialized,
+        is_main_process,
+        is_topology_weighted,
+        load_topology,
+        local,
+        local_rank,
+        local_size,
+        neighbor_allgather,
+        neighbor_allgather_nonblocking,
+        neighbor_allreduce,
+        neighbor_allreduce_nonblocking,
+        out_neighbor_ranks,
+        poll,
+        rank,
+        set_topology,
+        shutdown,
+        size,
+        vmap,
+        wait,
+    )
+    from ._context import Context
+    from ._handles import Handle
 
 __version__ = "0.1.0"
 
@@ -90,5 +92,29 @@ __all__ = [
     "vmap",
     "wait",
 ]
+
+# The public names are imported on first use (PEP 562), so that ``import fogsim.run`` (the
+# fogrun launcher) and ``import fogsim._settings`` do not pay for numpy, scipy and networkx.
+_MODULE_OF = {name: "._api" for name in __all__}
+_MODULE_OF.update(Context="._context", Handle="._handles", topology=".topology")
+del _MODULE_OF["__version__"]
+
+
+def __getattr__(name: str) -> object:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = importlib.import_module(module, __name__)
+    if name != "topology":
+        value = getattr(value, name)
+    globals()[name] = value  # later look-ups do not come here again
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())

@@ -1,6 +1,6 @@
 """Run the cases of dual_cases.py under mpiexec; rank 0 prints one JSON line per case.
 
-mpiexec -n 4 python -m mpi4py tests/dual_driver.py [case_name ...]
+fogrun -np 4 python tests/dual_driver.py [case_name ...]
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ import fogsim as fs  # noqa: E402
 
 def main() -> None:
     comm = MPI.COMM_WORLD
+    with fs.Context() as world:  # the cases must test the MPI runtime, even on one process
+        assert world.backend.name == "mpi", f"dual_driver runs on {world.backend.name}"
+    world.close()
     names = sys.argv[1:] or dual_cases.CASES
     for name in names:
         try:

@@ -22,6 +22,7 @@ NO_MPI = (
 )
 MPICH = fr.MPIInfo(mpiexec="/opt/mpi/bin/mpiexec", implementation=fr.MPICH)
 OPENMPI = fr.MPIInfo(mpiexec="/opt/ompi/bin/mpiexec", implementation=fr.OPENMPI)
+OPENMPI4 = fr.MPIInfo("/usr/bin/mpiexec", fr.OPENMPI, "4.1.2")
 
 
 def opts(*args: str) -> fr.Options:
@@ -73,6 +74,27 @@ def test_openmpi_command_and_laptop_environment():
     assert env["OMPI_MCA_btl"] == "self,sm"
 
 
+def test_openmpi4_gets_its_own_names():
+    # ORTE has no PRRTE mapping policy, and its shared-memory transport is "vader": asked
+    # for "sm", Open MPI 4 stops at a stub that says so.
+    _, env = fr.build_command(opts("-np", "3", "python", "s.py"), {}, OPENMPI4)
+    assert not [k for k in env if k.startswith("PRTE_")]
+    assert env["OMPI_MCA_rmaps_base_oversubscribe"] == "1"
+    assert (env["OMPI_MCA_btl"], env["OMPI_MCA_pml"], env["OMPI_MCA_osc"]) == (
+        "self,vader", "ob1", "^ucx",
+    )  # fmt: skip
+    assert env["OMPI_ALLOW_RUN_AS_ROOT"] == env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] == "1"
+    argv, env = fr.build_command(opts("--hosts", "a,b", "-np", "3", "s.py"), {}, OPENMPI4)
+    assert env["OMPI_MCA_btl"] == "self,vader,tcp"
+    assert argv[:5] == ["/usr/bin/mpiexec", "-n", "3", "--host", "a,b"]
+    # An Open MPI whose version could not be read gets the current (5) names.
+    _, env = fr.build_command(opts("-np", "3", "s.py"), {}, fr.MPIInfo("/m", fr.OPENMPI))
+    assert env["OMPI_MCA_btl"] == "self,sm"
+    assert (OPENMPI4.major, fr.MPIInfo("/m", fr.MPICH, "2021.10").major, OPENMPI.major) == (
+        4, 2021, None,
+    )  # fmt: skip
+
+
 def test_options_stop_at_the_command():
     o = opts("-np", "2", "--extra-mpi-flags", "-v", "--", "python", "s.py", "-np", "9",
              "--sim", "--extra-mpi-flags", "-x")  # fmt: skip
@@ -95,7 +117,22 @@ def test_user_variables_win_over_defaults():
         assert env[name] == value
     changes = fr.env_changes(o, user, OPENMPI)
     assert not set(changes) & set(user)
-    assert "-x" not in argv  # nothing set by fogrun needs exporting
+    # Nothing set by fogrun needs exporting; the user's fogsim setting still goes to every host.
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "-x"] == ["FOGSIM_BACKEND"]
+
+
+def test_openmpi_exports_every_fogsim_setting():
+    # Open MPI gives its environment to the ranks on this host only; a FOGSIM_SEED that
+    # reached some ranks and not others would change the numbers.
+    user = {"FOGSIM_SEED": "3", "FOGSIM_TIMELINE": "t x/", "PYTHONPATH": "/src", "HOME": "/h"}
+    o = opts("-np", "4", "--hosts", "a,b", "python", "s.py")
+    argv, env = fr.build_command(o, user, OPENMPI)
+    exported = [argv[i + 1] for i, a in enumerate(argv) if a == "-x"]
+    assert exported == ["FOGSIM_BACKEND", "FOGSIM_SEED", "FOGSIM_TIMELINE",
+                        "NUMBA_NUM_THREADS", "OMP_NUM_THREADS"]  # fmt: skip
+    assert env["FOGSIM_TIMELINE"] == "t x/"  # -x NAME: the value travels in the environment
+    argv, _ = fr.build_command(o, user, MPICH)  # Hydra passes the whole environment itself
+    assert "-x" not in argv
 
 
 def test_explicit_options_override_user_variables():
@@ -223,10 +260,28 @@ def test_mpiexec_next_to_the_interpreter_comes_first(tmp_path, monkeypatch):
     assert fr.find_mpiexec({"PATH": str(on_path.parent)}) == str(on_path)
     mine = _fake_mpiexec(venv, "mpiexec (Open MPI) 5.0.5")
     assert fr.find_mpiexec({"PATH": str(on_path.parent)}) == str(mine)
-    assert fr.find_mpi({"PATH": ""}) == fr.MPIInfo(str(mine), fr.OPENMPI)
+    assert fr.find_mpi({"PATH": ""}) == fr.MPIInfo(str(mine), fr.OPENMPI, "5.0.5")
     assert fr.find_mpiexec({"PATH": str(tmp_path / "nowhere")}) == str(mine)
     mine.unlink()
     assert fr.find_mpi({"PATH": str(tmp_path / "nowhere")}) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("HYDRA build details:\n    Version:   5.0.2\n", (fr.MPICH, "5.0.2")),
+        (
+            "mpiexec (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/",
+            (fr.OPENMPI, "5.0.11"),
+        ),
+        ("mpiexec (OpenRTE) 4.1.2\n", (fr.OPENMPI, "4.1.2")),
+        ("something else", (fr.UNKNOWN, "")),
+    ],
+)
+@pytest.mark.skipif(os.name != "posix", reason="fake mpiexec is a shell script")
+def test_version_from_version_text(tmp_path, text, expected):
+    fake = _fake_mpiexec(tmp_path, text)
+    assert _mpi._detect(str(fake)) == expected
 
 
 def test_detection_is_cached(monkeypatch):
@@ -239,7 +294,9 @@ def test_detection_is_cached(monkeypatch):
     monkeypatch.setattr(_mpi.subprocess, "run", fake_run)
     _mpi._detect.cache_clear()
     try:
-        assert _mpi._detect("/fake/mpiexec") == _mpi._detect("/fake/mpiexec") == fr.OPENMPI
+        assert _mpi._detect("/fake/mpiexec") == _mpi._detect("/fake/mpiexec") == (
+            fr.OPENMPI, "5.0.5",
+        )  # fmt: skip
     finally:
         _mpi._detect.cache_clear()
     assert calls == [["/fake/mpiexec", "--version"]]
@@ -285,6 +342,10 @@ def test_missing_mpi4py(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.startswith("fogrun: mpi4py is not importable") and err.count("\n") == 1
     assert "pip install 'fogsim[mpi]'" in err
+    # Next to an Open MPI, the mpich wheel (a second mpiexec) is not what to install.
+    monkeypatch.setattr(_mpi, "find_mpi", lambda environ: OPENMPI)
+    assert fr.main(["-np", "2", "python", "s.py"]) == 2
+    assert capsys.readouterr().err.endswith("install it with: pip install mpi4py\n")
     # A program that is not this Python is not asked about mpi4py.
     assert fr.main(["--dry-run", "-np", "2", "./a.out"]) == 0
 
@@ -380,6 +441,34 @@ def test_exit_code_and_timeout():
     assert done.returncode == fr.TIMEOUT_EXIT_CODE
     assert time.monotonic() - start < 15
     assert done.stderr.strip() == "fogrun: timed out after 0.5 s; killed the job"
+
+
+def test_the_launcher_imports_no_numerical_stack():
+    # fogrun starts in a few hundredths of a second: fogsim's public names are imported lazily.
+    code = (
+        "import sys, fogsim.run, fogsim._settings; "
+        "print(sorted(m for m in ('numpy', 'scipy', 'networkx', 'mpi4py', 'torch') "
+        "if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_lazy_package_names():
+    code = (
+        "import sys, fogsim; names = dir(fogsim); "
+        "assert set(fogsim.__all__) <= set(names), 'dir() misses public names'; "
+        "assert 'scipy' not in sys.modules, 'dir() imported the topology layer'; "
+        "from fogsim import topology, init, Handle; "
+        "assert fogsim.topology is topology and fogsim.init is init; "
+        "import fogsim.topology as T; assert T is topology; "
+        "assert 'scipy' in sys.modules; "
+        "print(hasattr(fogsim, 'no_such_name'))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
 
 
 def test_dry_run_in_a_process():

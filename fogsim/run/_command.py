@@ -25,7 +25,9 @@ NO_MPI_MESSAGE = (
 )
 
 # Open MPI refuses root, refuses more ranks than cores, and probes UCX (slow, noisy on
-# laptops and containers); MPICH's Hydra needs none of this.
+# laptops and containers); MPICH's Hydra needs none of this. Open MPI 5 launches with
+# PRRTE and calls its shared-memory transport "sm"; Open MPI 4 launches with ORTE, calls it
+# "vader" and stops at a stub telling so when asked for "sm".
 _OPENMPI_LAPTOP = {
     "OMPI_ALLOW_RUN_AS_ROOT": "1",
     "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
@@ -33,6 +35,14 @@ _OPENMPI_LAPTOP = {
     "OMPI_MCA_osc": "^ucx",
     "OMPI_MCA_pml": "ob1",
     "OMPI_MCA_btl": "self,sm",
+}
+_OPENMPI4_LAPTOP = {
+    "OMPI_ALLOW_RUN_AS_ROOT": "1",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    "OMPI_MCA_rmaps_base_oversubscribe": "1",
+    "OMPI_MCA_osc": "^ucx",
+    "OMPI_MCA_pml": "ob1",
+    "OMPI_MCA_btl": "self,vader",
 }
 # Several ranks per host, each with a thread pool per core, would oversubscribe the cores.
 _ONE_THREAD = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
@@ -127,9 +137,10 @@ def env_changes(
         defaults["FOGSIM_BACKEND"] = "mpi"
         defaults.update(_ONE_THREAD)
         if mpi is not None and mpi.implementation == OPENMPI:
-            defaults.update(_OPENMPI_LAPTOP)
-            if options.hosts:
-                defaults["OMPI_MCA_btl"] = "self,sm,tcp"  # shared memory alone stays on one host
+            older = mpi.major is not None and mpi.major < 5
+            defaults.update(_OPENMPI4_LAPTOP if older else _OPENMPI_LAPTOP)
+            if options.hosts:  # shared memory alone stays on one host
+                defaults["OMPI_MCA_btl"] += ",tcp"
     if options.local_size is not None:
         explicit["FOGSIM_LOCAL_SIZE"] = str(options.local_size)
     if options.timeline_filename is not None:
@@ -139,15 +150,25 @@ def env_changes(
     return changes
 
 
-def _mpiexec_args(options: Options, mpi: MPIInfo, changes: Mapping[str, str]) -> list[str]:
+def _exported(env: Mapping[str, str], changes: Mapping[str, str]) -> list[str]:
+    # Open MPI passes its launcher's environment to the ranks on this host only (Hydra
+    # passes it to every host): name with -x what fogrun set and every FOGSIM_* setting, so
+    # that ranks on other hosts run with the same options (FOGSIM_SEED, ...). Open MPI
+    # forwards its own OMPI_* variables; PRTE_* ones are for the launcher itself.
+    names = {name for name in env if name.startswith("FOGSIM_")}
+    names.update(name for name in changes if not name.startswith(("OMPI_", "PRTE_")))
+    return sorted(names)
+
+
+def _mpiexec_args(
+    options: Options, mpi: MPIInfo, env: Mapping[str, str], changes: Mapping[str, str]
+) -> list[str]:
     args = [mpi.mpiexec, "-n", str(options.np)]
     if options.hosts:
         args += ["--host" if mpi.implementation == OPENMPI else "-hosts", options.hosts]
     if mpi.implementation == OPENMPI:
-        # Open MPI forwards the environment to local ranks only; -x exports to every host.
-        for name in sorted(changes):
-            if not name.startswith(("OMPI_", "PRTE_")):
-                args += ["-x", name]
+        for name in _exported(env, changes):
+            args += ["-x", name]
     args += shlex.split(options.extra_mpi_flags)
     return args
 
@@ -172,4 +193,4 @@ def build_command(
         return command, env
     if mpi is None:
         raise LaunchError(NO_MPI_MESSAGE)
-    return _mpiexec_args(options, mpi, changes) + command, env
+    return _mpiexec_args(options, mpi, env, changes) + command, env

@@ -88,16 +88,19 @@ def run(argv: Sequence[str], env: Mapping[str, str], timeout: float | None = Non
     return code if code >= 0 else 128 - code
 
 
-def _check_mpi4py(options: Options) -> None:
+def _check_mpi4py(options: Options, mpi: _mpi.MPIInfo | None) -> None:
     # Only this interpreter can be asked cheaply; another one named on the command line
     # reports a missing mpi4py itself.
     if options.sim or options.command[0] not in ("python", "python3", sys.executable):
         return
     if importlib.util.find_spec("mpi4py") is None:
-        raise LaunchError(
-            f"mpi4py is not importable by {sys.executable}; install it with: "
-            "pip install 'fogsim[mpi]' (mpi4py and the mpich wheel)"
+        # The mpich wheel would put a second mpiexec over an installed Open MPI's.
+        how = (
+            "pip install mpi4py"
+            if mpi is not None and mpi.implementation == _mpi.OPENMPI
+            else "pip install 'fogsim[mpi]' (mpi4py and the mpich wheel)"
         )
+        raise LaunchError(f"mpi4py is not importable by {sys.executable}; install it with: {how}")
 
 
 def _describe(argv: Sequence[str], changes: Mapping[str, str]) -> str:
@@ -122,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if mpi is None:
                 raise LaunchError(NO_MPI_MESSAGE)
         command, env = build_command(options, environ, mpi)
-        _check_mpi4py(options)
+        _check_mpi4py(options, mpi)
     except LaunchError as exc:
         print(f"fogrun: {exc}", file=sys.stderr)
         return _USAGE_EXIT_CODE

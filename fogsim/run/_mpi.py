@@ -25,14 +25,25 @@ _SIGNATURES = (
     (MPICH, re.compile(r"hydra|mpich|intel\(r\) mpi|mvapich", re.IGNORECASE)),
 )
 _VERSION_TIMEOUT = 20.0
+_VERSION = re.compile(r"\b(\d+(?:\.\d+)+)")
 
 
 @dataclass(frozen=True)
 class MPIInfo:
-    """The launcher to use: the path of ``mpiexec`` and its implementation."""
+    """The launcher to use: the path of ``mpiexec``, its implementation and version.
+
+    ``version`` is the first dotted number ``mpiexec --version`` printed ("5.0.5"), or
+    ``""`` when it printed none.
+    """
 
     mpiexec: str
     implementation: str
+    version: str = ""
+
+    @property
+    def major(self) -> int | None:
+        """The major version (5 for "5.0.5"), or None when the version is unknown."""
+        return int(self.version.split(".")[0]) if self.version else None
 
 
 def find_mpiexec(environ: Mapping[str, str]) -> str | None:
@@ -59,7 +70,7 @@ def implementation(version_text: str) -> str:
 
 
 @cache
-def _detect(mpiexec: str) -> str:
+def _detect(mpiexec: str) -> tuple[str, str]:
     # Cached: the answer only depends on the executable, and asking costs a process start.
     try:
         done = subprocess.run(
@@ -70,13 +81,16 @@ def _detect(mpiexec: str) -> str:
             check=False,
         )
     except (OSError, subprocess.SubprocessError):
-        return UNKNOWN
-    return implementation(done.stdout + "\n" + done.stderr)
+        return UNKNOWN, ""
+    text = done.stdout + "\n" + done.stderr
+    found = _VERSION.search(text)
+    return implementation(text), found.group(1) if found else ""
 
 
 def find_mpi(environ: Mapping[str, str]) -> MPIInfo | None:
-    """Return the installed MPI's launcher and implementation, or None when no MPI is found."""
+    """Return the installed MPI's launcher, implementation and version, or None without MPI."""
     mpiexec = find_mpiexec(environ)
     if mpiexec is None:
         return None
-    return MPIInfo(mpiexec=mpiexec, implementation=_detect(mpiexec))
+    name, version = _detect(mpiexec)
+    return MPIInfo(mpiexec=mpiexec, implementation=name, version=version)

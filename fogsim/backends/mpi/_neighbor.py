@@ -327,7 +327,7 @@ class NeighborOps:
         per_row = int(np.prod(arr.shape[1:], dtype=np.int64))
         out = np.empty((int(rows.sum()), *arr.shape[1:]), dtype=arr.dtype)
         if comm is not None:
-            displs = np.concatenate([[0], np.cumsum(rows)[:-1]]) * per_row
+            displs = (np.cumsum(rows) - rows) * per_row
             reqs = [comm.Ineighbor_allgatherv(arr, [out, (rows * per_row, displs)])]
         else:
             starts = np.concatenate([[0], np.cumsum(rows)])
