@@ -275,4 +275,191 @@ def case_torch_tensors_keep_type_and_dtype():
     fs.shutdown()
 
 
+# -- one-sided window ops (lock-step: a barrier after every op, so MPI equals the simulator's
+# default schedule, where every agent is active and messages arrive at once) ---------------
+def _window_script():
+    """A fixed sequence of window ops; returns what it observed (stacked in simulation)."""
+    from fogsim import _api as W  # the window ops
+
+    n = fs.size()
+    topo = T.exponential_two_graph(n)
+    data = _data(n, (2, 3), seed=11)
+    x = fs.local(lambda r: data[r].copy())
+    seen = {}
+    W.win_create(x, "w")
+    seen["create_update"] = np.array(W.win_update("w", clone=True))
+    fs.barrier()  # under MPI a fast neighbor's put must not land before this update
+    W.win_put(x, "w")
+    fs.barrier()
+    seen["put_versions"] = W.get_win_version("w")
+    seen["put_update"] = np.array(W.win_update("w", clone=True))
+    fs.barrier()
+    half = fs.local(lambda r: {int(j): 0.5 for j in topo.out_neighbors(r)})
+    W.win_accumulate(x, "w", self_weight=0.25, dst_weights=half)
+    fs.barrier()
+    seen["acc_collect"] = np.array(W.win_update_then_collect("w")).copy()
+    fs.barrier()
+    twice = fs.local(lambda r: {int(j): 2.0 for j in topo.in_neighbors(r)})
+    W.win_get("w", src_weights=twice)
+    fs.barrier()
+    seen["get_versions"] = W.get_win_version("w")
+    fs.barrier()
+    ones = fs.local(lambda r: {int(j): 1.0 for j in topo.in_neighbors(r)})
+    zero = fs.local(lambda r: 0.0)
+    seen["get_update"] = np.array(W.win_update("w", self_weight=zero, neighbor_weights=ones,
+                                               reset=True, clone=True))  # fmt: skip
+    seen["after_reset"] = np.array(W.win_update("w", clone=True))
+    seen["names"] = W.win_names()
+    W.win_free("w")
+    seen["names_after"] = W.win_names()
+    return data, seen
+
+
+def case_window_ops_match_numpy_and_the_simulator():
+    fs.init(topology=T.exponential_two_graph)
+    n = fs.size()
+    data, seen = _window_script()
+    W = T.exponential_two_graph(n).uniform().to_dense()
+    A = (W > 0) & ~np.eye(n, dtype=bool)  # A[i, j]: j -> i
+    # create: every buffer holds the agent's own value, so the update returns it
+    _same(seen["create_update"], fs.local(lambda r: data[r]))
+    # put: the buffers hold the in-neighbors' values: the update is W x
+    ref_put = np.einsum("ij,j...->i...", W, data)
+    _same(seen["put_update"], fs.local(lambda r: ref_put[r]))
+    ins = [np.flatnonzero(A[i]).tolist() for i in range(n)]
+    _same_dicts(seen["put_versions"], fs.local(lambda r: {j: 1 for j in ins[r]}))
+    # accumulate 0.5 x onto the put values, x *= 0.25, then collect: x + every buffer
+    acc = 0.25 * data + np.einsum("ij,j...->i...", A * 1.5, data)
+    _same(seen["acc_collect"], fs.local(lambda r: acc[r]))
+    # get 2 x the neighbors' exposed values (after their collect), combine with weight 1
+    got = np.einsum("ij,j...->i...", A * 2.0, acc)
+    _same(seen["get_update"], fs.local(lambda r: got[r]))
+    _same_dicts(seen["get_versions"], fs.local(lambda r: {j: 1 for j in ins[r]}))
+    # reset zeroed the buffers: the default update is the self term alone
+    self_w = np.diag(W)
+    _same(seen["after_reset"], fs.local(lambda r: self_w[r] * acc[r]))
+    assert seen["names"] == ["w"] and seen["names_after"] == []
+    # bit for bit the simulator's numbers
+    with fs.Context(backend="sim", size=n, topology=T.exponential_two_graph) as world:
+        _, sim = _window_script()
+    world.close()
+    for key in ("create_update", "put_update", "acc_collect", "get_update", "after_reset"):
+        _same(seen[key], fs.local(lambda r, k=key: sim[k][r]), exact=True)
+    fs.shutdown()
+
+
+def _same_dicts(got, want):
+    got = got if isinstance(got, list) else [got]
+    want = want if isinstance(want, list) else [want]
+    assert got == want, (got, want)
+
+
+def case_push_sum_with_windows_conserves_mass():
+    from fogsim import _api as W
+
+    fs.init(topology=T.exponential_two_graph)
+    n = fs.size()
+    topo = T.exponential_two_graph(n)
+    data = _data(n, (4,), seed=3)
+    W.set_win_ops_with_associated_p(True)
+    x = fs.local(lambda r: data[r].copy())
+    W.win_create(x, "ps", zero_init=True)
+    share = fs.local(lambda r: 1.0 / (len(topo.out_neighbors(r)) + 1))
+    dst = fs.local(
+        lambda r: dict.fromkeys(topo.out_neighbors(r), 1.0 / (len(topo.out_neighbors(r)) + 1))
+    )
+    mass = fs.local(lambda r: np.array([float(n)]))
+    for _ in range(60):
+        W.win_accumulate(x, "ps", self_weight=share, dst_weights=dst, require_mutex=True)
+        fs.barrier()
+        W.win_update_then_collect("ps")
+        fs.barrier()
+        p = np.asarray(W.win_associated_p("ps"))[..., None]  # (1,) per agent
+        _same(fs.allreduce(p, average=False), mass, rtol=1e-12)
+    _same(x / p, fs.local(lambda r: data.mean(axis=0)), rtol=1e-10)
+    W.win_free()
+    W.set_win_ops_with_associated_p(False)
+    fs.shutdown()
+
+
+def case_window_bad_input_raises():
+    from fogsim import _api as W
+
+    fs.init(topology=T.ring_graph)
+    n = fs.size()
+    x = fs.local(lambda r: np.zeros(3))
+    _raises_everywhere(ValueError, "no window 'nope'", W.win_update, "nope")
+    W.win_create(x, "a")
+    _raises_everywhere(ValueError, "exists already", W.win_create, x, "a")
+    _raises_everywhere(ValueError, "win_free", fs.set_topology, T.exponential_two_graph)
+    if n >= 4:  # on a ring of 4 or more, agent r + 2 is no neighbor
+        far = fs.local(lambda r: {(r + 2) % n: 1.0})
+        _raises_everywhere(ValueError, "not an out-neighbor", W.win_put, x, "a",
+                           dst_weights=far)  # fmt: skip
+        _raises_everywhere(ValueError, "not an in-neighbor", W.win_get, "a", src_weights=far)
+    _raises_everywhere(TypeError, "require_mutex", W.win_put, x, "a", require_mutex=1)
+    _raises_everywhere(ValueError, "together", W.win_update, "a", self_weight=0.5)
+    W.win_free()
+    assert W.win_names() == []
+    fs.shutdown()
+
+
+def case_window_mutex_excludes_concurrent_holders():
+    import time
+
+    fs.init(topology=T.fully_connected_graph)
+    x = fs.local(lambda r: np.zeros(2))
+    fs.win_create(x, "m")
+    spans = []
+    for _ in range(3):  # every agent takes agent 0's mutex and holds it for a moment
+        with fs.win_mutex("m", ranks=[0]):
+            start = time.monotonic()
+            time.sleep(0.01)
+            spans.append((start, time.monotonic()))
+    with fs.win_mutex("m", for_self=True):
+        pass
+    if _is_mpi():  # the simulator runs every op atomically; nothing can overlap there
+        every = fs.allgather(np.array(spans))  # (n * 3, 2): monotonic clock of one host
+        order = np.argsort(every[:, 0], kind="stable")
+        starts, ends = every[order, 0], every[order, 1]
+        assert np.all(starts[1:] >= ends[:-1]), "two agents held agent 0's mutex at once"
+    fs.win_free()
+    fs.shutdown()
+
+
+def _is_mpi() -> bool:
+    from fogsim import _context
+
+    return _context.current().backend.name == "mpi"
+
+
+def case_push_sum_with_a_straggler_finishes_and_conserves_mass():
+    import time
+
+    fs.init(topology=T.ring_graph)
+    n = fs.size()
+    topo = T.ring_graph(n)
+    data = _data(n, (3,), seed=9)
+    fs.set_win_ops_with_associated_p(True)
+    x = fs.local(lambda r: data[r].copy())
+    fs.win_create(x, "s", zero_init=True)
+    share = fs.local(lambda r: 1.0 / (len(topo.out_neighbors(r)) + 1))
+    dst = fs.local(lambda r: dict.fromkeys(topo.out_neighbors(r), 1.0 / (len(topo.out_neighbors(r)) + 1)))  # noqa: E501
+    slow = fs.rank() == n - 1 if _is_mpi() else False  # under MPI the last rank is 20x slower
+    for _ in range(40):
+        fs.win_accumulate(x, "s", self_weight=share, dst_weights=dst, require_mutex=True)
+        if slow:
+            time.sleep(0.002)
+        fs.win_update_then_collect("s")
+    fs.barrier()
+    fs.win_update_then_collect("s")
+    p = np.asarray(fs.win_associated_p("s"))[..., None]
+    _same(fs.allreduce(p, average=False), fs.local(lambda r: np.array([float(n)])), rtol=1e-12)
+    total = fs.allreduce(x, average=False)
+    _same(total, fs.local(lambda r: data.sum(axis=0)), rtol=1e-12)
+    fs.win_free()
+    fs.set_win_ops_with_associated_p(False)
+    fs.shutdown()
+
+
 CASES = sorted(name for name in dir() if name.startswith("case_"))

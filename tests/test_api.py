@@ -23,6 +23,10 @@ PUBLIC = {
     "broadcast", "broadcast_nonblocking", "neighbor_allreduce",
     "neighbor_allreduce_nonblocking", "neighbor_allgather", "neighbor_allgather_nonblocking",
     "barrier", "barrier_nonblocking", "wait", "poll",
+    "win_create", "win_free", "win_names", "win_put", "win_put_nonblocking", "win_accumulate",
+    "win_accumulate_nonblocking", "win_get", "win_get_nonblocking", "win_update",
+    "win_update_then_collect", "win_mutex", "win_wait", "win_poll", "get_win_version",
+    "win_associated_p", "set_win_ops_with_associated_p", "set_asynchrony",
 }  # fmt: skip
 
 

@@ -29,6 +29,11 @@ BF_PUBLIC = {
     "barrier", "synchronize", "wait", "poll", "topology_util",
     "ExponentialTwoGraph", "ExponentialGraph", "SymmetricExponentialGraph", "RingGraph",
     "StarGraph", "MeshGrid2DGraph", "FullyConnectedGraph",
+    "win_create", "win_free", "win_put", "win_put_nonblocking", "win_accumulate",
+    "win_accumulate_nonblocking", "win_get", "win_get_nonblocking", "win_update",
+    "win_update_then_collect", "win_mutex", "win_wait", "win_poll", "get_win_version",
+    "win_associated_p", "turn_on_win_ops_with_associated_p",
+    "turn_off_win_ops_with_associated_p", "get_current_created_window_names",
 }  # fmt: skip
 TU_PUBLIC = {
     "ExponentialTwoGraph", "ExponentialGraph", "SymmetricExponentialGraph", "RingGraph",

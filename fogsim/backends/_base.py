@@ -67,6 +67,11 @@ class Backend(abc.ABC):
         """Validate and install ``topology``; then let the backend derive what it needs."""
         if not isinstance(is_weighted, bool):
             raise TypeError(f"is_weighted must be a bool, got {type(is_weighted).__name__}")
+        if self.win_names():
+            raise ValueError(
+                f"set_topology: windows {self.win_names()} exist; a window's buffers follow "
+                "the topology it was created on, so win_free() them first"
+            )
         if callable(topology) and not isinstance(topology, Topology):
             topology = topology(self.size_int)
         topo = as_topology(topology, size=self.size_int, argname="topology")
@@ -184,3 +189,81 @@ class Backend(abc.ABC):
         """Start :meth:`barrier` and return a :class:`Handle`."""
         self.barrier()
         return Handle.completed("barrier", None)
+
+    # -- one-sided window ops (see fogsim.win_create); runtimes without them refuse -------
+    def _no_windows(self, op: str) -> Any:
+        raise ValueError(f"{op}: the {self.name} backend has no window ops")
+
+    def win_create(self, x: Any, name: str, zero_init: bool = False) -> bool:
+        """Create the window ``name`` for ``x`` (collective)."""
+        return self._no_windows("win_create")
+
+    def win_free(self, name: str | None = None) -> bool:
+        """Free the window ``name``, or all windows (collective)."""
+        return self._no_windows("win_free")
+
+    def win_names(self) -> list[str]:
+        """Return the names of the existing windows in creation order."""
+        return []
+
+    def win_put(self, x, name, self_weight=None, dst_weights=None, require_mutex=False):
+        """Write weighted ``x`` into the out-neighbors' buffers; scale ``x`` in place."""
+        return self._no_windows("win_put")
+
+    def win_accumulate(self, x, name, self_weight=None, dst_weights=None, require_mutex=False):
+        """Add weighted ``x`` to the out-neighbors' buffers; scale ``x`` in place."""
+        return self._no_windows("win_accumulate")
+
+    def win_get(self, name, src_weights=None, require_mutex=False):
+        """Fetch the in-neighbors' exposed values into this agent's buffers."""
+        return self._no_windows("win_get")
+
+    def win_update(self, name, self_weight=None, neighbor_weights=None, reset=False,
+                   clone=False, require_mutex=False):  # fmt: skip
+        """Combine the registered value with the buffers."""
+        return self._no_windows("win_update")
+
+    def win_update_then_collect(self, name: str, require_mutex: bool = True) -> Any:
+        """Add every buffer to the registered value and zero the buffers."""
+        return self._no_windows("win_update_then_collect")
+
+    def win_mutex(self, name: str, for_self: bool = False, ranks: Any = None):
+        """Context manager holding window mutexes."""
+        return self._no_windows("win_mutex")
+
+    def get_win_version(self, name: str) -> Any:
+        """Return the per in-neighbor write counts since the last update."""
+        return self._no_windows("get_win_version")
+
+    def win_associated_p(self, name: str) -> Any:
+        """Return the push-sum weight carried by the window."""
+        return self._no_windows("win_associated_p")
+
+    def set_win_ops_with_associated_p(self, enabled: bool) -> None:
+        """Switch whether window ops carry the push-sum weight."""
+        self._no_windows("set_win_ops_with_associated_p")
+
+    def win_put_nonblocking(self, x, name, self_weight=None, dst_weights=None,
+                            require_mutex=False) -> Handle:  # fmt: skip
+        """Start :meth:`win_put` and return a :class:`Handle`."""
+        result = self.win_put(x, name, self_weight, dst_weights, require_mutex)
+        return Handle.completed("win_put", result, name)
+
+    def win_accumulate_nonblocking(self, x, name, self_weight=None, dst_weights=None,
+                                   require_mutex=False) -> Handle:  # fmt: skip
+        """Start :meth:`win_accumulate` and return a :class:`Handle`."""
+        result = self.win_accumulate(x, name, self_weight, dst_weights, require_mutex)
+        return Handle.completed("win_accumulate", result, name)
+
+    def win_get_nonblocking(self, name, src_weights=None, require_mutex=False) -> Handle:
+        """Start :meth:`win_get` and return a :class:`Handle`."""
+        return Handle.completed("win_get", self.win_get(name, src_weights, require_mutex), name)
+
+    def set_asynchrony(self, activation: str = "all", **options: Any) -> None:
+        """Model asynchrony (simulators); real runtimes check the arguments, then ignore them.
+
+        Their processes are asynchronous already.
+        """
+        from .._asynchrony import Asynchrony
+
+        Asynchrony(self.size_int, activation, **options)

@@ -22,11 +22,12 @@ from .._base import Backend
 from ._agree import LocalError, agree, fingerprint
 from ._neighbor import NeighborOps
 from ._plan import static_rank_plan
+from ._windows import WindowOps
 
 __all__ = ["MPIBackend"]
 
 
-class MPIBackend(NeighborOps, Backend):
+class MPIBackend(NeighborOps, WindowOps, Backend):
     """One agent per MPI process (see the module docstring)."""
 
     name = "mpi"
@@ -52,6 +53,7 @@ class MPIBackend(NeighborOps, Backend):
         self._static: Any = None
         self._fusion_threshold = self._settings.fusion_threshold
         self._init_neighbor_ops()
+        self._init_window_ops()
 
     def _split_machines(self, local_size: int | None) -> Any:
         if local_size is None:
@@ -82,6 +84,7 @@ class MPIBackend(NeighborOps, Backend):
 
     def close(self) -> None:
         self._drain()
+        self._free_windows()
         for comm in (self.graph_comm, self.local_comm, self.comm):
             if comm is not None and comm != MPI.COMM_NULL:
                 comm.Free()

@@ -26,6 +26,7 @@ from ._plan import (
 )
 from ._pool import BufferPool
 from ._stack import stack_agents
+from ._windows import WindowOps
 
 __all__ = ["SimBackend"]
 
@@ -38,8 +39,11 @@ def _positive_int(value: Any, argname: str) -> int:
     return int(value)
 
 
-class SimBackend(Backend):
-    """Simulate ``size`` agents in this process (see the module docstring)."""
+class SimBackend(WindowOps, Backend):
+    """Simulate ``size`` agents in this process (see the module docstring).
+
+    The one-sided window ops and the model of asynchrony come from :class:`WindowOps`.
+    """
 
     name = "sim"
 
@@ -62,6 +66,7 @@ class SimBackend(Backend):
             )
         self._pool = BufferPool()
         self._static_plan: Any = None
+        self._init_windows()
 
     # -- world ----------------------------------------------------------------------------
     @property
@@ -81,6 +86,7 @@ class SimBackend(Backend):
         return np.arange(self._n) % self._local
 
     def close(self) -> None:
+        self.win_free()
         self._pool.clear()
 
     # -- topology -------------------------------------------------------------------------
@@ -244,7 +250,12 @@ class SimBackend(Backend):
         return [wrap_like(c.reshape(-1, *per_agent.shape[2:]), kind) for c in chunks]
 
     def barrier(self) -> None:
-        """Return at once: all simulated agents are always at the same point."""
+        """Deliver the window messages in flight; every agent acts until the round ends.
+
+        Simulated agents never wait; a barrier makes the modelled asynchronous ones catch up
+        (see :func:`fogsim.set_asynchrony`).
+        """
+        self._barrier_windows()
 
 
 def _ragged(values: Sequence[Any]) -> bool:

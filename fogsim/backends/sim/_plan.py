@@ -28,6 +28,8 @@ __all__ = [
     "check_same_pattern",
     "rank_rows",
     "resolve_plan",
+    "self_weights",
+    "slot_add",
     "static_plan",
     "transpose",
 ]
@@ -202,3 +204,29 @@ def _check_static_subset(recv, topo: Topology, n: int) -> None:
             f"the topology (in-neighbors {topo.in_neighbors(i)}); pass dst_weights for a "
             "dynamic topology or set_topology() first"
         )
+
+
+def slot_add(
+    out: np.ndarray, indptr: np.ndarray, eids: np.ndarray, w: np.ndarray, src: np.ndarray
+) -> None:
+    """``out[r] += w[k] * src[eids[k]]`` for k over CSR row r, one rounded add at a time.
+
+    Rows are combined in parallel by degree slot: slot s adds entry ``indptr[r] + s`` of
+    every row with more than s entries, so each row sums in its own entry order.
+    """
+    if not eids.size:
+        return
+    col = (slice(None),) + (None,) * (out.ndim - 1)
+    deg = np.diff(indptr)
+    if (deg == deg[0]).all():
+        e2, w2 = eids.reshape(deg.size, -1), w.reshape(deg.size, -1)
+        for s in range(e2.shape[1]):
+            out += w2[:, s][col] * src[e2[:, s]]
+        return
+    start = indptr[:-1]
+    order = np.argsort(-deg, kind="stable")
+    neg_sorted = -deg[order]
+    for s in range(int(deg.max())):
+        rows = order[: int(np.searchsorted(neg_sorted, -s, side="left"))]
+        k = start[rows] + s
+        out[rows] += w[k][col] * src[eids[k]]

@@ -17,7 +17,11 @@ simulator backend (one process holding all agents) the functions work too, but o
 values, as fogsim's own functions do: ``bf.rank()`` is ``arange(n)``, tensors carry a
 leading agent axis, and per-agent weights are sequences of n dicts.
 
-Not provided: windows (``win_*``), optimizers, ``hierarchical_neighbor_allreduce``, timeline
+The window ops (``bf.win_create``, ``bf.win_put``, ``bf.win_accumulate``, ``bf.win_get``,
+``bf.win_update``, ``bf.win_update_then_collect``, ``bf.win_mutex``, ``bf.get_win_version``,
+``bf.turn_on_win_ops_with_associated_p`` ...) are fogsim's window ops under BlueFog's names.
+
+Not provided: optimizers, ``hierarchical_neighbor_allreduce``, timeline
 and machine-topology functions.
 """
 
@@ -34,6 +38,8 @@ from ._api import (
     broadcast_,
     broadcast_nonblocking,
     broadcast_nonblocking_,
+    get_current_created_window_names,
+    get_win_version,
     in_neighbor_ranks,
     init,
     is_topo_weighted,
@@ -51,7 +57,23 @@ from ._api import (
     shutdown,
     size,
     synchronize,
+    turn_off_win_ops_with_associated_p,
+    turn_on_win_ops_with_associated_p,
     wait,
+    win_accumulate,
+    win_accumulate_nonblocking,
+    win_associated_p,
+    win_create,
+    win_free,
+    win_get,
+    win_get_nonblocking,
+    win_mutex,
+    win_poll,
+    win_put,
+    win_put_nonblocking,
+    win_update,
+    win_update_then_collect,
+    win_wait,
 )
 from .topology_util import (
     ExponentialGraph,
@@ -82,6 +104,8 @@ __all__ = [
     "broadcast_",
     "broadcast_nonblocking",
     "broadcast_nonblocking_",
+    "get_current_created_window_names",
+    "get_win_version",
     "in_neighbor_ranks",
     "init",
     "is_topo_weighted",
@@ -100,5 +124,21 @@ __all__ = [
     "size",
     "synchronize",
     "topology_util",
+    "turn_off_win_ops_with_associated_p",
+    "turn_on_win_ops_with_associated_p",
     "wait",
+    "win_accumulate",
+    "win_accumulate_nonblocking",
+    "win_associated_p",
+    "win_create",
+    "win_free",
+    "win_get",
+    "win_get_nonblocking",
+    "win_mutex",
+    "win_poll",
+    "win_put",
+    "win_put_nonblocking",
+    "win_update",
+    "win_update_then_collect",
+    "win_wait",
 ]

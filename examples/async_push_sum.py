@@ -1,0 +1,105 @@
+"""Asynchronous push-sum: agents average without waiting for each other, through windows.
+
+    python examples/async_push_sum.py                         # 16 simulated agents, lock-step
+    python examples/async_push_sum.py --activation bernoulli --max-delay 5 --plot ps.png
+    fogrun -np 4 python examples/async_push_sum.py            # really asynchronous processes
+
+Each agent keeps a value x and a weight p (p starts at 1). In every iteration an agent
+keeps a share 1/(d+1) of both and adds a share to each of its d out-neighbors' window
+buffers (``win_accumulate`` under the receivers' mutexes), then folds whatever arrived
+into its own x and p and empties its buffers (``win_update_then_collect``). No mass is
+created or lost, so the sum of p stays n and x/p tends to the average of the initial x,
+whatever order and speed the agents run at. In simulation the asynchrony is modelled
+(``--activation``, ``--max-delay``, ``--loss``: see ``fogsim.set_asynchrony``).
+
+Printed: ``iteration  max_i |x_i/p_i - xbar| / |xbar|`` every ``--report-every``
+iterations, then the final relative error and the total mass sum_i p_i.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from _common import TOPOLOGIES, finish, report
+
+import fogsim as fs
+
+
+def relative_error(x, p, xbar) -> float:
+    """Return max_i ||x_i / p_i - xbar|| / ||xbar||, the same number on every agent."""
+    err = fs.vmap(lambda v, q, m: np.array([np.linalg.norm(v / q - m) / np.linalg.norm(m)]))(
+        x, np.asarray(p, dtype=np.float64), xbar
+    )
+    return float(np.max(fs.global_view(err)))
+
+
+def main(argv: list[str] | None = None) -> dict:
+    import argparse
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--size", type=int, default=None, help="simulated agents (default 16)")
+    p.add_argument("--topology", choices=list(TOPOLOGIES), default="exp2")
+    p.add_argument("--iters", type=int, default=200)
+    p.add_argument("--dim", type=int, default=4, help="length of each agent's vector")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--activation", choices=["all", "one", "bernoulli", "speeds"], default="all")
+    p.add_argument("--p-active", type=float, default=0.5, help="for --activation bernoulli")
+    p.add_argument("--max-delay", type=int, default=0, help="rounds a message may be late")
+    p.add_argument("--loss", type=float, default=0.0, help="probability a message is lost")
+    p.add_argument("--report-every", type=int, default=20)
+    p.add_argument(
+        "--lockstep",
+        action="store_true",
+        help="a barrier after each window op (MPI then equals the simulator)",
+    )
+    p.add_argument("--plot", metavar="PNG", help="save the error curve to this file")
+    p.add_argument("--save", metavar="NPY", help="save every agent's final x/p (n x dim)")
+    args = p.parse_args(argv)
+
+    fs.init(size=args.size, seed=args.seed)
+    n = fs.size()
+    topo = TOPOLOGIES[args.topology](n)
+    fs.set_topology(topo)
+    model = {"max_delay": args.max_delay, "loss": args.loss, "seed": args.seed}
+    if args.activation == "bernoulli":
+        model["p_active"] = args.p_active
+    if args.activation == "speeds":  # every fourth agent straggles at a fifth of the speed
+        model["speeds"] = np.where(np.arange(n) % 4 == 3, 0.2, 1.0)
+    fs.set_asynchrony(args.activation, **model)
+
+    data = np.random.default_rng(args.seed).standard_normal((n, args.dim))
+    x = fs.local(lambda r: data[r].copy())
+    xbar = fs.local(lambda r: data.mean(axis=0))
+    def share_of(r: int) -> float:  # what agent r keeps, and sends to each out-neighbor
+        return 1.0 / (len(topo.out_neighbors(r)) + 1)
+
+    share = fs.local(share_of)
+    dst = fs.local(lambda r: dict.fromkeys(topo.out_neighbors(r), share_of(r)))
+
+    fs.set_win_ops_with_associated_p(True)
+    fs.win_create(x, "x", zero_init=True)
+    sync = fs.barrier if args.lockstep else (lambda: None)
+    curve = []
+    for k in range(1, args.iters + 1):
+        fs.win_accumulate(x, "x", self_weight=share, dst_weights=dst, require_mutex=True)
+        sync()
+        fs.win_update_then_collect("x")
+        sync()
+        if k % args.report_every == 0 or k == args.iters:
+            curve.append(relative_error(x, fs.win_associated_p("x"), xbar))
+            report(k, curve[-1])
+    fs.barrier()  # every agent has stopped sending ...
+    fs.win_update_then_collect("x")  # ... so this collects everything still in the buffers
+    mass = float(np.ravel(fs.allreduce(np.asarray(fs.win_associated_p("x"))[..., None],
+                                       average=False))[0])  # fmt: skip
+    final = relative_error(x, fs.win_associated_p("x"), xbar)
+    if fs.is_main_process():
+        print(f"final relative error {final:.3e}, total mass sum(p) = {mass!r} (n = {n})")
+    estimate = x / np.asarray(fs.win_associated_p("x"))[..., None]
+    fs.win_free()
+    args.topology = f"{args.topology}, asynchronous push-sum"
+    finish(args, estimate, curve, "max relative error of x/p")
+    return {"error": final, "mass": mass, "curve": curve}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,397 @@
+"""One-sided window ops of the MPI runtime: MPI-3 RMA with passive-target synchronization.
+
+Each named window owns four MPI windows over the backend's communicator, all kept in one
+``Lock_all`` epoch from creation to ``win_free`` (no target ever takes part in a transfer):
+
+* ``data``: ``1 + d`` slots of the registered value's size. Slot 0 is this agent's
+  *exposed* value (its registered ``x`` after its own last window op; what ``win_get``
+  reads), slot ``1 + k`` the buffer for in-neighbor ``srcs[k]``;
+* ``p``: the same slots for the push-sum weight ``p`` (float64);
+* ``version``: one int64 counter per buffer, incremented atomically by every write;
+* ``mutex``: one int64 lock word. ``Compare_and_swap`` takes it (0 -> 1), with a short
+  exponential back-off while another agent holds it, and ``Fetch_and_op(REPLACE)`` gives it
+  back. Several are always taken in ascending rank order, so agents cannot deadlock, and
+  they are reentrant per agent (``win_mutex`` around ``win_put(require_mutex=True)``).
+
+Every remote write is flushed (``Flush``) before the op returns, so once every agent has
+passed a :func:`fogsim.barrier` all earlier window writes are visible. Every write to a
+buffer is an accumulate (``SUM``, or ``REPLACE`` for puts, resets and this agent's own
+writes, which go through RMA to itself), so concurrent writes to one buffer are atomic per
+element; this agent reads its own slots locally after ``Sync`` (the unified memory model).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from ... import _arrays, _core
+from ..._arrays import Kind, wrap_like
+from ._agree import LocalError, agree, fingerprint
+from ._plan import rank_weights, scalar_weight
+
+__all__ = ["WindowOps"]
+
+_MPI_TYPES = {np.dtype(np.float64): MPI.DOUBLE, np.dtype(np.float32): MPI.FLOAT}
+_BACKOFF_START, _BACKOFF_MAX = 1e-6, 1e-3  # seconds between attempts to take a mutex
+
+
+class _Window:
+    """The state of one named window on this agent."""
+
+    def __init__(
+        self,
+        comm: Any,
+        name: str,
+        arr: np.ndarray,
+        kind: Kind,
+        srcs: np.ndarray,
+        dsts: np.ndarray,
+        remote_slot: dict[int, int],
+        zero_init: bool,
+    ) -> None:
+        self.name, self.arr, self.kind = name, arr, kind
+        self.srcs, self.dsts, self.remote_slot = srcs, dsts, remote_slot
+        self.slot_of = {int(j): k for k, j in enumerate(srcs)}
+        self.m = arr.size
+        self.mpi_type = _MPI_TYPES[arr.dtype]
+        d, itemsize = len(srcs), arr.dtype.itemsize
+        self.data = MPI.Win.Allocate((1 + d) * self.m * itemsize, itemsize, comm=comm)
+        self.pwin = MPI.Win.Allocate((1 + d) * 8, 8, comm=comm)
+        self.version = MPI.Win.Allocate(max(d, 1) * 8, 8, comm=comm)
+        self.mutex = MPI.Win.Allocate(8, 8, comm=comm)
+        self.mem = np.frombuffer(self.data.tomemory(), dtype=arr.dtype).reshape(1 + d, self.m)
+        self.pmem = np.frombuffer(self.pwin.tomemory(), dtype=np.float64)
+        self.vmem = np.frombuffer(self.version.tomemory(), dtype=np.int64)
+        self.lock = np.frombuffer(self.mutex.tomemory(), dtype=np.int64)
+        self.mem[0] = arr.reshape(-1)
+        self.mem[1:] = 0 if zero_init else arr.reshape(1, -1)
+        self.pmem[0], self.pmem[1:] = 1.0, 0.0 if zero_init else 1.0
+        self.vmem[:], self.lock[:] = 0, 0
+        self.p = 1.0
+        self.held: dict[int, int] = {}  # rank -> how many times this agent holds its mutex
+        for win in self.windows:
+            win.Lock_all(MPI.MODE_NOCHECK)
+
+    @property
+    def windows(self) -> tuple[Any, ...]:
+        return (self.data, self.pwin, self.version, self.mutex)
+
+    def free(self) -> None:
+        for win in self.windows:
+            win.Unlock_all()
+            win.Free()
+        self.mem = self.pmem = self.vmem = self.lock = None
+
+    # -- mutexes ------------------------------------------------------------------------
+    def acquire(self, ranks: list[int]) -> None:
+        one, zero = np.ones(1, np.int64), np.zeros(1, np.int64)
+        got = np.empty(1, np.int64)
+        for r in sorted(set(ranks)):
+            if self.held.get(r):
+                self.held[r] += 1
+                continue
+            pause = _BACKOFF_START
+            while True:
+                self.mutex.Compare_and_swap([one, MPI.INT64_T], [zero, MPI.INT64_T],
+                                            [got, MPI.INT64_T], r, 0)  # fmt: skip
+                self.mutex.Flush(r)
+                if got[0] == 0:
+                    break
+                time.sleep(pause)
+                pause = min(2 * pause, _BACKOFF_MAX)
+            self.held[r] = 1
+
+    def release(self, ranks: list[int]) -> None:
+        zero, got = np.zeros(1, np.int64), np.empty(1, np.int64)
+        for r in sorted(set(ranks), reverse=True):
+            self.held[r] -= 1
+            if self.held[r]:
+                continue
+            del self.held[r]
+            self.mutex.Fetch_and_op([zero, MPI.INT64_T], [got, MPI.INT64_T], r, 0, op=MPI.REPLACE)
+            self.mutex.Flush(r)
+
+    @contextmanager
+    def holding(self, ranks: list[int], enabled: bool = True) -> Iterator[None]:
+        if not enabled:
+            yield
+            return
+        self.acquire(ranks)
+        try:
+            yield
+        finally:
+            self.release(ranks)
+
+    # -- own memory -----------------------------------------------------------------------
+    def expose(self, me: int) -> None:
+        """Copy the registered value and p to slot 0, what neighbors' win_get reads."""
+        self.data.Accumulate(self.arr.reshape(-1), me, (0, self.m, self.mpi_type), op=MPI.REPLACE)
+        self.pwin.Accumulate(np.array([self.p]), me, (0, 1, MPI.DOUBLE), op=MPI.REPLACE)
+        self.data.Flush(me)
+        self.pwin.Flush(me)
+
+    def count(self, rank: int, slot: int) -> None:
+        """Add one write to the version of buffer ``slot`` at ``rank`` (atomically)."""
+        self.version.Accumulate([np.ones(1, np.int64), MPI.INT64_T], rank,
+                                (slot, 1, MPI.INT64_T), op=MPI.SUM)  # fmt: skip
+        self.version.Flush(rank)
+
+
+class WindowOps:
+    """Mixin of :class:`MPIBackend`: the window ops (see the module docstring)."""
+
+    comm: Any
+    _n: int
+    _rank: int
+
+    def _init_window_ops(self) -> None:
+        self._windows: dict[str, _Window] = {}
+        self._with_p = False
+
+    # -- lookup and arguments ---------------------------------------------------------------
+    def _window(self, name: Any, op: str) -> _Window:
+        if not isinstance(name, str):
+            raise TypeError(f"{op}: name must be a str, got {type(name).__name__}")
+        win = self._windows.get(name)
+        if win is None:
+            raise ValueError(
+                f"{op}: agent {self._rank} has no window {name!r} (windows: "
+                f"{list(self._windows)}); create it with win_create first"
+            )
+        return win
+
+    @staticmethod
+    def _flag(value: Any, argname: str, op: str) -> bool:
+        if not isinstance(value, bool):
+            raise TypeError(f"{op}: {argname} must be a bool, got {type(value).__name__}")
+        return value
+
+    def _partners(self, obj: Any, allowed: np.ndarray, argname: str, op: str, kind: str):
+        """Return [(rank, weight)] ascending from a dict/list, checked against ``allowed``."""
+        if obj is None:
+            return [(int(j), 1.0) for j in allowed]
+        ranks, weights = rank_weights(obj, self._n, self._rank, argname)
+        bad = ranks[~np.isin(ranks, allowed)]
+        if bad.size:
+            raise ValueError(
+                f"{op}: {argname} names rank {bad[0]}, which is not an {kind} of agent "
+                f"{self._rank} in the window's topology ({kind}s {allowed.tolist()})"
+            )
+        return list(zip(ranks.tolist(), weights.tolist(), strict=True))
+
+    def _operand(self, win: _Window, x: Any, op: str) -> np.ndarray:
+        arr, _ = _arrays.to_numpy(x)
+        if arr.dtype != win.arr.dtype or arr.shape != win.arr.shape:
+            raise ValueError(
+                f"{op}: x is {arr.dtype} {arr.shape} on agent {self._rank} but window "
+                f"{win.name!r} holds {win.arr.dtype} {win.arr.shape}"
+            )
+        return arr
+
+    # -- create and free (collective) ---------------------------------------------------------
+    def win_create(self, x: Any, name: str, zero_init: bool = False) -> bool:
+        error, arr, kind, fp, describe = None, None, None, 0, "an invalid argument"
+        try:
+            if not isinstance(name, str) or not name:
+                raise TypeError(f"win_create: name must be a non-empty str, got {name!r}")
+            self._flag(zero_init, "zero_init", "win_create")
+            if name in self._windows:
+                raise ValueError(f"win_create: a window named {name!r} exists already")
+            if not isinstance(x, np.ndarray) and not _arrays.is_tensor(x):
+                raise TypeError(
+                    "win_create: x must be a numpy array or a CPU tensor (updated in place), "
+                    f"got {type(x).__name__}"
+                )
+            arr, kind = _arrays.to_numpy(x)
+            _arrays.require_float(arr, "win_create")
+            if not arr.flags.c_contiguous or not arr.flags.writeable:
+                raise ValueError("win_create: x must be C-contiguous and writeable")
+            fp = fingerprint("win_create", name, arr.dtype.str, arr.shape, zero_init)
+            describe = f"window {name!r} of {arr.dtype} {arr.shape}"
+        except (TypeError, ValueError) as exc:
+            error = LocalError(exc)
+        agree(self.comm, MPI, fp, error, describe)
+        self._drain()
+        topo = self._topology
+        srcs = np.asarray(topo.in_neighbors(self._rank), dtype=np.int64)
+        dsts = np.asarray(topo.out_neighbors(self._rank), dtype=np.int64)
+        remote_slot = {int(j): topo.in_neighbors(int(j)).index(self._rank) for j in dsts}
+        self._windows[name] = _Window(self.comm, name, arr, kind, srcs, dsts, remote_slot,
+                                      zero_init)  # fmt: skip
+        self.comm.Barrier()  # every window is initialized before anyone writes to it
+        return True
+
+    def win_free(self, name: str | None = None) -> bool:
+        error, fp = None, 0
+        try:
+            if name is not None:
+                self._window(name, "win_free")
+            fp = fingerprint("win_free", name)
+        except (TypeError, ValueError) as exc:
+            error = LocalError(exc)
+        agree(self.comm, MPI, fp, error, f"win_free({name!r})")
+        for key in list(self._windows) if name is None else [name]:
+            self._windows.pop(key).free()
+        return True
+
+    def win_names(self) -> list[str]:
+        return list(self._windows)
+
+    def _free_windows(self) -> None:
+        for win in self._windows.values():
+            win.free()
+        self._windows.clear()
+
+    # -- put, accumulate, get ---------------------------------------------------------------
+    def win_put(self, x, name, self_weight=None, dst_weights=None, require_mutex=False):
+        return self._push("win_put", x, name, self_weight, dst_weights, require_mutex)
+
+    def win_accumulate(self, x, name, self_weight=None, dst_weights=None, require_mutex=False):
+        return self._push("win_accumulate", x, name, self_weight, dst_weights, require_mutex)
+
+    def _push(self, op, x, name, self_weight, dst_weights, require_mutex) -> bool:
+        win = self._window(name, op)
+        arr = self._operand(win, x, op)
+        self._flag(require_mutex, "require_mutex", op)
+        sw = 1.0 if self_weight is None else scalar_weight(self_weight, "self_weight")
+        dsts = self._partners(dst_weights, win.dsts, "dst_weights", op, "out-neighbor")
+        flat = arr.reshape(-1)
+        how = MPI.REPLACE if op == "win_put" else MPI.SUM  # REPLACE: atomic like the SUMs
+        keep = []
+        with win.holding([j for j, _ in dsts], require_mutex):
+            for j, w in dsts:
+                buf = flat if w == 1.0 else np.multiply(flat, flat.dtype.type(w))
+                keep.append(buf)
+                slot = win.remote_slot[j]
+                target = ((1 + slot) * win.m, win.m, win.mpi_type)
+                win.data.Accumulate(buf, j, target, op=how)
+                if self._with_p:
+                    pbuf = np.array([win.p * w])
+                    keep.append(pbuf)
+                    win.pwin.Accumulate(pbuf, j, (1 + slot, 1, MPI.DOUBLE), op=how)
+                win.data.Flush(j)
+                win.pwin.Flush(j)
+                win.count(j, slot)
+        if sw != 1.0:
+            np.multiply(arr, arr.dtype.type(sw), out=arr)
+            if self._with_p:
+                win.p *= sw
+        with win.holding([self._rank], require_mutex):
+            win.expose(self._rank)
+        return True
+
+    def win_get(self, name, src_weights=None, require_mutex=False):
+        win = self._window(name, "win_get")
+        self._flag(require_mutex, "require_mutex", "win_get")
+        srcs = self._partners(src_weights, win.srcs, "src_weights", "win_get", "in-neighbor")
+        got = np.empty(win.m, dtype=win.arr.dtype)
+        pgot = np.empty(1)
+        me = self._rank
+        for j, w in srcs:
+            with win.holding([j], require_mutex):
+                win.data.Get(got, j, (0, win.m, win.mpi_type))
+                win.pwin.Get(pgot, j, (0, 1, MPI.DOUBLE))
+                win.data.Flush(j)
+                win.pwin.Flush(j)
+            slot = 1 + win.slot_of[j]
+            value = got if w == 1.0 else np.multiply(got, got.dtype.type(w))
+            win.data.Accumulate(value, me, (slot * win.m, win.m, win.mpi_type), op=MPI.REPLACE)
+            win.data.Flush(me)
+            if self._with_p:
+                pvalue = np.array([pgot[0] * w])
+                win.pwin.Accumulate(pvalue, me, (slot, 1, MPI.DOUBLE), op=MPI.REPLACE)
+                win.pwin.Flush(me)
+            win.count(me, slot - 1)
+        return True
+
+    # -- update -------------------------------------------------------------------------
+    def win_update(self, name, self_weight=None, neighbor_weights=None, reset=False,
+                   clone=False, require_mutex=False):  # fmt: skip
+        win = self._window(name, "win_update")
+        for flag, argname in ((reset, "reset"), (clone, "clone"), (require_mutex, "require_mutex")):
+            self._flag(flag, argname, "win_update")
+        if (self_weight is None) != (neighbor_weights is None):
+            raise ValueError(
+                "win_update: give self_weight and neighbor_weights together, or neither "
+                "(the topology's weights)"
+            )
+        if self_weight is None:
+            plan = self._static
+            sw, pairs = plan.self_weight, list(zip(plan.srcs.tolist(), plan.weights.tolist(),
+                                                   strict=True))  # fmt: skip
+        else:
+            sw = scalar_weight(self_weight, "self_weight")
+            pairs = self._partners(neighbor_weights, win.srcs, "neighbor_weights", "win_update",
+                                   "in-neighbor")  # fmt: skip
+        return self._update(win, sw, pairs, reset, clone, require_mutex)
+
+    def win_update_then_collect(self, name: str, require_mutex: bool = True) -> Any:
+        win = self._window(name, "win_update_then_collect")
+        self._flag(require_mutex, "require_mutex", "win_update_then_collect")
+        pairs = [(int(j), 1.0) for j in win.srcs]
+        return self._update(win, 1.0, pairs, True, False, require_mutex)
+
+    def _update(self, win: _Window, sw: float, pairs, reset: bool, clone: bool,
+                require_mutex: bool) -> Any:  # fmt: skip
+        me = self._rank
+        slots = np.array([1 + win.slot_of[j] for j, _ in pairs], dtype=np.int64)
+        weights = np.array([w for _, w in pairs], dtype=np.float64)
+        flat = win.arr.reshape(-1)
+        with win.holding([me], require_mutex):
+            for w in (win.data, win.pwin, win.version):
+                w.Sync()
+            out = _core.combine_rows(np.empty_like(flat), sw, flat, weights, win.mem, 0, slots)
+            p = sw * win.p
+            for k, w in zip(slots.tolist(), weights.tolist(), strict=True):
+                p = p + w * float(win.pmem[k])
+            if reset and slots.size:
+                zeros, zero = np.zeros(win.m, dtype=win.arr.dtype), np.zeros(1)
+                for k in slots.tolist():
+                    win.data.Accumulate(zeros, me, (k * win.m, win.m, win.mpi_type), op=MPI.REPLACE)
+                    win.pwin.Accumulate(zero, me, (k, 1, MPI.DOUBLE), op=MPI.REPLACE)
+                win.data.Flush(me)
+                win.pwin.Flush(me)
+            zero_count = np.zeros(1, np.int64)
+            for k in slots.tolist():
+                win.version.Accumulate([zero_count, MPI.INT64_T], me, (k - 1, 1, MPI.INT64_T),
+                                       op=MPI.REPLACE)  # fmt: skip
+            win.version.Flush(me)
+            if self._with_p:
+                win.p = p
+            if clone:
+                win.expose(me)
+                return wrap_like(out.reshape(win.arr.shape), win.kind)
+            flat[...] = out
+            win.expose(me)
+        return wrap_like(win.arr, win.kind)
+
+    # -- mutexes, versions, p ---------------------------------------------------------------
+    def win_mutex(self, name: str, for_self: bool = False, ranks: Any = None):
+        win = self._window(name, "win_mutex")
+        self._flag(for_self, "for_self", "win_mutex")
+        if for_self:
+            chosen = [self._rank]
+        elif ranks is None:
+            chosen = [int(j) for j in win.dsts]
+        else:
+            if isinstance(ranks, int | np.integer):
+                ranks = [ranks]
+            chosen = [self.check_rank(r, "ranks") for r in ranks]
+        return win.holding(chosen)
+
+    def get_win_version(self, name: str) -> dict[int, int]:
+        win = self._window(name, "get_win_version")
+        win.version.Sync()
+        return {int(j): int(win.vmem[k]) for k, j in enumerate(win.srcs)}
+
+    def win_associated_p(self, name: str) -> float:
+        return float(self._window(name, "win_associated_p").p)
+
+    def set_win_ops_with_associated_p(self, enabled: bool) -> None:
+        self._with_p = self._flag(enabled, "enabled", "set_win_ops_with_associated_p")

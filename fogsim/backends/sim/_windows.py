@@ -1,0 +1,500 @@
+"""One-sided window ops of the simulator, vectorized over agents, with modelled asynchrony.
+
+A window (:class:`SimWindow`) holds, for every agent ``i`` at once: the registered array
+``x`` (stacked, updated in place), one buffer per edge ``j -> i`` of the topology current at
+``win_create`` (edges in the order of ``topology.offdiag_csr()``: receiver rows, senders
+ascending), a write count (version) per buffer, the push-sum weight ``p_i`` with one
+p-buffer ``q`` per edge, and the *exposed* value and ``p`` that ``win_get`` reads (the
+registered value as it stood after agent ``i``'s own last put, accumulate or update).
+
+Arithmetic follows the MPI runtime's exactly, so a lock-step run is bit-identical to it:
+weights are float64 and cast to the data dtype before each product, and a combine adds one
+rounded product per buffer in ascending sender order (``fogsim._core.weighted_combine``),
+looping over degree slots, never over agents.
+
+Asynchrony (:class:`fogsim._asynchrony.Asynchrony`, see :func:`fogsim.set_asynchrony`):
+one clock for all windows; a round ends at every ``win_update``, its active agents are drawn
+at its first window op, and only they act. A message (one per edge of a put, accumulate
+or get) due ``d > 0`` rounds later waits in the window's queue, batched per send op and
+delay, and is delivered at the start of its round in send order. ``barrier()`` lets every
+agent catch up: it delivers everything in flight (in send order) and makes every agent
+active for the rest of the round. The default schedule is lock-step: every agent acts,
+every message lands at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import numpy as np
+
+from ... import _arrays
+from ..._arrays import is_tensor, to_numpy, wrap_like
+from ..._asynchrony import Asynchrony
+from ...topology import Topology, as_topology
+from .._weights import is_matrix
+from ._plan import rank_rows, self_weights, slot_add
+
+__all__ = ["SimWindow", "WindowOps"]
+
+_PUT, _ACCUMULATE, _GET = "put", "accumulate", "get"
+
+
+class SimWindow:
+    """The state of one window for all agents (see the module docstring).
+
+    The properties (``edges``, ``buffers``, ``versions``, ``p_buffers``) and the
+    ``in_flight*`` methods are read-only views for tests and debugging; the plain
+    attributes are the working arrays of :class:`WindowOps`, which alone changes them.
+    """
+
+    def __init__(self, name: str, obj: Any, arr: np.ndarray, kind: _arrays.Kind,
+                 topo: Topology, default: Topology, zero_init: bool) -> None:  # fmt: skip
+        n = arr.shape[0]
+        self.name, self.obj, self.kind = name, obj, kind
+        self.dtype, self.shape = arr.dtype, arr.shape
+        self.flat = arr.reshape(n, int(np.prod(arr.shape[1:], dtype=np.int64)))  # a view
+        indptr, indices, _ = topo.offdiag_csr()
+        self.indptr = indptr
+        self.send = indices.astype(np.int64)
+        self.recv = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+        self.keys = self.recv * n + self.send  # strictly ascending
+        self.all_edges = np.arange(self.send.size, dtype=np.int64)
+        # win_update's default weights: the topology's as neighbor_allreduce uses them
+        self.self_weight = default.self_weights
+        self.weights = np.zeros(self.send.size)
+        dptr, didx, ddata = default.offdiag_csr()
+        drecv = np.repeat(np.arange(n, dtype=np.int64), np.diff(dptr))
+        self.weights[np.searchsorted(self.keys, drecv * n + didx)] = ddata
+        self.buf = np.zeros((self.send.size, self.flat.shape[1]), self.dtype)
+        if not zero_init:
+            self.buf[...] = self.flat[self.recv]
+        self.ver = np.zeros(self.send.size, np.int64)
+        self.p = np.ones(n)
+        self.q = np.full(self.send.size, 0.0 if zero_init else 1.0)
+        self.exposed = self.flat.copy()
+        self.exposed_p = self.p.copy()
+        # arrival round -> [(send sequence number, kind, edges, values, p values or None)]
+        self._queue: dict[int, list[tuple[int, str, np.ndarray, np.ndarray, Any]]] = {}
+        self._sent = 0
+
+    # -- read-only views (tests, debugging) -------------------------------------------------
+    @staticmethod
+    def _view(a: np.ndarray, shape: tuple[int, ...] | None = None) -> np.ndarray:
+        v = a.view() if shape is None else a.reshape(shape)
+        v.flags.writeable = False
+        return v
+
+    @property
+    def edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(receiver, sender)`` of every buffer, in buffer order."""
+        return self._view(self.recv), self._view(self.send)
+
+    @property
+    def buffers(self) -> np.ndarray:
+        """The buffers, ``(edges, *x.shape[1:])`` in edge order."""
+        return self._view(self.buf, (self.send.size, *self.shape[1:]))
+
+    @property
+    def versions(self) -> np.ndarray:
+        """Writes to each buffer since it was last read by ``win_update``."""
+        return self._view(self.ver)
+
+    @property
+    def p_buffers(self) -> np.ndarray:
+        """The p-buffers ``q``, one per edge."""
+        return self._view(self.q)
+
+    def in_flight(self) -> int:
+        """Return how many messages are on their way (sent, not delivered yet, not lost)."""
+        return sum(len(b[2]) for batches in self._queue.values() for b in batches)
+
+    def in_flight_mass(self) -> tuple[np.ndarray, float]:
+        """Return the sums of the values and of the p's that messages in flight carry.
+
+        For tests and debugging: with accumulates only (push-sum), ``sum(x) + sum of
+        buffers + values in flight`` and ``sum(p) + sum(q) + p in flight`` are conserved.
+        """
+        x = np.zeros(self.flat.shape[1])
+        p = 0.0
+        for batches in self._queue.values():
+            for _, _, _, vals, pvals in batches:
+                x += vals.sum(axis=0, dtype=np.float64)
+                p += 0.0 if pvals is None else float(pvals.sum())
+        return x.reshape(self.shape[1:]), p
+
+    # -- messages ---------------------------------------------------------------------------
+    def apply(self, kind: str, edges: np.ndarray, vals: np.ndarray, pvals: Any) -> None:
+        """Land messages (``edges`` unique): a put or get overwrites, an accumulate adds."""
+        if not edges.size:
+            return
+        if kind == _ACCUMULATE:
+            self.buf[edges] += vals
+            if pvals is not None:
+                self.q[edges] += pvals
+        else:
+            self.buf[edges] = vals
+            if pvals is not None:
+                self.q[edges] = pvals
+        self.ver[edges] += 1
+
+    def enqueue(self, due: int, kind: str, edges: np.ndarray, vals: np.ndarray, pvals: Any):
+        """Hold messages until round ``due``."""
+        self._queue.setdefault(due, []).append((self._sent, kind, edges, vals, pvals))
+        self._sent += 1
+
+    def deliver_due(self, now: int) -> None:
+        """Land the messages due in round ``now``, in send order."""
+        for _, *batch in self._queue.pop(now, ()):
+            self.apply(*batch)
+
+    def deliver_all(self) -> None:
+        """Land every message in flight, in send order."""
+        batches = sorted((b for due in self._queue.values() for b in due), key=lambda b: b[0])
+        self._queue.clear()
+        for _, *batch in batches:
+            self.apply(*batch)
+
+    def expose(self, rows: np.ndarray | None) -> None:
+        """Refresh the exposed value and p of ``rows`` (None: every agent)."""
+        if rows is None:
+            self.exposed[...] = self.flat
+            self.exposed_p[...] = self.p
+        else:
+            self.exposed[rows] = self.flat[rows]
+            self.exposed_p[rows] = self.p[rows]
+
+
+class WindowOps:
+    """Mixin of :class:`SimBackend`: the window ops (see the module docstring)."""
+
+    _n: int
+    _topology: Topology
+    _is_weighted: bool
+
+    def _init_windows(self) -> None:
+        self._windows: dict[str, SimWindow] = {}
+        self._with_p = False
+        self._asynchrony = Asynchrony(self._n)
+        self._round = 0
+        self._active: np.ndarray | None = None  # ascending active ranks; None: all
+        self._active_mask: np.ndarray | None = None
+        self._drawn = False  # whether this round's active set is drawn yet
+
+    # -- lookup, arguments --------------------------------------------------------------------
+    def window(self, name: str) -> SimWindow:
+        """Return the window ``name``'s state (read-only views; for tests and debugging)."""
+        return self._win(name, "window")
+
+    def _win(self, name: Any, op: str) -> SimWindow:
+        if not isinstance(name, str):
+            raise TypeError(f"{op}: name must be a str, got {type(name).__name__}")
+        win = self._windows.get(name)
+        if win is None:
+            raise ValueError(
+                f"{op}: no window {name!r} (windows: {list(self._windows)}); "
+                "create it with win_create first"
+            )
+        return win
+
+    @staticmethod
+    def _flag(value: Any, argname: str, op: str) -> bool:
+        if not isinstance(value, bool):
+            raise TypeError(f"{op}: {argname} must be a bool, got {type(value).__name__}")
+        return value
+
+    def _operand(self, win: SimWindow, x: Any, op: str) -> np.ndarray:
+        if not isinstance(x, np.ndarray) and not is_tensor(x):
+            raise TypeError(
+                f"{op}: x must be a numpy array or a CPU tensor (scaled in place), "
+                f"got {type(x).__name__}"
+            )
+        arr, _ = to_numpy(x)
+        if arr.dtype != win.dtype or arr.shape != win.shape:
+            raise ValueError(
+                f"{op}: x is {arr.dtype} {arr.shape} but window {win.name!r} holds "
+                f"{win.dtype} {win.shape}"
+            )
+        return arr
+
+    def _edges(self, win: SimWindow, obj: Any, argname: str, op: str, by_sender: bool):
+        """Return the buffers (ascending edge ids) a weight argument names, and its weights.
+
+        ``obj``: None (every edge, weight 1), n per-agent dicts or rank lists (rows of the
+        sender when ``by_sender``, else of the receiver) or one matrix ``M[i, j]`` for the
+        edge ``j -> i`` (its diagonal is ignored).
+        """
+        n = self._n
+        if obj is None:
+            return win.all_edges, np.ones(win.all_edges.size)
+        if is_matrix(obj):
+            indptr, indices, data = as_topology(obj, size=n, argname=argname).offdiag_csr()
+            recv = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+            send = indices.astype(np.int64)
+        else:
+            indptr, indices, data = rank_rows(obj, n, argname)
+            owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+            other = indices.astype(np.int64)
+            recv, send = (other, owner) if by_sender else (owner, other)
+        keys = recv * n + send
+        pos = np.minimum(np.searchsorted(win.keys, keys), max(win.keys.size - 1, 0))
+        bad = np.flatnonzero(win.keys[pos] != keys) if win.keys.size else np.arange(keys.size)
+        if bad.size:
+            i, j = int(recv[bad[0]]), int(send[bad[0]])
+            where = f"{argname}[{i}, {j}]" if is_matrix(obj) else None
+            if by_sender:
+                outs = win.recv[win.send == j].tolist()
+                raise ValueError(
+                    f"{op}: {where or f'{argname}[{j}]'} names rank {i}, which is not an "
+                    f"out-neighbor of agent {j} in window {win.name!r} (out-neighbors {outs})"
+                )
+            ins = win.send[win.recv == i].tolist()
+            raise ValueError(
+                f"{op}: {where or f'{argname}[{i}]'} names rank {j}, which is not an "
+                f"in-neighbor of agent {i} in window {win.name!r} (in-neighbors {ins})"
+            )
+        order = np.argsort(pos, kind="stable")
+        return pos[order], data[order]
+
+    # -- rounds -------------------------------------------------------------------------------
+    def _active_ranks(self) -> np.ndarray | None:
+        """Return this round's active ranks (None: all), drawing them at its first op."""
+        if not self._drawn:
+            self._active = self._asynchrony.draw_active()
+            if self._active is None:
+                self._active_mask = None
+            else:
+                self._active_mask = np.zeros(self._n, dtype=bool)
+                self._active_mask[self._active] = True
+            self._drawn = True
+        return self._active
+
+    def _end_round(self) -> None:
+        self._round += 1
+        self._drawn = False
+        for win in self._windows.values():
+            win.deliver_due(self._round)
+
+    def _send(self, win: SimWindow, kind: str, edges, vals, pvals) -> None:
+        """Send one message per edge: land it now, later (delayed) or never (lost)."""
+        delays = self._asynchrony.draw_delays(edges.size)
+        lost = self._asynchrony.draw_lost(edges.size)
+        if delays is None and lost is None:
+            win.apply(kind, edges, vals, pvals)
+            return
+        keep = np.ones(edges.size, bool) if lost is None else ~lost
+        now = keep if delays is None else keep & (delays == 0)
+        win.apply(kind, edges[now], vals[now], None if pvals is None else pvals[now])
+        if delays is None:
+            return
+        for d in np.unique(delays[keep & (delays > 0)]).tolist():
+            sel = keep & (delays == d)
+            win.enqueue(self._round + d, kind, edges[sel], vals[sel],
+                        None if pvals is None else pvals[sel])  # fmt: skip
+
+    def _barrier_windows(self) -> None:
+        """Land every message in flight (in send order); all agents act until the round ends.
+
+        Every agent catches up at a barrier, so ``barrier(); win_update_then_collect()``
+        collects everything, whatever the activation rule.
+        """
+        for win in self._windows.values():
+            win.deliver_all()
+        self._active = self._active_mask = None
+        self._drawn = True
+
+    # -- create, free -------------------------------------------------------------------------
+    def win_create(self, x: Any, name: str, zero_init: bool = False) -> bool:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"win_create: name must be a non-empty str, got {name!r}")
+        self._flag(zero_init, "zero_init", "win_create")
+        if name in self._windows:
+            raise ValueError(f"win_create: a window named {name!r} exists already")
+        if not isinstance(x, np.ndarray) and not is_tensor(x):
+            raise TypeError(
+                "win_create: x must be a numpy array or a CPU tensor (updated in place), "
+                f"got {type(x).__name__}"
+            )
+        arr, kind = to_numpy(x)
+        _arrays.require_float(arr, "win_create")
+        if arr.ndim == 0 or arr.shape[0] != self._n:
+            raise ValueError(
+                f"win_create: x has shape {arr.shape}; stack one value per agent along a "
+                f"leading axis of {self._n} (see fogsim.local)"
+            )
+        if not arr.flags.c_contiguous or not arr.flags.writeable:
+            raise ValueError("win_create: x must be C-contiguous and writeable")
+        topo = self._topology
+        default = topo if self._is_weighted else topo.uniform()
+        self._windows[name] = SimWindow(name, x, arr, kind, topo, default, zero_init)
+        return True
+
+    def win_free(self, name: str | None = None) -> bool:
+        # Messages still in flight to a freed window are dropped with it.
+        if name is None:
+            self._windows.clear()
+        else:
+            self._win(name, "win_free")
+            del self._windows[name]
+        return True
+
+    def win_names(self) -> list[str]:
+        return list(self._windows)
+
+    # -- put, accumulate, get -----------------------------------------------------------------
+    def win_put(self, x, name, self_weight=None, dst_weights=None, require_mutex=False):
+        return self._push("win_put", _PUT, x, name, self_weight, dst_weights, require_mutex)
+
+    def win_accumulate(self, x, name, self_weight=None, dst_weights=None, require_mutex=False):
+        return self._push("win_accumulate", _ACCUMULATE, x, name, self_weight, dst_weights,
+                          require_mutex)  # fmt: skip
+
+    def _push(self, op, kind, x, name, self_weight, dst_weights, require_mutex) -> bool:
+        win = self._win(name, op)
+        arr = self._operand(win, x, op)
+        self._flag(require_mutex, "require_mutex", op)
+        sw = self_weights(self_weight, self._n)
+        edges, w = self._edges(win, dst_weights, "dst_weights", op, by_sender=True)
+        if sw is not None and not arr.flags.writeable:
+            raise ValueError(f"{op}: x is read-only, so self_weight cannot scale it in place")
+        active = self._active_ranks()
+        if active is not None:
+            keep = self._active_mask[win.send[edges]]
+            edges, w = edges[keep], w[keep]
+        src = win.send[edges]
+        flat = arr.reshape(win.flat.shape)
+        vals = flat[src] * w.astype(win.dtype)[:, None]
+        pvals = w * win.p[src] if self._with_p else None
+        self._send(win, kind, edges, vals, pvals)
+        if sw is not None:
+            col = (slice(None),) + (None,) * (arr.ndim - 1)
+            swd = sw.astype(win.dtype)
+            if active is None:
+                np.multiply(arr, swd[col], out=arr)
+                if self._with_p:
+                    win.p *= sw
+            else:
+                arr[active] = arr[active] * swd[active][col]
+                if self._with_p:
+                    win.p[active] *= sw[active]
+        win.expose(active)
+        return True
+
+    def win_get(self, name, src_weights=None, require_mutex=False):
+        win = self._win(name, "win_get")
+        self._flag(require_mutex, "require_mutex", "win_get")
+        edges, w = self._edges(win, src_weights, "src_weights", "win_get", by_sender=False)
+        if self._active_ranks() is not None:
+            keep = self._active_mask[win.recv[edges]]
+            edges, w = edges[keep], w[keep]
+        src = win.send[edges]
+        vals = win.exposed[src] * w.astype(win.dtype)[:, None]
+        pvals = w * win.exposed_p[src] if self._with_p else None
+        self._send(win, _GET, edges, vals, pvals)
+        return True
+
+    # -- update -------------------------------------------------------------------------------
+    def win_update(self, name, self_weight=None, neighbor_weights=None, reset=False,
+                   clone=False, require_mutex=False):  # fmt: skip
+        win = self._win(name, "win_update")
+        for flag, argname in ((reset, "reset"), (clone, "clone"), (require_mutex, "require_mutex")):
+            self._flag(flag, argname, "win_update")
+        if (self_weight is None) != (neighbor_weights is None):
+            raise ValueError(
+                "win_update: give self_weight and neighbor_weights together, or neither "
+                "(the topology's weights)"
+            )
+        if self_weight is None:
+            sw, edges, w = win.self_weight, win.all_edges, win.weights
+        else:
+            sw = self_weights(self_weight, self._n)
+            edges, w = self._edges(win, neighbor_weights, "neighbor_weights", "win_update",
+                                   by_sender=False)  # fmt: skip
+        return self._update(win, sw, edges, w, reset, clone)
+
+    def win_update_then_collect(self, name: str, require_mutex: bool = True) -> Any:
+        win = self._win(name, "win_update_then_collect")
+        self._flag(require_mutex, "require_mutex", "win_update_then_collect")
+        edges = win.all_edges
+        return self._update(win, np.ones(self._n), edges, np.ones(edges.size), True, False)
+
+    def _update(self, win: SimWindow, sw, edges, w, reset: bool, clone: bool) -> Any:
+        """``x_i <- sw_i x_i + sum_j w_ij b[i<-j]`` for the active i; then end the round."""
+        n = self._n
+        rows = self._active_ranks()
+        recv = win.recv[edges]
+        counts = np.bincount(recv, minlength=n)
+        if rows is not None:
+            keep = self._active_mask[recv]
+            edges, w, counts, sw = edges[keep], w[keep], counts[rows], sw[rows]
+        indptr = np.concatenate([[0], np.cumsum(counts)])
+        flat = win.flat if rows is None else win.flat[rows]
+        out = flat * sw.astype(win.dtype)[:, None]
+        slot_add(out, indptr, edges, w.astype(win.dtype), win.buf)
+        if self._with_p:
+            p = (win.p if rows is None else win.p[rows]) * sw
+            slot_add(p, indptr, edges, w, win.q)
+            win.p[slice(None) if rows is None else rows] = p
+        if reset:
+            win.buf[edges] = 0
+            win.q[edges] = 0.0
+        win.ver[edges] = 0
+        if clone:
+            if rows is None:
+                result = out
+            else:
+                result = win.flat.copy()
+                result[rows] = out
+            value = wrap_like(result.reshape(win.shape), win.kind)
+        else:
+            win.flat[slice(None) if rows is None else rows] = out
+            value = win.obj
+        win.expose(rows)
+        self._end_round()
+        return value
+
+    # -- mutexes, versions, p, asynchrony -----------------------------------------------------
+    def win_mutex(self, name: str, for_self: bool = False, ranks: Any = None):
+        """Return a context manager that holds nothing: every simulated op is atomic."""
+        self._win(name, "win_mutex")
+        self._flag(for_self, "for_self", "win_mutex")
+        if ranks is not None:
+            if is_tensor(ranks):
+                ranks = ranks.tolist()
+            for r in np.ravel(np.asarray(ranks, dtype=object)).tolist():
+                if isinstance(r, list | tuple | np.ndarray):  # ragged per-agent lists
+                    for s in np.ravel(np.asarray(r, dtype=object)).tolist():
+                        self.check_rank(s, "ranks")  # type: ignore[attr-defined]
+                else:
+                    self.check_rank(r, "ranks")  # type: ignore[attr-defined]
+        return contextlib.nullcontext()
+
+    def get_win_version(self, name: str) -> list[dict[int, int]]:
+        win = self._win(name, "get_win_version")
+        ver, send, ptr = win.ver.tolist(), win.send.tolist(), win.indptr.tolist()
+        rows = zip(ptr[:-1], ptr[1:], strict=True)
+        return [dict(zip(send[a:b], ver[a:b], strict=True)) for a, b in rows]
+
+    def win_associated_p(self, name: str) -> np.ndarray:
+        return self._win(name, "win_associated_p").p.copy()
+
+    def set_win_ops_with_associated_p(self, enabled: bool) -> None:
+        self._with_p = self._flag(enabled, "enabled", "set_win_ops_with_associated_p")
+
+    def set_asynchrony(self, activation: str = "all", **options: Any) -> None:
+        """Model asynchrony from now on (see :func:`fogsim.set_asynchrony`).
+
+        Without a seed, the world's (``init(seed=...)``) is used, else a fixed default. The
+        current round's active set is drawn afresh; messages in flight stay in flight.
+        """
+        if options.get("seed") is None:
+            options["seed"] = self._world_seed()
+        self._asynchrony = Asynchrony(self._n, activation, **options)
+        self._drawn = False
+
+    def _world_seed(self) -> int | None:
+        from ... import _context
+
+        ctx = _context.peek()
+        return ctx.seed if ctx is not None and ctx.backend is self else None
