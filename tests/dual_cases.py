@@ -279,39 +279,37 @@ def case_torch_tensors_keep_type_and_dtype():
 # default schedule, where every agent is active and messages arrive at once) ---------------
 def _window_script():
     """A fixed sequence of window ops; returns what it observed (stacked in simulation)."""
-    from fogsim import _api as W  # the window ops
-
     n = fs.size()
     topo = T.exponential_two_graph(n)
     data = _data(n, (2, 3), seed=11)
     x = fs.local(lambda r: data[r].copy())
     seen = {}
-    W.win_create(x, "w")
-    seen["create_update"] = np.array(W.win_update("w", clone=True))
+    fs.win_create(x, "w")
+    seen["create_update"] = np.array(fs.win_update("w", clone=True))
     fs.barrier()  # under MPI a fast neighbor's put must not land before this update
-    W.win_put(x, "w")
+    fs.win_put(x, "w")
     fs.barrier()
-    seen["put_versions"] = W.get_win_version("w")
-    seen["put_update"] = np.array(W.win_update("w", clone=True))
+    seen["put_versions"] = fs.get_win_version("w")
+    seen["put_update"] = np.array(fs.win_update("w", clone=True))
     fs.barrier()
     half = fs.local(lambda r: {int(j): 0.5 for j in topo.out_neighbors(r)})
-    W.win_accumulate(x, "w", self_weight=0.25, dst_weights=half)
+    fs.win_accumulate(x, "w", self_weight=0.25, dst_weights=half)
     fs.barrier()
-    seen["acc_collect"] = np.array(W.win_update_then_collect("w")).copy()
+    seen["acc_collect"] = np.array(fs.win_update_then_collect("w")).copy()
     fs.barrier()
     twice = fs.local(lambda r: {int(j): 2.0 for j in topo.in_neighbors(r)})
-    W.win_get("w", src_weights=twice)
+    fs.win_get("w", src_weights=twice)
     fs.barrier()
-    seen["get_versions"] = W.get_win_version("w")
+    seen["get_versions"] = fs.get_win_version("w")
     fs.barrier()
     ones = fs.local(lambda r: {int(j): 1.0 for j in topo.in_neighbors(r)})
     zero = fs.local(lambda r: 0.0)
-    seen["get_update"] = np.array(W.win_update("w", self_weight=zero, neighbor_weights=ones,
+    seen["get_update"] = np.array(fs.win_update("w", self_weight=zero, neighbor_weights=ones,
                                                reset=True, clone=True))  # fmt: skip
-    seen["after_reset"] = np.array(W.win_update("w", clone=True))
-    seen["names"] = W.win_names()
-    W.win_free("w")
-    seen["names_after"] = W.win_names()
+    seen["after_reset"] = np.array(fs.win_update("w", clone=True))
+    seen["names"] = fs.win_names()
+    fs.win_free("w")
+    seen["names_after"] = fs.win_names()
     return data, seen
 
 
@@ -354,53 +352,56 @@ def _same_dicts(got, want):
     assert got == want, (got, want)
 
 
-def case_push_sum_with_windows_conserves_mass():
-    from fogsim import _api as W
-
-    fs.init(topology=T.exponential_two_graph)
+def _push_sum_window(builder, name, seed, dim):
+    """Start push-sum on a window: return (n, data, x, keep share, out-neighbor shares)."""
+    fs.init(topology=builder)
     n = fs.size()
-    topo = T.exponential_two_graph(n)
-    data = _data(n, (4,), seed=3)
-    W.set_win_ops_with_associated_p(True)
+    topo = builder(n)
+    data = _data(n, (dim,), seed=seed)
+    fs.set_win_ops_with_associated_p(True)
     x = fs.local(lambda r: data[r].copy())
-    W.win_create(x, "ps", zero_init=True)
-    share = fs.local(lambda r: 1.0 / (len(topo.out_neighbors(r)) + 1))
-    dst = fs.local(
-        lambda r: dict.fromkeys(topo.out_neighbors(r), 1.0 / (len(topo.out_neighbors(r)) + 1))
-    )
+    fs.win_create(x, name, zero_init=True)
+
+    def share_of(r):
+        return 1.0 / (len(topo.out_neighbors(r)) + 1)
+
+    dst = fs.local(lambda r: dict.fromkeys(topo.out_neighbors(r), share_of(r)))
+    return n, data, x, fs.local(share_of), dst
+
+
+def case_push_sum_with_windows_conserves_mass():
+    n, data, x, share, dst = _push_sum_window(T.exponential_two_graph, "ps", seed=3, dim=4)
     mass = fs.local(lambda r: np.array([float(n)]))
     for _ in range(60):
-        W.win_accumulate(x, "ps", self_weight=share, dst_weights=dst, require_mutex=True)
+        fs.win_accumulate(x, "ps", self_weight=share, dst_weights=dst, require_mutex=True)
         fs.barrier()
-        W.win_update_then_collect("ps")
+        fs.win_update_then_collect("ps")
         fs.barrier()
-        p = np.asarray(W.win_associated_p("ps"))[..., None]  # (1,) per agent
+        p = np.asarray(fs.win_associated_p("ps"))[..., None]  # (1,) per agent
         _same(fs.allreduce(p, average=False), mass, rtol=1e-12)
     _same(x / p, fs.local(lambda r: data.mean(axis=0)), rtol=1e-10)
-    W.win_free()
-    W.set_win_ops_with_associated_p(False)
+    fs.win_free()
+    fs.set_win_ops_with_associated_p(False)
     fs.shutdown()
 
 
 def case_window_bad_input_raises():
-    from fogsim import _api as W
-
     fs.init(topology=T.ring_graph)
     n = fs.size()
     x = fs.local(lambda r: np.zeros(3))
-    _raises_everywhere(ValueError, "no window 'nope'", W.win_update, "nope")
-    W.win_create(x, "a")
-    _raises_everywhere(ValueError, "exists already", W.win_create, x, "a")
+    _raises_everywhere(ValueError, "no window 'nope'", fs.win_update, "nope")
+    fs.win_create(x, "a")
+    _raises_everywhere(ValueError, "exists already", fs.win_create, x, "a")
     _raises_everywhere(ValueError, "win_free", fs.set_topology, T.exponential_two_graph)
     if n >= 4:  # on a ring of 4 or more, agent r + 2 is no neighbor
         far = fs.local(lambda r: {(r + 2) % n: 1.0})
-        _raises_everywhere(ValueError, "not an out-neighbor", W.win_put, x, "a",
+        _raises_everywhere(ValueError, "not an out-neighbor", fs.win_put, x, "a",
                            dst_weights=far)  # fmt: skip
-        _raises_everywhere(ValueError, "not an in-neighbor", W.win_get, "a", src_weights=far)
-    _raises_everywhere(TypeError, "require_mutex", W.win_put, x, "a", require_mutex=1)
-    _raises_everywhere(ValueError, "together", W.win_update, "a", self_weight=0.5)
-    W.win_free()
-    assert W.win_names() == []
+        _raises_everywhere(ValueError, "not an in-neighbor", fs.win_get, "a", src_weights=far)
+    _raises_everywhere(TypeError, "require_mutex", fs.win_put, x, "a", require_mutex=1)
+    _raises_everywhere(ValueError, "together", fs.win_update, "a", self_weight=0.5)
+    fs.win_free()
+    assert fs.win_names() == []
     fs.shutdown()
 
 
@@ -436,15 +437,7 @@ def _is_mpi() -> bool:
 def case_push_sum_with_a_straggler_finishes_and_conserves_mass():
     import time
 
-    fs.init(topology=T.ring_graph)
-    n = fs.size()
-    topo = T.ring_graph(n)
-    data = _data(n, (3,), seed=9)
-    fs.set_win_ops_with_associated_p(True)
-    x = fs.local(lambda r: data[r].copy())
-    fs.win_create(x, "s", zero_init=True)
-    share = fs.local(lambda r: 1.0 / (len(topo.out_neighbors(r)) + 1))
-    dst = fs.local(lambda r: dict.fromkeys(topo.out_neighbors(r), 1.0 / (len(topo.out_neighbors(r)) + 1)))  # noqa: E501
+    n, data, x, share, dst = _push_sum_window(T.ring_graph, "s", seed=9, dim=3)
     slow = fs.rank() == n - 1 if _is_mpi() else False  # under MPI the last rank is 20x slower
     for _ in range(40):
         fs.win_accumulate(x, "s", self_weight=share, dst_weights=dst, require_mutex=True)

@@ -32,6 +32,7 @@ from mpi4py import MPI
 
 from ... import _arrays, _core
 from ..._arrays import Kind, wrap_like
+from .._windows import check_flag, check_update_args
 from ._agree import LocalError, agree, fingerprint
 from ._plan import rank_weights, scalar_weight
 
@@ -166,12 +167,6 @@ class WindowOps:
             )
         return win
 
-    @staticmethod
-    def _flag(value: Any, argname: str, op: str) -> bool:
-        if not isinstance(value, bool):
-            raise TypeError(f"{op}: {argname} must be a bool, got {type(value).__name__}")
-        return value
-
     def _partners(self, obj: Any, allowed: np.ndarray, argname: str, op: str, kind: str):
         """Return [(rank, weight)] ascending from a dict/list, checked against ``allowed``."""
         if obj is None:
@@ -200,7 +195,7 @@ class WindowOps:
         try:
             if not isinstance(name, str) or not name:
                 raise TypeError(f"win_create: name must be a non-empty str, got {name!r}")
-            self._flag(zero_init, "zero_init", "win_create")
+            check_flag(zero_init, "zero_init", "win_create")
             if name in self._windows:
                 raise ValueError(f"win_create: a window named {name!r} exists already")
             if not isinstance(x, np.ndarray) and not _arrays.is_tensor(x):
@@ -258,7 +253,7 @@ class WindowOps:
     def _push(self, op, x, name, self_weight, dst_weights, require_mutex) -> bool:
         win = self._window(name, op)
         arr = self._operand(win, x, op)
-        self._flag(require_mutex, "require_mutex", op)
+        check_flag(require_mutex, "require_mutex", op)
         sw = 1.0 if self_weight is None else scalar_weight(self_weight, "self_weight")
         dsts = self._partners(dst_weights, win.dsts, "dst_weights", op, "out-neighbor")
         flat = arr.reshape(-1)
@@ -288,7 +283,7 @@ class WindowOps:
 
     def win_get(self, name, src_weights=None, require_mutex=False):
         win = self._window(name, "win_get")
-        self._flag(require_mutex, "require_mutex", "win_get")
+        check_flag(require_mutex, "require_mutex", "win_get")
         srcs = self._partners(src_weights, win.srcs, "src_weights", "win_get", "in-neighbor")
         got = np.empty(win.m, dtype=win.arr.dtype)
         pgot = np.empty(1)
@@ -314,14 +309,7 @@ class WindowOps:
     def win_update(self, name, self_weight=None, neighbor_weights=None, reset=False,
                    clone=False, require_mutex=False):  # fmt: skip
         win = self._window(name, "win_update")
-        for flag, argname in ((reset, "reset"), (clone, "clone"), (require_mutex, "require_mutex")):
-            self._flag(flag, argname, "win_update")
-        if (self_weight is None) != (neighbor_weights is None):
-            raise ValueError(
-                "win_update: give self_weight and neighbor_weights together, or neither "
-                "(the topology's weights)"
-            )
-        if self_weight is None:
+        if not check_update_args(self_weight, neighbor_weights, reset, clone, require_mutex):
             plan = self._static
             sw, pairs = plan.self_weight, list(zip(plan.srcs.tolist(), plan.weights.tolist(),
                                                    strict=True))  # fmt: skip
@@ -333,7 +321,7 @@ class WindowOps:
 
     def win_update_then_collect(self, name: str, require_mutex: bool = True) -> Any:
         win = self._window(name, "win_update_then_collect")
-        self._flag(require_mutex, "require_mutex", "win_update_then_collect")
+        check_flag(require_mutex, "require_mutex", "win_update_then_collect")
         pairs = [(int(j), 1.0) for j in win.srcs]
         return self._update(win, 1.0, pairs, True, False, require_mutex)
 
@@ -374,7 +362,7 @@ class WindowOps:
     # -- mutexes, versions, p ---------------------------------------------------------------
     def win_mutex(self, name: str, for_self: bool = False, ranks: Any = None):
         win = self._window(name, "win_mutex")
-        self._flag(for_self, "for_self", "win_mutex")
+        check_flag(for_self, "for_self", "win_mutex")
         if for_self:
             chosen = [self._rank]
         elif ranks is None:
@@ -394,4 +382,4 @@ class WindowOps:
         return float(self._window(name, "win_associated_p").p)
 
     def set_win_ops_with_associated_p(self, enabled: bool) -> None:
-        self._with_p = self._flag(enabled, "enabled", "set_win_ops_with_associated_p")
+        self._with_p = check_flag(enabled, "enabled", "set_win_ops_with_associated_p")

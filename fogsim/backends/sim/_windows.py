@@ -34,6 +34,7 @@ from ..._arrays import is_tensor, to_numpy, wrap_like
 from ..._asynchrony import Asynchrony
 from ...topology import Topology, as_topology
 from .._weights import is_matrix
+from .._windows import check_flag, check_update_args
 from ._plan import rank_rows, self_weights, slot_add
 
 __all__ = ["SimWindow", "WindowOps"]
@@ -198,12 +199,6 @@ class WindowOps:
             )
         return win
 
-    @staticmethod
-    def _flag(value: Any, argname: str, op: str) -> bool:
-        if not isinstance(value, bool):
-            raise TypeError(f"{op}: {argname} must be a bool, got {type(value).__name__}")
-        return value
-
     def _operand(self, win: SimWindow, x: Any, op: str) -> np.ndarray:
         if not isinstance(x, np.ndarray) and not is_tensor(x):
             raise TypeError(
@@ -308,7 +303,7 @@ class WindowOps:
     def win_create(self, x: Any, name: str, zero_init: bool = False) -> bool:
         if not isinstance(name, str) or not name:
             raise TypeError(f"win_create: name must be a non-empty str, got {name!r}")
-        self._flag(zero_init, "zero_init", "win_create")
+        check_flag(zero_init, "zero_init", "win_create")
         if name in self._windows:
             raise ValueError(f"win_create: a window named {name!r} exists already")
         if not isinstance(x, np.ndarray) and not is_tensor(x):
@@ -353,7 +348,7 @@ class WindowOps:
     def _push(self, op, kind, x, name, self_weight, dst_weights, require_mutex) -> bool:
         win = self._win(name, op)
         arr = self._operand(win, x, op)
-        self._flag(require_mutex, "require_mutex", op)
+        check_flag(require_mutex, "require_mutex", op)
         sw = self_weights(self_weight, self._n)
         edges, w = self._edges(win, dst_weights, "dst_weights", op, by_sender=True)
         if sw is not None and not arr.flags.writeable:
@@ -383,7 +378,7 @@ class WindowOps:
 
     def win_get(self, name, src_weights=None, require_mutex=False):
         win = self._win(name, "win_get")
-        self._flag(require_mutex, "require_mutex", "win_get")
+        check_flag(require_mutex, "require_mutex", "win_get")
         edges, w = self._edges(win, src_weights, "src_weights", "win_get", by_sender=False)
         if self._active_ranks() is not None:
             keep = self._active_mask[win.recv[edges]]
@@ -398,14 +393,7 @@ class WindowOps:
     def win_update(self, name, self_weight=None, neighbor_weights=None, reset=False,
                    clone=False, require_mutex=False):  # fmt: skip
         win = self._win(name, "win_update")
-        for flag, argname in ((reset, "reset"), (clone, "clone"), (require_mutex, "require_mutex")):
-            self._flag(flag, argname, "win_update")
-        if (self_weight is None) != (neighbor_weights is None):
-            raise ValueError(
-                "win_update: give self_weight and neighbor_weights together, or neither "
-                "(the topology's weights)"
-            )
-        if self_weight is None:
+        if not check_update_args(self_weight, neighbor_weights, reset, clone, require_mutex):
             sw, edges, w = win.self_weight, win.all_edges, win.weights
         else:
             sw = self_weights(self_weight, self._n)
@@ -415,7 +403,7 @@ class WindowOps:
 
     def win_update_then_collect(self, name: str, require_mutex: bool = True) -> Any:
         win = self._win(name, "win_update_then_collect")
-        self._flag(require_mutex, "require_mutex", "win_update_then_collect")
+        check_flag(require_mutex, "require_mutex", "win_update_then_collect")
         edges = win.all_edges
         return self._update(win, np.ones(self._n), edges, np.ones(edges.size), True, False)
 
@@ -458,7 +446,7 @@ class WindowOps:
     def win_mutex(self, name: str, for_self: bool = False, ranks: Any = None):
         """Return a context manager that holds nothing: every simulated op is atomic."""
         self._win(name, "win_mutex")
-        self._flag(for_self, "for_self", "win_mutex")
+        check_flag(for_self, "for_self", "win_mutex")
         if ranks is not None:
             if is_tensor(ranks):
                 ranks = ranks.tolist()
@@ -480,7 +468,7 @@ class WindowOps:
         return self._win(name, "win_associated_p").p.copy()
 
     def set_win_ops_with_associated_p(self, enabled: bool) -> None:
-        self._with_p = self._flag(enabled, "enabled", "set_win_ops_with_associated_p")
+        self._with_p = check_flag(enabled, "enabled", "set_win_ops_with_associated_p")
 
     def set_asynchrony(self, activation: str = "all", **options: Any) -> None:
         """Model asynchrony from now on (see :func:`fogsim.set_asynchrony`).
