@@ -97,7 +97,7 @@ def current() -> Context:
     """Return the context of the running thread, else the one made by ``init()``."""
     stack = getattr(_thread, "stack", None)
     ctx = stack[-1] if stack else _current
-    if ctx is None or ctx.closed:
+    if ctx is None or ctx._closed:
         raise RuntimeError("fogsim is not initialized: call fogsim.init() first")
     return ctx
 

@@ -139,3 +139,76 @@ def test_combine_rows_refuses_bad_arguments(dispatch, args, error, match):
     kw.update(args)
     with pytest.raises(error, match=match):
         dispatch.combine_rows(**kw)
+
+
+# -- fusion queue -------------------------------------------------------------------------
+class _Done:
+    """A request that completed at once (what a transfer looks like once it arrived)."""
+
+    def Wait(self):  # noqa: N802 - the MPI request's names
+        pass
+
+    def Test(self):  # noqa: N802
+        return True
+
+
+class _Plan:
+    def __init__(self, self_weight, weights, select=None):
+        self.self_weight, self.weights, self.select = self_weight, weights, select
+
+
+def _queue(dispatch, threshold, batches):
+    """A queue whose flush 'receives' two neighbors that sent 2x and 3x our own bytes."""
+
+    def flush(entries, nbytes):
+        send = np.empty(nbytes, np.uint8)
+        dispatch.pack(send, [e.arr for e in entries], [e.offset for e in entries])
+        recv = np.stack([send, send]).copy()
+        for row, factor in enumerate((2.0, 3.0)):
+            for e in entries:
+                view = recv[row, e.offset : e.offset + e.arr.nbytes].view(e.arr.dtype)
+                view *= factor
+        batches.append([e.offset for e in entries])
+        dispatch.FusedBatch(entries, send, recv, _Done())
+
+    table = dispatch.HandleTable()
+    return dispatch.FusionQueue(threshold, flush, table), table
+
+
+def test_fusion_queue_combines_every_entry_from_one_message(dispatch):
+    batches = []
+    queue, table = _queue(dispatch, 1 << 20, batches)
+    plan = _Plan(0.5, np.array([0.25, 0.25]))
+    values = [np.arange(3.0), np.ones((2, 2), np.float32), np.array(4.0)]
+    handles = [queue.add(v, plan) for v in values]
+    assert len(queue) == 3 and queue.nbytes == 24 + 16 + 8 and batches == []
+    assert handles[1].poll() is True  # polling sends the queue
+    assert batches == [[0, 24, 40]] and len(queue) == 0
+    for v, h in zip(values, handles, strict=True):
+        got = h.wait()
+        assert got.dtype == v.dtype and got.shape == v.shape
+        assert got.tobytes() == (v * v.dtype.type(0.5) + v * 2 * v.dtype.type(0.25)
+                                 + v * 3 * v.dtype.type(0.25)).tobytes()  # fmt: skip
+    assert len(table) == 0
+
+
+def test_fusion_queue_flushes_before_overflow_and_sends_big_ones_alone(dispatch):
+    batches = []
+    queue, _ = _queue(dispatch, 32, batches)
+    plan = _Plan(1.0, np.array([0.0, 0.0]))
+    small = [queue.add(np.zeros(2), plan) for _ in range(2)]  # 16 + 16 bytes: fits
+    assert batches == []
+    third = queue.add(np.zeros(1), plan)  # would overflow: the first two go first
+    assert batches == [[0, 16]]
+    big = queue.add(np.zeros(8), plan)  # 64 bytes: flushes the third, then goes alone
+    assert batches == [[0, 16], [0], [0]]
+    for h in [*small, third, big]:
+        h.wait()
+
+
+def test_fusion_queue_wraps_results_and_selects_rows(dispatch):
+    batches = []
+    queue, _ = _queue(dispatch, 1 << 20, batches)
+    plan = _Plan(0.0, np.array([1.0]), select=np.array([1], np.int64))  # only the 3x row
+    h = queue.add(np.array([1.0, 2.0]), plan, wrap=lambda a: ("wrapped", a.tolist()))
+    assert h.wait() == ("wrapped", [3.0, 6.0])

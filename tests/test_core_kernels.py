@@ -386,9 +386,9 @@ def test_assemble_csr_bitwise(compiled, n, max_deg):
 
 def test_public_namespace():
     assert sorted(_core.__all__) == sorted([
-        "Handle", "HandleTable", "assemble_csr", "circulant_combine", "combine_rows",
-        "compiled", "csr_combine", "dispatch", "fallback", "fallback_dispatch", "kernels",
-        "pack", "weighted_combine",
+        "FusedBatch", "FusionQueue", "Handle", "HandleTable", "assemble_csr",
+        "circulant_combine", "combine_rows", "compiled", "csr_combine", "dispatch", "fallback",
+        "fallback_dispatch", "kernels", "pack", "weighted_combine",
     ])  # fmt: skip
     assert isinstance(_core.compiled, bool)
     assert _core.fallback is _fallback
@@ -396,7 +396,7 @@ def test_public_namespace():
     assert (_core.dispatch is _core.fallback_dispatch) is (not _core.compiled)
     for name in ("assemble_csr", "circulant_combine", "csr_combine", "weighted_combine"):
         assert getattr(_core, name) is getattr(_core.kernels, name)
-    for name in ("Handle", "HandleTable", "pack", "combine_rows"):
+    for name in ("Handle", "HandleTable", "pack", "combine_rows", "FusionQueue", "FusedBatch"):
         assert getattr(_core, name) is getattr(_core.dispatch, name)
 
 

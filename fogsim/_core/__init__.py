@@ -4,7 +4,7 @@
 without them the package runs on ``_fallback`` and ``_fallback_dispatch``, which give
 bit-identical results more slowly. ``kernels`` is the kernel module in use and ``fallback``
 the numpy one; ``dispatch`` and ``fallback_dispatch`` likewise for handles, the handle table
-and the fusion helpers (``pack``, ``combine_rows``).
+and tensor fusion (``FusionQueue``, ``FusedBatch``, ``pack``, ``combine_rows``).
 """
 
 from . import _fallback as fallback
@@ -26,8 +26,12 @@ Handle = dispatch.Handle
 HandleTable = dispatch.HandleTable
 pack = dispatch.pack
 combine_rows = dispatch.combine_rows
+FusionQueue = dispatch.FusionQueue
+FusedBatch = dispatch.FusedBatch
 
 __all__ = [
+    "FusedBatch",
+    "FusionQueue",
     "Handle",
     "HandleTable",
     "assemble_csr",

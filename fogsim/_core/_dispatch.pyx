@@ -7,6 +7,9 @@
   completes an operation, drops it from the table and releases the handle.
 * :func:`pack`: copy several arrays into one byte buffer at given offsets (the gaps are
   zeroed), so that fused tensors travel in one message.
+* :class:`FusionQueue`, :class:`FusedEntry`, :class:`FusedBatch`: tensor fusion. Small
+  nonblocking calls queue as entries; a flush sends them in one message (a batch); the
+  first wait on any of them combines every entry straight from the received bytes.
 * :func:`combine_rows`: the weighted combine of the neighbor rows of a received buffer,
   ``out <- self_weight * x + sum_k weights[k] * y_k`` with ``y_k`` read in place at a byte
   offset of row ``select[k]``: one fused tensor's share of a fused message is combined
@@ -28,7 +31,9 @@ from libc.string cimport memcpy, memset
 
 from ._kernels cimport rows_combine_f32, rows_combine_f64
 
-__all__ = ["Handle", "HandleTable", "combine_rows", "pack"]
+__all__ = [
+    "FusedBatch", "FusedEntry", "FusionQueue", "Handle", "HandleTable", "combine_rows", "pack",
+]
 
 
 cdef class Handle:
@@ -239,3 +244,126 @@ def combine_rows(out, double self_weight, x, weights, recv, Py_ssize_t offset=0,
         PyBuffer_Release(&xv)
         PyBuffer_Release(&o)
     return out
+
+
+# -- tensor fusion ------------------------------------------------------------------------------
+cdef Py_ssize_t _ALIGN = 8  # bytes; every fused tensor starts on a multiple of this
+
+
+cdef class FusedEntry:
+    """One nonblocking neighbor_allreduce waiting in a :class:`FusionQueue`, then in a batch.
+
+    ``arr`` is None when this rank's arguments were bad (``error`` says why); ``wrap``
+    turns the result into the caller's type (None: numpy). Calling the entry blocks until
+    its batch arrived and returns its result; :meth:`test` tells whether that is now.
+    """
+
+    cdef readonly object arr, wrap, error, plan
+    cdef readonly double self_weight
+    cdef readonly object weights, select
+    cdef readonly Py_ssize_t offset
+    cdef readonly bint check
+    cdef public FusedBatch batch
+    cdef object result
+    cdef FusionQueue queue
+
+    def __call__(self):
+        if self.batch is None:  # still queued: waiting on it sends the queue
+            self.queue.flush()
+        self.batch.complete()
+        result, self.result = self.result, None
+        return result
+
+    def test(self):
+        """Return whether calling the entry would not block (sends the queue if needed)."""
+        if self.batch is None:
+            self.queue.flush()
+        return self.batch.done or bool(self.batch.request.Test())
+
+
+cdef class FusedBatch:
+    """Entries sent in one message; ``recv`` holds one row of bytes per in-neighbor."""
+
+    cdef readonly list entries
+    cdef public object send, recv, request
+    cdef readonly bint done
+
+    def __init__(self, list entries, send, recv, request):
+        cdef FusedEntry e
+        self.entries, self.send, self.recv, self.request = entries, send, recv, request
+        for e in entries:
+            e.batch = self
+
+    def complete(self):
+        """Wait for the message and combine every entry's rows (once)."""
+        cdef FusedEntry e
+        if self.done:
+            return
+        self.request.Wait()
+        for e in self.entries:
+            out = combine_rows(_empty_like(e.arr), e.self_weight, e.arr, e.weights, self.recv,
+                               e.offset, e.select)
+            e.result = out if e.wrap is None else e.wrap(out)
+        self.done = True
+        self.send = self.recv = self.request = None
+
+
+cdef class FusionQueue:
+    """Small nonblocking calls waiting to be sent together; flushed by ``flush_fn``.
+
+    ``flush_fn(entries, nbytes)`` (the runtime's) agrees with the other ranks, packs and
+    sends, and returns the :class:`FusedBatch`. The queue flushes itself before an entry
+    that would overflow ``threshold`` bytes, and right after an entry larger than that.
+    """
+
+    cdef list _entries
+    cdef Py_ssize_t _nbytes
+    cdef readonly Py_ssize_t threshold
+    cdef object _flush_fn
+    cdef HandleTable _table
+
+    def __init__(self, Py_ssize_t threshold, flush_fn, HandleTable table):
+        self._entries, self._nbytes = [], 0
+        self.threshold, self._flush_fn, self._table = threshold, flush_fn, table
+
+    def __len__(self):
+        return len(self._entries)
+
+    @property
+    def nbytes(self):
+        return self._nbytes
+
+    cpdef Handle add(self, arr, plan, wrap=None, error=None, bint check=True, name=None):
+        """Queue ``arr`` combined by ``plan`` (self_weight, weights, select); return a handle."""
+        cdef Py_ssize_t size = 0 if arr is None else (arr.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
+        cdef FusedEntry e = FusedEntry.__new__(FusedEntry)
+        if self._entries and self._nbytes + size > self.threshold:
+            self.flush()
+        e.arr, e.plan, e.wrap, e.error, e.check, e.queue = arr, plan, wrap, error, check, self
+        if plan is not None:
+            e.self_weight, e.weights, e.select = plan.self_weight, plan.weights, plan.select
+        e.offset = self._nbytes
+        self._entries.append(e)
+        self._nbytes += size
+        if size > self.threshold:  # too big to share a message: send it alone now
+            self.flush()
+        return self._table.start("neighbor_allreduce", e, e.test, name)
+
+    cpdef flush(self):
+        """Send everything queued as one batch (collective: every rank flushes alike)."""
+        if not self._entries:
+            return
+        entries, nbytes = self._entries, self._nbytes
+        self._entries, self._nbytes = [], 0
+        self._flush_fn(entries, nbytes)
+
+
+cdef object _np_empty_like = None
+
+
+cdef object _empty_like(arr):
+    global _np_empty_like
+    if _np_empty_like is None:
+        import numpy
+        _np_empty_like = numpy.empty_like
+    return _np_empty_like(arr)

@@ -1,4 +1,4 @@
-"""Pure Python twins of ``_dispatch.pyx``: handles, the handle table, pack, combine_rows.
+"""Pure Python twins of ``_dispatch.pyx``: handles and their table, fusion, pack, combine_rows.
 
 Used when the extension is not compiled; results are bit-identical (``combine_rows`` does
 ``weighted_combine``'s operations in its order). See ``_dispatch.pyx`` for the contracts.
@@ -13,7 +13,9 @@ import numpy as np
 
 from ._fallback import weighted_combine
 
-__all__ = ["Handle", "HandleTable", "combine_rows", "pack"]
+__all__ = [
+    "FusedBatch", "FusedEntry", "FusionQueue", "Handle", "HandleTable", "combine_rows", "pack",
+]
 
 
 class Handle:
@@ -190,3 +192,93 @@ def combine_rows(
     ys = np.ascontiguousarray(block).view(out.dtype)
     weighted_combine(out.reshape(-1), self_weight, x.reshape(-1), weights, ys)
     return out
+
+
+# -- tensor fusion --------------------------------------------------------------------------
+_ALIGN = 8  # bytes; every fused tensor starts on a multiple of this
+
+
+class FusedEntry:
+    """One queued nonblocking neighbor_allreduce (see ``_dispatch.FusedEntry``)."""
+
+    __slots__ = (
+        "arr", "wrap", "error", "plan", "self_weight", "weights", "select", "offset", "check",
+        "batch", "result", "queue",
+    )  # fmt: skip
+
+    def __call__(self) -> Any:
+        if self.batch is None:  # still queued: waiting on it sends the queue
+            self.queue.flush()
+        self.batch.complete()
+        result, self.result = self.result, None
+        return result
+
+    def test(self) -> bool:
+        """Return whether calling the entry would not block (sends the queue if needed)."""
+        if self.batch is None:
+            self.queue.flush()
+        return self.batch.done or bool(self.batch.request.Test())
+
+
+class FusedBatch:
+    """Entries sent in one message (see ``_dispatch.FusedBatch``)."""
+
+    def __init__(self, entries: list, send: Any, recv: Any, request: Any) -> None:
+        self.entries, self.send, self.recv, self.request = entries, send, recv, request
+        self.done = False
+        for e in entries:
+            e.batch = self
+
+    def complete(self) -> None:
+        """Wait for the message and combine every entry's rows (once)."""
+        if self.done:
+            return
+        self.request.Wait()
+        for e in self.entries:
+            out = combine_rows(np.empty_like(e.arr), e.self_weight, e.arr, e.weights, self.recv,
+                               e.offset, e.select)  # fmt: skip
+            e.result = out if e.wrap is None else e.wrap(out)
+        self.done = True
+        self.send = self.recv = self.request = None
+
+
+class FusionQueue:
+    """Small nonblocking calls waiting to be sent together (see ``_dispatch.FusionQueue``)."""
+
+    def __init__(self, threshold: int, flush_fn: Callable[[list, int], Any],
+                 table: HandleTable) -> None:  # fmt: skip
+        self._entries: list[FusedEntry] = []
+        self._nbytes = 0
+        self.threshold, self._flush_fn, self._table = threshold, flush_fn, table
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def nbytes(self) -> int:
+        return self._nbytes
+
+    def add(self, arr, plan, wrap=None, error=None, check=True, name=None) -> Handle:
+        """Queue ``arr`` combined by ``plan`` (self_weight, weights, select); return a handle."""
+        size = 0 if arr is None else -(-arr.nbytes // _ALIGN) * _ALIGN
+        if self._entries and self._nbytes + size > self.threshold:
+            self.flush()
+        e = FusedEntry()
+        e.arr, e.plan, e.wrap, e.error, e.check, e.queue = arr, plan, wrap, error, check, self
+        e.self_weight = e.weights = e.select = e.batch = e.result = None
+        if plan is not None:
+            e.self_weight, e.weights, e.select = plan.self_weight, plan.weights, plan.select
+        e.offset = self._nbytes
+        self._entries.append(e)
+        self._nbytes += size
+        if size > self.threshold:  # too big to share a message: send it alone now
+            self.flush()
+        return self._table.start("neighbor_allreduce", e, e.test, name)
+
+    def flush(self) -> None:
+        """Send everything queued as one batch (collective: every rank flushes alike)."""
+        if not self._entries:
+            return
+        entries, nbytes = self._entries, self._nbytes
+        self._entries, self._nbytes = [], 0
+        self._flush_fn(entries, nbytes)

@@ -17,7 +17,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ... import _arrays, _core
-from ..._arrays import Kind, wrap_like
+from ..._arrays import wrap_like
 from ..._handles import Handle, HandleTable
 from .._weights import is_matrix
 from ._agree import LocalError, agree, fingerprint
@@ -25,8 +25,13 @@ from ._plan import RankPlan, rank_plan, rank_weights
 
 __all__ = ["NeighborOps"]
 
-_ALIGN = 8  # bytes; each fused tensor starts on a multiple of this
 _FP_CACHE_SIZE = 1024  # (dtype, shape, plan) fingerprints remembered per backend
+_FLOATS = (np.dtype(np.float64), np.dtype(np.float32))
+
+
+def _describe_layout(entries: list) -> str:
+    layout = [(e.arr.dtype.str, e.arr.shape, e.plan.fingerprint) for e in entries]
+    return f"{len(entries)} queued neighbor_allreduce tensors {layout}"
 
 
 def combine(arr: np.ndarray, plan: RankPlan, recv: np.ndarray, weights: np.ndarray,
@@ -38,34 +43,6 @@ def combine(arr: np.ndarray, plan: RankPlan, recv: np.ndarray, weights: np.ndarr
     """
     return _core.combine_rows(np.empty_like(arr), plan.self_weight, arr, weights, recv, offset,
                               select)  # fmt: skip
-
-
-class _Queued:
-    """One nonblocking static call waiting in the fusion queue, then in a batch."""
-
-    __slots__ = ("arr", "kind", "plan", "offset", "error", "check", "batch", "result")
-
-    def __init__(self, arr, kind, plan, offset, error, check) -> None:
-        self.arr: np.ndarray | None = arr  # None when the arguments were bad on this rank
-        self.kind: Kind | None = kind
-        self.plan: RankPlan | None = plan
-        self.offset = offset
-        self.error: LocalError | None = error
-        self.check = check
-        self.batch: _Batch | None = None
-        self.result: Any = None
-
-
-class _Batch:
-    """Fused tensors sent in one neighbor collective."""
-
-    __slots__ = ("entries", "send", "recv", "request", "done")
-
-    def __init__(self, entries: list[_Queued], send: np.ndarray, recv: np.ndarray) -> None:
-        self.entries = entries
-        self.send, self.recv = send, recv  # both stay alive until the transfer completes
-        self.request: Any = None
-        self.done = False
 
 
 class NeighborOps:
@@ -81,12 +58,15 @@ class NeighborOps:
     def _init_neighbor_ops(self) -> None:
         self.handles = HandleTable()
         self.p2p_comm = self.comm.Dup()  # dynamic transfers never meet collectives
-        self._queue: list[_Queued] = []
-        self._queued_bytes = 0
+        self._fusion = _core.FusionQueue(self._fusion_threshold, self._send_batch, self.handles)
         self._fingerprints: dict[tuple, int] = {}
 
+    def _flush(self) -> None:
+        """Send the queued nonblocking calls now (collective: all ranks flush alike)."""
+        self._fusion.flush()
+
     def _drain(self) -> None:
-        self._flush()
+        self._fusion.flush()
         self.handles.drain()
 
     # -- neighbor_allreduce ---------------------------------------------------------------
@@ -102,6 +82,17 @@ class NeighborOps:
         self, x, self_weight=None, src_weights=None, dst_weights=None,
         enable_topo_check=True, name=None,
     ):  # fmt: skip
+        if (
+            type(x) is np.ndarray
+            and self_weight is None
+            and src_weights is None
+            and dst_weights is None
+            and name is None
+            and enable_topo_check is True
+            and x.dtype in _FLOATS
+            and x.flags.c_contiguous
+        ):  # the common case, straight to the queue: ranks agree once per fused batch
+            return self._fusion.add(x, self._static)
         return self._neighbor_allreduce(
             x, self_weight, src_weights, dst_weights, enable_topo_check, name, blocking=False
         )
@@ -201,9 +192,10 @@ class NeighborOps:
         ):
             # Static nonblocking calls are queued; ranks agree once per fused batch.
             arr, kind, plan, error = self._parse(x, self_weight, src_weights, dst_weights, check)
-            return self._enqueue(arr, kind, plan, name, error, check)
-        if self._queue:
-            self._flush()
+            wrap = None if kind is None or not kind.torch else partial(wrap_like, kind=kind)
+            return self._fusion.add(arr, plan, wrap, error, check, name)
+        if len(self._fusion):
+            self._fusion.flush()
         arr, kind, plan, weights = self._plan_call(x, self_weight, src_weights, dst_weights,
                                                    check)  # fmt: skip
         if plan.static:  # only blocking calls get here
@@ -233,66 +225,21 @@ class NeighborOps:
                                   partial(MPI.Request.Testall, reqs), name)  # fmt: skip
 
     # -- fusion ---------------------------------------------------------------------------
-    def _enqueue(self, arr, kind, plan, name, error=None, check=True) -> Handle:
-        size = 0 if arr is None else -(-arr.nbytes // _ALIGN) * _ALIGN
-        if self._queue and self._queued_bytes + size > self._fusion_threshold:
-            self._flush()
-        # The caller must not change arr before wait(), as with any nonblocking MPI call.
-        entry = _Queued(arr, kind, plan, self._queued_bytes, error, check)
-        self._queue.append(entry)
-        self._queued_bytes += size
-        if size > self._fusion_threshold:  # too big to share a buffer: send it alone now
-            self._flush()
-        return self.handles.start("neighbor_allreduce", partial(self._finish_entry, entry),
-                                  partial(self._test_entry, entry), name)  # fmt: skip
-
-    def _finish_entry(self, entry: _Queued) -> Any:
-        if entry.batch is None:  # still queued: waiting on it sends the queue
-            self._flush()
-        self._complete_batch(entry.batch)
-        return entry.result
-
-    def _test_entry(self, entry: _Queued) -> bool:
-        if entry.batch is None:
-            self._flush()
-        batch = entry.batch
-        return batch.done or bool(batch.request.Test())
-
-    def _flush(self) -> None:
-        """Send everything queued in one neighbor collective (collective on all ranks)."""
-        if not self._queue:
-            return
-        entries, total = self._queue, self._queued_bytes
-        self._queue, self._queued_bytes = [], 0
+    def _send_batch(self, entries: list, total: int) -> None:
+        """Agree on the queued calls, pack them and start one neighbor collective."""
         if any(e.check for e in entries):
             errors = [e.error for e in entries if e.error is not None]
             if errors:
                 fp, describe = 0, "an invalid argument"
             else:
-                layout = tuple((e.arr.dtype.str, e.arr.shape, e.plan.fingerprint)
-                               for e in entries)  # fmt: skip
-                fp = fingerprint("fused", layout)
-                describe = partial("{} queued neighbor_allreduce tensors {}".format,
-                                   len(entries), layout)  # fmt: skip
+                each = [self._fingerprint(e.arr, e.plan, False) for e in entries]
+                fp = fingerprint("fused", np.array(each, dtype=np.int64).tobytes())
+                describe = partial(_describe_layout, entries)
             agree(self.comm, MPI, fp, errors[0] if errors else None, describe)
         send = np.empty(total, dtype=np.uint8)
         _core.pack(send, [e.arr for e in entries], [e.offset for e in entries])
-        batch = _Batch(entries, send, np.empty((len(self._static.srcs), total), np.uint8))
-        batch.request = self.graph_comm.Ineighbor_allgather(send, batch.recv)
-        for e in entries:
-            e.batch = batch
-
-    def _complete_batch(self, batch: _Batch) -> None:
-        if batch.done:
-            return
-        batch.request.Wait()
-        recv = batch.recv
-        for e in batch.entries:
-            plan = e.plan
-            e.result = wrap_like(combine(e.arr, plan, recv, plan.weights, e.offset,
-                                         plan.select), e.kind)  # fmt: skip
-        batch.done = True
-        batch.send = batch.recv = None
+        recv = np.empty((len(self._static.srcs), total), np.uint8)
+        _core.FusedBatch(entries, send, recv, self.graph_comm.Ineighbor_allgather(send, recv))
 
     # -- neighbor_allgather ---------------------------------------------------------------
     def neighbor_allgather(self, x, src_ranks=None, dst_ranks=None, name=None):
