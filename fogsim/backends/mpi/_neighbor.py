@@ -29,6 +29,10 @@ _FP_CACHE_SIZE = 1024  # (dtype, shape, plan) fingerprints remembered per backen
 _FLOATS = (np.dtype(np.float64), np.dtype(np.float32))
 
 
+def _describe(arr: np.ndarray) -> str:
+    return f"{arr.dtype} {arr.shape} in neighbor_allreduce"
+
+
 def _describe_layout(entries: list) -> str:
     layout = [(e.arr.dtype.str, e.arr.shape, e.plan.fingerprint) for e in entries]
     return f"{len(entries)} queued neighbor_allreduce tensors {layout}"
@@ -74,9 +78,32 @@ class NeighborOps:
         self, x, self_weight=None, src_weights=None, dst_weights=None,
         enable_topo_check=True, name=None,
     ):  # fmt: skip
+        if (
+            type(x) is np.ndarray
+            and self_weight is None
+            and src_weights is None
+            and dst_weights is None
+            and name is None
+            and (enable_topo_check is True or enable_topo_check is False)
+            and x.dtype in _FLOATS
+            and x.flags.c_contiguous
+        ):  # the common case: the static topology's weights on a numpy array
+            if len(self._fusion):
+                self._fusion.flush()
+            plan = self._static
+            if enable_topo_check:
+                agree(self.comm, MPI, self._fingerprint(x, plan, False), None,
+                      partial(_describe, x))  # fmt: skip
+            return self._static_exchange(x, plan, plan.weights)
         return self._neighbor_allreduce(
             x, self_weight, src_weights, dst_weights, enable_topo_check, name, blocking=True
         )
+
+    def _static_exchange(self, arr: np.ndarray, plan: RankPlan, weights: np.ndarray):
+        """Blocking: every in-neighbor's ``arr`` over the graph communicator, combined."""
+        recv = np.empty((len(self._static.srcs), *arr.shape), dtype=arr.dtype)
+        self.graph_comm.Neighbor_allgather(arr, recv)
+        return combine(arr, plan, recv, weights, select=plan.select)
 
     def neighbor_allreduce_nonblocking(
         self, x, self_weight=None, src_weights=None, dst_weights=None,
@@ -129,7 +156,7 @@ class NeighborOps:
         exchange = dst_weights is not None and not is_matrix(src_weights)
         if error is None:
             fp = self._fingerprint(arr, plan, exchange)
-            describe = partial("{} {} in neighbor_allreduce".format, arr.dtype, arr.shape)
+            describe = partial(_describe, arr)
         else:
             fp, describe = 0, "an invalid argument"
         agree(self.comm, MPI, fp, error, describe)
@@ -199,9 +226,7 @@ class NeighborOps:
         arr, kind, plan, weights = self._plan_call(x, self_weight, src_weights, dst_weights,
                                                    check)  # fmt: skip
         if plan.static:  # only blocking calls get here
-            recv = np.empty((len(self._static.srcs), *arr.shape), dtype=arr.dtype)
-            self.graph_comm.Neighbor_allgather(arr, recv)
-            return wrap_like(combine(arr, plan, recv, weights, select=plan.select), kind)
+            return wrap_like(self._static_exchange(arr, plan, weights), kind)
         handle = self._start_dynamic(arr, kind, plan, weights,
                                      scale=not check and plan.exchange, name=name)  # fmt: skip
         return handle.wait() if blocking else handle
