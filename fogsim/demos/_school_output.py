@@ -1,0 +1,113 @@
+"""Pictures of a fish-school run: the animated GIF and the estimation-error plot.
+
+Private to :mod:`fogsim.demos.fish_school`, which re-exports :func:`animate` and
+:func:`plot_error`. matplotlib is imported only when drawing, and only its object-oriented
+API (no pyplot): nothing here changes the caller's backend or leaves figures open.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .fish_school import SchoolHistory
+
+__all__ = ["animate", "plot_error"]
+
+
+def animate(
+    history: SchoolHistory,
+    path: str | Path,
+    *,
+    every: int = 1,
+    fps: int = 15,
+    dpi: int = 72,
+    view: tuple[float, float, float, float] | None = None,
+) -> Path:
+    """Write the run as an animated GIF (matplotlib's PillowWriter) and return its path.
+
+    Fish are blue arrows (their heading), their estimates of the predator orange dots, the
+    predator a red star with its track. ``every``: keep one step in ``every``. ``view``:
+    ``(xmin, xmax, ymin, ymax)``, default a square around every position of the run.
+    """
+    from matplotlib.animation import FuncAnimation, PillowWriter
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    if isinstance(every, bool) or not isinstance(every, int | np.integer) or every < 1:
+        raise ValueError(f"every must be an integer >= 1, got {every!r}")
+    frames = list(range(0, history.steps + 1, every))
+    P, V, E, Q = history.positions, history.velocities, history.estimates, history.predator
+    if view is None:
+        corners = np.concatenate([P.reshape(-1, 2), Q])
+        low, high = corners.min(axis=0), corners.max(axis=0)
+        center, half = 0.5 * (low + high), 0.52 * float((high - low).max()) + 0.5
+        view = (center[0] - half, center[0] + half, center[1] - half, center[1] + half)
+
+    fig = Figure(figsize=(5, 5), dpi=dpi)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.set(xlim=view[:2], ylim=view[2:], aspect="equal", xticks=[], yticks=[])
+    heading = V[0] / _norm(V[0])
+    fish = ax.quiver(*P[0].T, *heading.T, color="tab:blue", pivot="middle", scale=40,
+                     width=0.004, label="fish")  # fmt: skip
+    (trail,) = ax.plot([], [], color="tab:red", lw=1, alpha=0.5)
+    (shark,) = ax.plot(*Q[0], marker="*", color="tab:red", ms=11, ls="", label="predator")
+    guesses = ax.scatter(*E[0].T, s=5, color="tab:orange", alpha=0.6, lw=0, zorder=3,
+                         label="fish's estimates")  # fmt: skip
+    title = ax.set_title("")
+    fig.legend(loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.subplots_adjust(left=0.02, right=0.98, top=0.93, bottom=0.08)
+
+    def draw(k: int):
+        heading = V[k] / _norm(V[k])
+        fish.set_offsets(P[k])
+        fish.set_UVC(heading[:, 0], heading[:, 1])
+        guesses.set_offsets(E[k])
+        shark.set_data([Q[k, 0]], [Q[k, 1]])
+        trail.set_data(Q[: k + 1, 0], Q[: k + 1, 1])
+        title.set_text(f"step {k}  {history.modes[k]}  estimate error "
+                       f"{history.errors[k]:.2f}")  # fmt: skip
+        return fish, guesses, shark, trail, title
+
+    path = Path(path)
+    anim = FuncAnimation(fig, draw, frames=frames, blit=False)
+    anim.save(path, writer=PillowWriter(fps=fps), dpi=dpi)
+    return path
+
+
+def plot_error(history: SchoolHistory, path: str | Path | None = None, ax: Any = None) -> Any:
+    """Plot the estimation error over time (lone fish, diffusion, fusion center).
+
+    Draws on ``ax`` if given, else on a new figure; saves it to ``path`` if given. Returns the
+    figure.
+    """
+    if ax is None:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(6, 3.5))
+        FigureCanvasAgg(fig)
+        ax = fig.add_subplot()
+    else:
+        fig = ax.figure
+    steps = np.arange(history.steps + 1)
+    ax.semilogy(steps, history.errors_alone, label="each fish alone", color="tab:gray")
+    ax.semilogy(steps, history.errors, label="diffusion (neighbors)", color="tab:blue")
+    ax.semilogy(steps, history.errors_central, label="fusion center (all fish)",
+                color="tab:green", ls="--")  # fmt: skip
+    ax.set(xlabel="step", ylabel="mean |estimate - predator|",
+           title=f"{history.n} fish, {'/'.join(dict.fromkeys(history.modes))}")  # fmt: skip
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=120)
+    return fig
+
+
+def _norm(v: np.ndarray) -> np.ndarray:
+    """Return the lengths of the rows of ``v``, ``(n, 1)``, at least a tiny positive number."""
+    return np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12)
