@@ -19,7 +19,7 @@ TOPOLOGIES = {
 DYNAMIC = {"one-peer-exp2": T.one_peer_exponential_two}
 
 
-def parser(description: str) -> argparse.ArgumentParser:
+def parser(description: str, extra_topologies: tuple[str, ...] = ()) -> argparse.ArgumentParser:
     """Return an argument parser with the options every example shares."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument(
@@ -28,26 +28,36 @@ def parser(description: str) -> argparse.ArgumentParser:
         default=None,
         help="simulated agents (default FOGSIM_SIZE, else 16); under fogrun -np N: N",
     )
-    p.add_argument("--topology", choices=[*TOPOLOGIES, *DYNAMIC], default="exp2")
+    topologies = [*TOPOLOGIES, *DYNAMIC, *extra_topologies]
+    p.add_argument("--topology", choices=topologies, default="exp2")
     p.add_argument("--iters", type=int, default=30)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plot", metavar="PNG", help="save the curve to this file")
     p.add_argument("--save", metavar="NPY", help="save every agent's final value (n x ...)")
+    p.add_argument("--progress", action="store_true", help="show a progress bar (tqdm)")
     return p  # fmt: skip
 
 
 def setup(args) -> object:
-    """Start fogsim and return a function giving the step's weights (None: static)."""
+    """Start fogsim; return the schedule for fogsim.algorithms (None: the static topology)."""
     fs.init(size=args.size, seed=args.seed)
-    if args.topology in DYNAMIC:
-        schedule = DYNAMIC[args.topology](fs.size())
-        return lambda: next(schedule).weights
-    fs.set_topology(TOPOLOGIES[args.topology](fs.size()), is_weighted=True)
-    return lambda: None
+    if args.topology in TOPOLOGIES:
+        fs.set_topology(TOPOLOGIES[args.topology](fs.size()), is_weighted=True)
+    return schedule(args)
 
 
-def finish(args, x, curve: list[float], ylabel: str) -> None:
-    """Save the final values and the plot (main process only), then shut down."""
+def schedule(args) -> object:
+    """Return a new schedule for ``--topology`` from its first step (None: static)."""
+    return DYNAMIC[args.topology](fs.size()) if args.topology in DYNAMIC else None
+
+
+def finish(args, x, curve: list[float], ylabel: str, label: str | None = None,
+           others: dict | None = None) -> None:  # fmt: skip
+    """Save the final values and the plot (main process only), then shut down.
+
+    ``others`` maps labels to more curves drawn on the same axes (e.g. DGD for comparison);
+    ``label`` names the main curve in that legend.
+    """
     whole = fs.global_view(x)
     if fs.is_main_process() and args.save:
         np.save(args.save, np.asarray(whole))
@@ -58,7 +68,11 @@ def finish(args, x, curve: list[float], ylabel: str) -> None:
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(5, 3.5))
-        ax.semilogy(curve, marker=".")
+        ax.semilogy(curve, marker="." if len(curve) <= 100 else None, label=label)
+        for name, other in (others or {}).items():
+            ax.semilogy(other, label=name)
+        if others:
+            ax.legend()
         ax.set(xlabel="iteration", ylabel=ylabel, title=f"{args.topology}, {fs.size()} agents")
         fig.tight_layout()
         fig.savefig(args.plot, dpi=120)
@@ -70,3 +84,11 @@ def report(k: int, value: float) -> None:
     """Print one line of progress (once per job)."""
     if fs.is_main_process():
         print(f"{k:5d}  {value:.6e}", flush=True)
+
+
+def report_curve(curve, every: int = 1) -> None:
+    """Print ``iteration  value`` for every ``every``-th entry of a curve, and the last."""
+    last = len(curve) - 1
+    for k, value in enumerate(curve):
+        if k % every == 0 or k == last:
+            report(k, float(value))

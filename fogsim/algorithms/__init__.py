@@ -1,0 +1,52 @@
+"""Reference decentralized algorithms, written once against the public API.
+
+>>> import fogsim as fs
+>>> from fogsim import algorithms as A
+>>> ctx = fs.init(size=8, topology=fs.topology.ring_graph)
+>>> problem = A.LeastSquares.random(m=10, d=3, seed=0)
+>>> result = A.exact_diffusion(problem, alpha=0.02, iters=400)
+>>> bool(result.history["distance"][-1] < 1e-10)
+True
+>>> fs.shutdown()
+
+Every function runs simulated (agent-local values stacked over the n agents, one
+weight-matrix product per communication) and under ``fogrun``/MPI (one agent per process)
+without change, and returns a :class:`Result`: the final agent-local ``x`` and a
+``history`` of per-iteration metrics (``"consensus_error"``, ``"distance"``,
+``"grad_norm"``), computed with ``allreduce`` so they are the same on every agent and in
+both modes; ``Result.plot()`` draws them. ``progress=True`` shows a tqdm bar on the main
+process.
+
+The weights (``schedule``) are the current topology's when None (as ``neighbor_allreduce``
+uses them), one weight matrix for every step, or an iterator of them such as the dynamic
+schedules of :mod:`fogsim.topology` (``W[i, j]``: the weight agent i gives agent j).
+Under MPI a weight matrix passed per step costs the ranks a small agreement round each
+time; for one fixed ``W``, ``fs.set_topology(W, is_weighted=True)`` and ``schedule=None``
+is faster (the same numbers).
+
+* consensus: :func:`consensus` (static or dynamic), :func:`push_sum` (directed graphs);
+* optimization of ``sum_i f_i``: :func:`dgd` (ATC and AWC), :func:`exact_diffusion`,
+  :func:`gradient_tracking`, :func:`push_diging` (time-varying directed graphs);
+* adaptation: :func:`diffusion_lms` with a :class:`MovingTarget` stream;
+* problems: :class:`LeastSquares`; helpers: :func:`push_weights`.
+"""
+
+from ._result import Result
+from .consensus import consensus, push_sum, push_weights
+from .lms import MovingTarget, diffusion_lms
+from .optimization import dgd, exact_diffusion, gradient_tracking, push_diging
+from .problems import LeastSquares
+
+__all__ = [
+    "LeastSquares",
+    "MovingTarget",
+    "Result",
+    "consensus",
+    "dgd",
+    "diffusion_lms",
+    "exact_diffusion",
+    "gradient_tracking",
+    "push_diging",
+    "push_sum",
+    "push_weights",
+]

@@ -1,0 +1,76 @@
+"""The value every algorithm returns: the final state and the per-iteration metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Result"]
+
+
+@dataclass(repr=False)
+class Result:
+    """The outcome of a run of a decentralized algorithm.
+
+    Attributes
+    ----------
+    x : array
+        The final agent-local value (stacked ``(n, ...)`` in simulation, this agent's own
+        value under MPI); for push-sum methods the de-biased estimate ``z / p``.
+    history : dict of str to ndarray
+        Per-iteration metrics, each of length ``iters + 1`` (index 0: the initial state),
+        the same on every agent and in both modes, e.g.
+
+        * ``"consensus_error"``: ``sqrt(mean_i ||x_i - xbar||^2)``, ``xbar = mean_i x_i``;
+        * ``"distance"``: ``sqrt(mean_i ||x_i - x*||^2)`` to the target (the optimum, the
+          initial average, the moving target);
+        * ``"grad_norm"``: ``||(1/n) sum_i grad f_i(xbar)||``.
+    state : dict of str to array
+        The algorithm's other final agent-local variables (e.g. ``"y"`` of gradient
+        tracking, ``"p"`` of push-sum), to inspect or to continue from.
+    """
+
+    x: Any
+    history: dict[str, np.ndarray] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        shape = tuple(np.shape(self.x))
+        last = ", ".join(f"{k}={v[-1]:.3e}" for k, v in self.history.items() if len(v))
+        iters = max((len(v) for v in self.history.values()), default=1) - 1
+        return f"Result(x: shape {shape}, iters={iters}{', ' if last else ''}{last})"
+
+    def plot(self, ax: Any = None, keys: Any = None, logy: bool = True) -> Any:
+        """Plot the metrics against the iteration and return the matplotlib axes.
+
+        Parameters
+        ----------
+        ax : matplotlib Axes, optional
+            Where to draw; a new figure when None.
+        keys : str or sequence of str, optional
+            The metrics to draw (default: all of ``history``).
+        logy : bool
+            Logarithmic y axis (zeros are left out).
+        """
+        if keys is None:
+            keys = list(self.history)
+        elif isinstance(keys, str):
+            keys = [keys]
+        unknown = [k for k in keys if k not in self.history]
+        if unknown:
+            raise ValueError(f"no metric {unknown[0]!r} in history (has {sorted(self.history)})")
+        if ax is None:
+            import matplotlib.pyplot as plt
+
+            _, ax = plt.subplots(figsize=(5, 3.5))
+        for key in keys:
+            values = np.asarray(self.history[key], dtype=np.float64)
+            ax.plot(np.arange(values.shape[0]), values, label=key)
+        if logy:
+            ax.set_yscale("log", nonpositive="mask")
+        ax.set_xlabel("iteration")
+        if keys:
+            ax.legend()
+        return ax

@@ -1,0 +1,315 @@
+"""What every algorithm shares: the agent axis, the weights of each step, metrics, progress.
+
+Everything here is written against the public API only, so it runs unchanged in simulation
+(agent-local values stacked along a leading axis of n) and under MPI (one row per rank).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+import fogsim as fs
+from fogsim import topology as T
+
+__all__ = [
+    "Agents",
+    "History",
+    "Mixer",
+    "check_form",
+    "check_iters",
+    "check_step",
+    "grad_of",
+    "initial_point",
+    "optimum",
+    "push_weights",
+    "show",
+    "steps",
+]
+
+#: Schedules reuse a few Topology objects; their column check is remembered (at most this many).
+_CHECKED_LIMIT = 256
+
+
+class Agents:
+    """The agent axis of the current world: ``lead`` is ``(n,)`` in simulation, else ``()``."""
+
+    def __init__(self) -> None:
+        self.n = fs.size()
+        self.stacked = np.ndim(fs.rank()) > 0
+        self.lead: tuple[int, ...] = (self.n,) if self.stacked else ()
+
+    def array(self, value: Any, argname: str) -> np.ndarray:
+        """Return the agent-local ``value`` as a float array, checking its agent axis."""
+        try:
+            arr = np.asarray(value)
+        except Exception as exc:  # noqa: BLE001 - anything np.asarray refuses
+            raise TypeError(f"{argname} must be an array, got {type(value).__name__}") from exc
+        if arr.dtype.kind not in "biuf":
+            raise TypeError(f"{argname} must hold real numbers, got dtype {arr.dtype}")
+        arr = arr.astype(np.float64, copy=False)  # the algorithms compute in float64
+        if self.stacked and (arr.ndim == 0 or arr.shape[0] != self.n):
+            raise ValueError(
+                f"{argname} must be stacked over the {self.n} simulated agents (leading axis "
+                f"{self.n}), got shape {arr.shape}; build it with fogsim.local"
+            )
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"{argname} holds values that are not finite")
+        return arr
+
+    def local_shape(self, x: np.ndarray) -> tuple[int, ...]:
+        """Return the shape of one agent's value."""
+        return tuple(np.shape(x)[len(self.lead) :])
+
+    def flat(self, x: Any) -> np.ndarray:
+        """Return ``x`` with every agent's value flattened: ``lead + (size,)``."""
+        return np.reshape(x, (*self.lead, -1))
+
+    def sqnorm(self, x: Any) -> np.ndarray:
+        """Return ``||x_i||^2`` per agent (shape ``lead``)."""
+        flat = self.flat(x)
+        return np.einsum("...i,...i->...", flat, flat)
+
+    def mean(self, x: np.ndarray) -> np.ndarray:
+        """Return the network average of ``x`` (``lead + (k,)``) as one ``(k,)`` vector."""
+        reduced = np.asarray(fs.allreduce(np.ascontiguousarray(x, dtype=np.float64)))
+        return reduced.reshape(-1, reduced.shape[-1])[0]
+
+
+def check_iters(iters: Any) -> int:
+    """Return ``iters`` as an int >= 0."""
+    if isinstance(iters, bool) or not isinstance(iters, numbers.Integral):
+        raise TypeError(f"iters must be an int, got {type(iters).__name__}")
+    if iters < 0:
+        raise ValueError(f"iters must be >= 0, got {iters}")
+    return int(iters)
+
+
+def check_step(value: Any, argname: str) -> float:
+    """Return a step size as a positive finite float."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{argname} must be a real number, got {type(value).__name__}")
+    if not (np.isfinite(value) and value > 0):
+        raise ValueError(f"{argname} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def check_form(form: Any, forms: tuple[str, ...]) -> str:
+    """Return ``form`` if it is one of ``forms``."""
+    if form not in forms:
+        raise ValueError(f"form must be one of {', '.join(map(repr, forms))}, got {form!r}")
+    return form
+
+
+def grad_of(problem: Any) -> Callable[[Any], Any]:
+    """Return the local gradient oracle of ``problem`` (an object with ``grad`` or a function)."""
+    grad = getattr(problem, "grad", None)
+    if callable(grad):
+        return grad
+    if callable(problem):
+        return problem
+    raise TypeError(
+        "problem must have a grad(x) method (e.g. fogsim.algorithms.LeastSquares) or be the "
+        f"local gradient function itself, got {type(problem).__name__}"
+    )
+
+
+def initial_point(problem: Any, x0: Any, agents: Agents) -> np.ndarray:
+    """Return ``x0``, or zeros of the problem's dimension when ``x0`` is None."""
+    if x0 is not None:
+        return agents.array(x0, "x0").copy()
+    dim = getattr(problem, "dim", None)
+    if dim is None:
+        raise ValueError("x0 is required when the problem has no dim attribute")
+    return np.zeros((*agents.lead, int(dim)))
+
+
+def optimum(problem: Any, x_star: Any, agents: Agents) -> np.ndarray | None:
+    """Return ``x_star``, else the problem's ``solution()`` if it has one, else None."""
+    if x_star is not None:
+        try:
+            arr = np.asarray(x_star, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"x_star must be an array, got {type(x_star).__name__}") from exc
+        if not np.all(np.isfinite(arr)):
+            raise ValueError("x_star holds values that are not finite")
+        return arr
+    solution = getattr(problem, "solution", None)
+    return np.asarray(solution(), dtype=np.float64) if callable(solution) else None
+
+
+def push_weights(topology: Any) -> T.Topology:
+    """Return column-stochastic weights on the pattern of ``topology``.
+
+    Every agent keeps a share and sends one to each out-neighbor, all equal:
+    ``w_ij = 1 / (1 + outdeg_j)`` for every edge ``j -> i`` and for ``i = j``.
+    """
+    pattern = T.as_topology(topology)
+    if pattern.circulant_form() is not None:  # stays circulant (lazy, cheap)
+        return pattern.transpose().uniform().transpose()
+    n = pattern.size
+    indptr, senders, _ = pattern.offdiag_csr()
+    share = 1.0 / (1.0 + np.bincount(senders, minlength=n))
+    rows = np.concatenate([np.repeat(np.arange(n), np.diff(indptr)), np.arange(n)])
+    cols = np.concatenate([senders, np.arange(n)])
+    return T.Topology(sp.csr_array((share[cols], (rows, cols)), shape=(n, n)))
+
+
+class Mixer:
+    """The weight matrix of each step: the current topology, one matrix, or a schedule.
+
+    ``push=True`` asks for column-stochastic (push) weights and checks them; ``combine``
+    runs one ``neighbor_allreduce`` with the step's weights, exactly as a user would.
+    """
+
+    def __init__(self, schedule: Any, agents: Agents, push: bool = False,
+                 argname: str = "schedule") -> None:  # fmt: skip
+        self._n = agents.n
+        self._push = push
+        self._argname = argname
+        self._fixed: T.Topology | None = None
+        self._iter: Iterator[Any] | None = None
+        self._checked: dict[int, Any] = {}
+        self._step = 0
+        if schedule is None:
+            if push:
+                self._fixed = self._current_push_weights()
+        elif hasattr(schedule, "__next__"):
+            self._iter = schedule
+        elif isinstance(schedule, (list, tuple)) and any(
+            isinstance(item, (T.Topology, T.DynamicStep)) for item in schedule
+        ):
+            raise TypeError(
+                f"{argname} must be a weight matrix or an iterator of them, got a "
+                f"{type(schedule).__name__} of them: pass iter(...) or itertools.cycle(...)"
+            )
+        else:
+            self._fixed = self._weights(schedule)
+
+    def _current_push_weights(self) -> T.Topology | None:
+        topo = fs.load_topology()
+        if fs.is_topology_weighted():
+            if not T.is_column_stochastic(topo, tol=1e-10):
+                raise ValueError(
+                    "the current topology is weighted but its weights are not column-"
+                    "stochastic (push weights); set it with column-stochastic weights, or "
+                    "unweighted to push 1/(out-degree + 1) shares, or pass a schedule"
+                )
+            return None
+        if T.is_column_stochastic(topo.uniform(), tol=1e-10):
+            return None  # the default weights are push weights already (regular graphs)
+        return push_weights(topo)
+
+    def _weights(self, obj: Any) -> T.Topology:
+        item = getattr(obj, "weights", obj)  # a DynamicStep carries its matrix
+        try:
+            topo = T.as_topology(item, size=self._n, argname=self._argname)
+        except TypeError as exc:
+            raise TypeError(
+                f"{self._argname} must give weight matrices (Topology, array, scipy.sparse, "
+                f"networkx graph or DynamicStep): {exc}"
+            ) from exc
+        if self._push:
+            key = id(topo)
+            if self._checked.get(key) is not topo:
+                if not T.is_column_stochastic(topo, tol=1e-10):
+                    where = f" step {self._step}" if self._iter is not None else ""
+                    raise ValueError(
+                        f"{self._argname}{where}: the weights are not column-stochastic "
+                        "(columns must sum to 1 for push-sum); convert a pattern with "
+                        "fogsim.algorithms.push_weights(...)"
+                    )
+                if len(self._checked) >= _CHECKED_LIMIT:
+                    self._checked.clear()
+                self._checked[key] = topo  # holding it keeps its id from being reused
+        return topo
+
+    def next(self) -> T.Topology | None:
+        """Return the next step's weights (None: the topology's own)."""
+        self._step += 1
+        if self._iter is None:
+            return self._fixed
+        try:
+            item = next(self._iter)
+        except StopIteration:
+            raise ValueError(f"{self._argname} ran out after {self._step - 1} steps") from None
+        return self._weights(item)
+
+    @staticmethod
+    def combine(x: Any, weights: T.Topology | None) -> Any:
+        """Return ``W x`` for the step (one neighbor_allreduce)."""
+        if weights is None:
+            return fs.neighbor_allreduce(x)
+        return fs.neighbor_allreduce(x, src_weights=weights)
+
+    @staticmethod
+    def combine_nonblocking(x: Any, weights: T.Topology | None) -> fs.Handle:
+        """Start ``W x`` for the step; ``fs.wait`` the handle for the result."""
+        if weights is None:
+            return fs.neighbor_allreduce_nonblocking(x)
+        return fs.neighbor_allreduce_nonblocking(x, src_weights=weights)
+
+
+class History:
+    """Per-iteration metrics, index 0 being the initial state; ``metrics`` computes them."""
+
+    def __init__(self, agents: Agents, iters: int) -> None:
+        self._agents = agents
+        self._length = iters + 1
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def add(self, k: int, values: dict[str, float]) -> None:
+        for key, value in values.items():
+            if key not in self.arrays:
+                self.arrays[key] = np.full(self._length, np.nan)
+            self.arrays[key][k] = value
+
+    def metrics(self, x: np.ndarray, target: Any = None,
+                grad: Callable[[Any], Any] | None = None) -> dict[str, float]:  # fmt: skip
+        """Return the metrics of the state ``x``, the same on every agent.
+
+        ``consensus_error = sqrt(mean_i ||x_i - xbar||^2)`` with ``xbar = mean_i x_i``;
+        ``distance = sqrt(mean_i ||x_i - target||^2)``; ``grad_norm = ||mean_i grad_i(xbar)||``.
+        Two allreduces: the first brings xbar (and the distances), the second the spread
+        around it, so no cancellation spoils tiny errors.
+        """
+        ag = self._agents
+        flat = ag.flat(x)
+        size = flat.shape[-1]
+        parts = [flat]
+        if target is not None:
+            parts.append(ag.sqnorm(x - target)[..., None])
+        first = np.asarray(fs.allreduce(np.concatenate(parts, axis=-1)))
+        xbar = first[..., :size].reshape(np.shape(x))  # agent-local: stacked or this rank's
+        parts = [ag.sqnorm(x - xbar)[..., None]]
+        if grad is not None:
+            parts.append(ag.flat(np.asarray(grad(xbar), dtype=np.float64)))
+        second = ag.mean(np.concatenate(parts, axis=-1))
+        out = {"consensus_error": float(np.sqrt(max(second[0], 0.0)))}
+        if target is not None:
+            row = first.reshape(-1, first.shape[-1])[0]
+            out["distance"] = float(np.sqrt(max(row[size], 0.0)))
+        if grad is not None:
+            out["grad_norm"] = float(np.linalg.norm(second[1:]))
+        return out
+
+
+def steps(iters: int, progress: bool, desc: str) -> Iterable[int]:
+    """Return the iteration numbers 1..iters, under a tqdm bar when asked (main process)."""
+    if not isinstance(progress, bool):
+        raise TypeError(f"progress must be a bool, got {type(progress).__name__}")
+    if progress and fs.is_main_process():
+        from tqdm import tqdm
+
+        return tqdm(range(1, iters + 1), desc=desc, unit="it", dynamic_ncols=True)
+    return range(1, iters + 1)
+
+
+def show(bar: Iterable[int], k: int, iters: int, values: dict[str, float]) -> None:
+    """Put the latest metrics on the progress bar now and then."""
+    if hasattr(bar, "set_postfix") and (k % max(1, iters // 100) == 0 or k == iters):
+        bar.set_postfix({key: f"{v:.2e}" for key, v in values.items()}, refresh=False)
