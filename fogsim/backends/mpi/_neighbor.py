@@ -29,6 +29,19 @@ _FP_CACHE_SIZE = 1024  # (dtype, shape, plan) fingerprints remembered per backen
 _FLOATS = (np.dtype(np.float64), np.dtype(np.float32))
 
 
+def _plain(x: Any, self_weight: Any, src_weights: Any, dst_weights: Any, name: Any) -> bool:
+    """Whether a call is the common case: a float numpy array and the topology's weights."""
+    return (
+        type(x) is np.ndarray
+        and self_weight is None
+        and src_weights is None
+        and dst_weights is None
+        and name is None
+        and x.dtype in _FLOATS
+        and x.flags.c_contiguous
+    )
+
+
 def _describe(arr: np.ndarray) -> str:
     return f"{arr.dtype} {arr.shape} in neighbor_allreduce"
 
@@ -78,15 +91,8 @@ class NeighborOps:
         self, x, self_weight=None, src_weights=None, dst_weights=None,
         enable_topo_check=True, name=None,
     ):  # fmt: skip
-        if (
-            type(x) is np.ndarray
-            and self_weight is None
-            and src_weights is None
-            and dst_weights is None
-            and name is None
-            and (enable_topo_check is True or enable_topo_check is False)
-            and x.dtype in _FLOATS
-            and x.flags.c_contiguous
+        if _plain(x, self_weight, src_weights, dst_weights, name) and (
+            enable_topo_check is True or enable_topo_check is False
         ):  # the common case: the static topology's weights on a numpy array
             if len(self._fusion):
                 self._fusion.flush()
@@ -109,16 +115,8 @@ class NeighborOps:
         self, x, self_weight=None, src_weights=None, dst_weights=None,
         enable_topo_check=True, name=None,
     ):  # fmt: skip
-        if (
-            type(x) is np.ndarray
-            and self_weight is None
-            and src_weights is None
-            and dst_weights is None
-            and name is None
-            and enable_topo_check is True
-            and x.dtype in _FLOATS
-            and x.flags.c_contiguous
-        ):  # the common case, straight to the queue: ranks agree once per fused batch
+        if _plain(x, self_weight, src_weights, dst_weights, name) and enable_topo_check is True:
+            # the common case, straight to the queue: ranks agree once per fused batch
             return self._fusion.add(x, self._static)
         return self._neighbor_allreduce(
             x, self_weight, src_weights, dst_weights, enable_topo_check, name, blocking=False
