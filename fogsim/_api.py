@@ -81,10 +81,11 @@ def init(
     """Start fogsim and return the new current :class:`Context`.
 
     ``backend`` is ``"sim"`` (n agents stacked in this process), ``"mpi"`` or ``"torch"``;
-    by default ``"mpi"`` when an MPI launcher started more than one process, else
-    ``"sim"`` (``FOGSIM_BACKEND`` overrides). ``size`` sets the number of simulated agents
-    (default ``FOGSIM_SIZE``, else 16). ``topology`` is anything :func:`set_topology`
-    takes, or a builder called with the size; default: the exponential-2 graph.
+    by default ``"torch"`` under torchrun, ``"mpi"`` when an MPI launcher started more than
+    one process, else ``"sim"`` (``FOGSIM_BACKEND`` overrides). ``size`` sets the number
+    of simulated agents (default ``FOGSIM_SIZE``, else 16). ``topology`` is anything
+    :func:`set_topology` takes, or a builder called with the size; default: the
+    exponential-2 graph.
     Calling ``init`` again replaces the current context (the old one is shut down).
     """
     old = _context.peek()

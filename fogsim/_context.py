@@ -42,7 +42,7 @@ class Context:
         self.settings = _settings.load() if settings is None else settings
         name = backend if backend is not None else self.settings.backend
         if name is None:
-            name = "mpi" if self.settings.launched else "sim"
+            name = "torch" if self.settings.torchrun else "mpi" if self.settings.launched else "sim"
         if not isinstance(name, str):
             raise TypeError(f"backend must be a string such as 'sim', got {type(name).__name__}")
         if seed is None:

@@ -15,9 +15,14 @@ is listed here with its meaning:
     Bytes up to which queued nonblocking tensors are fused into one message (0: off).
 ``FOGSIM_TIMELINE``
     File prefix of the per-rank Chrome-trace timeline (``PREFIX<rank>.json``).
+``FOGSIM_TORCH_PORT``
+    TCP port of the torch backend's rendezvous (wins over ``MASTER_PORT``).
 
 Variables set by MPI launchers (``PMI_SIZE``, ``OMPI_COMM_WORLD_SIZE``, ...) are read to
 tell whether the process was started by ``mpiexec``/``fogrun`` with more than one process.
+The torch backend also reads torchrun's ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
+``MASTER_PORT``, and a job id (``SLURM_JOB_ID``/``SLURM_STEP_ID``, ``PMIX_NAMESPACE``,
+``OMPI_MCA_ess_base_jobid``) from which it derives a default port.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ _LAUNCHER_VARS = (
     ("PMIX_SIZE", "PMIX_RANK"),
     ("MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK"),  # MVAPICH
 )
+# Variables naming the job, so that its processes can derive the same default port.
+_JOB_ID_VARS = ("SLURM_JOB_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid")
 
 
 @dataclass(frozen=True)
@@ -55,11 +62,23 @@ class Settings:
     timeline: str | None = None
     launcher_size: int | None = None
     launcher_rank: int | None = None
+    torch_rank: int | None = None  # torchrun's RANK
+    torch_world_size: int | None = None  # torchrun's WORLD_SIZE
+    master_addr: str | None = None
+    master_port: int | None = None
+    torch_port: int | None = None  # FOGSIM_TORCH_PORT
+    job_id: str | None = None
 
     @property
     def launched(self) -> bool:
         """Whether an MPI launcher started this process with more than one process."""
         return self.launcher_size is not None and self.launcher_size > 1
+
+    @property
+    def torchrun(self) -> bool:
+        """Whether torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR/PORT) are all set."""
+        return None not in (self.torch_rank, self.torch_world_size, self.master_addr,
+                            self.master_port)  # fmt: skip
 
 
 def _int(environ: Mapping[str, str], name: str, minimum: int) -> int | None:
@@ -98,7 +117,29 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         timeline=env.get("FOGSIM_TIMELINE", "").strip() or None,
         launcher_size=launcher_size,
         launcher_rank=launcher_rank,
+        torch_rank=_int(env, "RANK", 0),
+        torch_world_size=_int(env, "WORLD_SIZE", 1),
+        master_addr=env.get("MASTER_ADDR", "").strip() or None,
+        master_port=_port(env, "MASTER_PORT"),
+        torch_port=_port(env, "FOGSIM_TORCH_PORT"),
+        job_id=_job_id(env),
     )
+
+
+def _port(environ: Mapping[str, str], name: str) -> int | None:
+    value = _int(environ, name, 1)
+    if value is not None and value > 65535:
+        raise ValueError(f"{name}={value} is not a TCP port (1-65535)")
+    return value
+
+
+def _job_id(environ: Mapping[str, str]) -> str | None:
+    for name in _JOB_ID_VARS:
+        value = environ.get(name, "").strip()
+        if value:
+            step = environ.get("SLURM_STEP_ID", "").strip() if name == "SLURM_JOB_ID" else ""
+            return f"{value}.{step}" if step else value
+    return None
 
 
 def environ() -> dict[str, str]:

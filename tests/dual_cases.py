@@ -233,6 +233,11 @@ def case_shapes_that_differ_raise_everywhere():
     x = fs.local(lambda r: np.ones(4 if r == 1 else 3))
     _raises_everywhere(ValueError, "", fs.neighbor_allreduce, x)
     _raises_everywhere(ValueError, "", fs.allreduce, x)
+    if _is_mpi():  # queued calls: the refused batch fails every handle in it, on every rank
+        good = fs.neighbor_allreduce_nonblocking(np.ones(2))
+        bad = fs.neighbor_allreduce_nonblocking(x)
+        _raises_everywhere(ValueError, "ranks disagree", fs.wait, bad)
+        _raises_everywhere(ValueError, "ranks disagree", fs.wait, good)
     fs.shutdown()
 
 

@@ -212,3 +212,20 @@ def test_fusion_queue_wraps_results_and_selects_rows(dispatch):
     plan = _Plan(0.0, np.array([1.0]), select=np.array([1], np.int64))  # only the 3x row
     h = queue.add(np.array([1.0, 2.0]), plan, wrap=lambda a: ("wrapped", a.tolist()))
     assert h.wait() == ("wrapped", [3.0, 6.0])
+
+
+def test_a_refused_batch_fails_every_handle_in_it(dispatch):
+    def refuse(entries, nbytes):
+        raise ValueError("ranks disagree: rank 0 has float64 (3,), rank 1 has float64 (4,)")
+
+    table = dispatch.HandleTable()
+    queue = dispatch.FusionQueue(1 << 20, refuse, table)
+    plan = _Plan(1.0, np.array([0.5]))
+    handles = [queue.add(np.zeros(3), plan) for _ in range(3)]
+    with pytest.raises(ValueError, match="ranks disagree"):
+        handles[1].wait()  # sends the queue, which is refused
+    assert handles[0].poll() is True  # no transfer to wait for: waiting raises at once
+    for h in (handles[0], handles[2]):
+        with pytest.raises(ValueError, match="ranks disagree"):
+            h.wait()
+    assert len(table) == 0

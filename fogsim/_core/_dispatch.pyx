@@ -255,7 +255,8 @@ cdef class FusedEntry:
 
     ``arr`` is None when this rank's arguments were bad (``error`` says why); ``wrap``
     turns the result into the caller's type (None: numpy). Calling the entry blocks until
-    its batch arrived and returns its result; :meth:`test` tells whether that is now.
+    its batch arrived and returns its result (or raises the error that stopped the batch
+    from being sent); :meth:`test` tells whether that is now.
     """
 
     cdef readonly object arr, wrap, error, plan
@@ -265,19 +266,24 @@ cdef class FusedEntry:
     cdef readonly bint check
     cdef public FusedBatch batch
     cdef object result
+    cdef object failure  # the error that stopped its batch from being sent, if any
     cdef FusionQueue queue
 
     def __call__(self):
-        if self.batch is None:  # still queued: waiting on it sends the queue
+        if self.batch is None and self.failure is None:  # still queued: send the queue
             self.queue.flush()
+        if self.failure is not None:
+            raise self.failure
         self.batch.complete()
         result, self.result = self.result, None
         return result
 
     def test(self):
         """Return whether calling the entry would not block (sends the queue if needed)."""
-        if self.batch is None:
+        if self.batch is None and self.failure is None:
             self.queue.flush()
+        if self.failure is not None:
+            return True  # calling it raises at once
         return self.batch.done or bool(self.batch.request.Test())
 
 
@@ -353,9 +359,15 @@ cdef class FusionQueue:
         """Send everything queued as one batch (collective: every rank flushes alike)."""
         if not self._entries:
             return
+        cdef FusedEntry e
         entries, nbytes = self._entries, self._nbytes
         self._entries, self._nbytes = [], 0
-        self._flush_fn(entries, nbytes)
+        try:
+            self._flush_fn(entries, nbytes)
+        except BaseException as exc:  # e.g. the ranks disagree: every entry's wait raises it
+            for e in entries:
+                e.failure = exc
+            raise
 
 
 cdef object _np_empty_like = None

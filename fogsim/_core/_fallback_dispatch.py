@@ -203,20 +203,24 @@ class FusedEntry:
 
     __slots__ = (
         "arr", "wrap", "error", "plan", "self_weight", "weights", "select", "offset", "check",
-        "batch", "result", "queue",
+        "batch", "result", "failure", "queue",
     )  # fmt: skip
 
     def __call__(self) -> Any:
-        if self.batch is None:  # still queued: waiting on it sends the queue
+        if self.batch is None and self.failure is None:  # still queued: send the queue
             self.queue.flush()
+        if self.failure is not None:
+            raise self.failure
         self.batch.complete()
         result, self.result = self.result, None
         return result
 
     def test(self) -> bool:
         """Return whether calling the entry would not block (sends the queue if needed)."""
-        if self.batch is None:
+        if self.batch is None and self.failure is None:
             self.queue.flush()
+        if self.failure is not None:
+            return True  # calling it raises at once
         return self.batch.done or bool(self.batch.request.Test())
 
 
@@ -265,7 +269,7 @@ class FusionQueue:
             self.flush()
         e = FusedEntry()
         e.arr, e.plan, e.wrap, e.error, e.check, e.queue = arr, plan, wrap, error, check, self
-        e.self_weight = e.weights = e.select = e.batch = e.result = None
+        e.self_weight = e.weights = e.select = e.batch = e.result = e.failure = None
         if plan is not None:
             e.self_weight, e.weights, e.select = plan.self_weight, plan.weights, plan.select
         e.offset = self._nbytes
@@ -281,4 +285,9 @@ class FusionQueue:
             return
         entries, nbytes = self._entries, self._nbytes
         self._entries, self._nbytes = [], 0
-        self._flush_fn(entries, nbytes)
+        try:
+            self._flush_fn(entries, nbytes)
+        except BaseException as exc:  # e.g. the ranks disagree: every entry's wait raises it
+            for e in entries:
+                e.failure = exc
+            raise

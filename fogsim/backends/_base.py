@@ -75,8 +75,13 @@ class Backend(abc.ABC):
         if callable(topology) and not isinstance(topology, Topology):
             topology = topology(self.size_int)
         topo = as_topology(topology, size=self.size_int, argname="topology")
+        old = self._topology, self._is_weighted
         self._topology, self._is_weighted = topo, is_weighted
-        self._on_topology()
+        try:
+            self._on_topology()
+        except BaseException:  # refused (e.g. the ranks disagree): keep the agreed one
+            self._topology, self._is_weighted = old
+            raise
 
     def _on_topology(self) -> None:  # noqa: B027 - optional hook
         """Derive backend state from the new topology (communicators, cached plans)."""

@@ -1,0 +1,299 @@
+"""The torch.distributed runtime: one process per agent, gloo for CPU, NCCL for CUDA.
+
+Collectives map to their torch.distributed namesakes on this world's groups (see
+``_world``); neighbor ops are point-to-point transfers grouped per call with
+``batch_isend_irecv`` (``_neighbor``). Before data moves, ranks agree on shapes, dtypes,
+devices and (dynamic calls) who sends to whom, in one small gloo collective, so a bad call
+raises the same error on every rank instead of hanging (see ``_agree``). Results are those
+of the simulator and the MPI runtime: the same plans, the same combine order.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ... import _arrays, _settings
+from ..._handles import Handle
+from .._base import Backend
+from ..mpi._plan import static_rank_plan
+from . import _world
+from ._agree import GroupComm, LocalError, agree, fingerprint
+from ._neighbor import NeighborOps, as_bytes
+from ._values import Value, as_value
+
+__all__ = ["TorchBackend"]
+
+
+class TorchBackend(NeighborOps, Backend):
+    """One agent per process over torch.distributed (see the module docstring)."""
+
+    name = "torch"
+
+    def __init__(
+        self,
+        size: int | None = None,
+        local_size: int | None = None,
+        settings: _settings.Settings | None = None,
+    ) -> None:
+        super().__init__()
+        self._agreed: tuple | None = None  # the last topology every rank agreed on
+        self._settings = settings or _settings.Settings()
+        self._rank, self._n = _world.start(self._settings)
+        if size is not None and size != self._n:
+            raise ValueError(
+                f"init(size={size}) with backend 'torch': the job has {self._n} processes; "
+                "the size comes from the launcher (torchrun --nproc-per-node N, fogrun -np N)"
+            )
+        self.group, self.nccl_group = _world.new_groups(self._rank, self._n)
+        self._comm = GroupComm(self.group, self._n)
+        try:
+            self._local_rank, self._local_size = self._machines(local_size)
+        except BaseException:
+            self._destroy_groups()
+            raise
+        if self.nccl_group is not None:
+            torch.cuda.set_device(self._local_rank % torch.cuda.device_count())
+        self._fusion_threshold = self._settings.fusion_threshold
+        self._init_neighbor_ops()
+
+    def _machines(self, local_size: int | None) -> tuple[int, int]:
+        """Return (local rank, local size): by host name, or emulated blocks of local_size."""
+        if local_size is not None:
+            if self._n % local_size:
+                raise ValueError(
+                    f"local_size={local_size} does not divide the {self._n} processes: "
+                    "emulated machines must all hold the same number of processes"
+                )
+            return self._rank % local_size, local_size
+        hosts = self._comm.allgather(socket.gethostname())
+        mine = [r for r, h in enumerate(hosts) if h == hosts[self._rank]]
+        return mine.index(self._rank), len(mine)
+
+    # -- world ----------------------------------------------------------------------------
+    @property
+    def size_int(self) -> int:
+        return self._n
+
+    def size(self) -> int:
+        return self._n
+
+    def rank(self) -> int:
+        return self._rank
+
+    def local_size(self) -> int:
+        return self._local_size
+
+    def local_rank(self) -> int:
+        return self._local_rank
+
+    def close(self) -> None:
+        error = None
+        try:
+            self._fusion.flush()
+        except (TypeError, ValueError) as exc:
+            error = exc
+        while len(self.handles):  # complete every handle, even past one that fails
+            try:
+                self.handles.drain()
+            except Exception as exc:  # noqa: BLE001 - re-raised once the world is closed
+                error = error or exc
+        self._close_neighbor_ops()
+        self._destroy_groups()
+        if error is not None:
+            raise error
+
+    def _destroy_groups(self) -> None:
+        # Local: gloo's sends completed when their bytes were handed over, so no peer
+        # loses data; the default group stays for the next world (see _world).
+        for group in (self.nccl_group, self.group):
+            if group is not None and dist.is_initialized():
+                dist.destroy_process_group(group)
+        self.group = self.nccl_group = None
+
+    # -- topology -------------------------------------------------------------------------
+    def _on_topology(self) -> None:
+        topo = self._topology
+        indptr, indices, data = topo.offdiag_csr()
+        try:
+            agree(
+                self._comm, fingerprint("topology", self._is_weighted, indptr.tobytes(),
+                                        indices.tobytes(), data.tobytes()),
+                None, "a different topology",
+            )  # fmt: skip
+        except ValueError:
+            if self._agreed is not None:  # keep the world on the topology all ranks share
+                self._topology, self._is_weighted = self._agreed
+            raise
+        self._agreed = (topo, self._is_weighted)
+        self._drain()
+        self._static = static_rank_plan(topo, self._is_weighted, self._rank)
+        self._static_dsts = np.asarray(topo.out_neighbors(self._rank), dtype=np.int64)
+
+    def in_neighbor_ranks(self) -> list[int]:
+        return self._topology.in_neighbors(self._rank)
+
+    def out_neighbor_ranks(self) -> list[int]:
+        return self._topology.out_neighbors(self._rank)
+
+    # -- agent-local data -----------------------------------------------------------------
+    def local(self, fn: Callable[[int], Any]) -> Any:
+        if not callable(fn):
+            raise TypeError(f"local() takes a function of the rank, got {type(fn).__name__}")
+        return fn(self._rank)
+
+    def vmap(self, fn: Callable[..., Any], in_axes: int | None | Sequence[int | None] = 0):
+        if not callable(fn):
+            raise TypeError(f"vmap() takes a function, got {type(fn).__name__}")
+        return fn
+
+    def is_main_process(self) -> bool:
+        return self._rank == 0
+
+    def global_view(self, x: Any) -> Any:
+        if not _arrays.is_tensor(x):
+            x, _ = _arrays.to_numpy(x)
+        return self.allgather(x[None])
+
+    # -- helpers --------------------------------------------------------------------------
+    def _value(self, x: Any, op: str, averaging: bool, summing: bool = False) -> Value:
+        """Return this rank's ``x`` as a :class:`Value` (checked for dtype and device)."""
+        value = as_value(x, op, averaging, summing)
+        if value.cuda and self.nccl_group is None:
+            raise TypeError(
+                f"{op}: x is a CUDA tensor, but not every rank has CUDA and NCCL; pass CPU "
+                "tensors or numpy arrays, or run every rank on a GPU"
+            )
+        return value
+
+    def _checked(self, op, x, averaging, summing=False, shape_of=lambda s: s, extra=(),
+                 error=None) -> Value:  # fmt: skip
+        """Convert ``x`` and agree with every rank on shape, dtype and device.
+
+        ``error`` is a problem already found on this rank (it is raised everywhere too).
+        """
+        value, fp, describe = None, 0, "an invalid argument"
+        try:
+            value = self._value(x, op, averaging, summing)
+            if error is None:
+                fp = fingerprint(op, value.dtype.str, shape_of(value.shape), value.cuda, *extra)
+                describe = f"{value.dtype} {shape_of(value.shape)}"
+                describe += " on cuda" if value.cuda else ""
+        except (TypeError, ValueError) as exc:
+            error = error or LocalError(exc)
+        agree(self._comm, fp, error, f"{describe} in {op}")
+        return value
+
+    def _data_group(self, value: Value) -> Any:
+        return self.nccl_group if value.cuda else self.group
+
+    def _start(self, op: str, work: Any, finish: Callable[[], Any], name: str | None):
+        """Return a handle completing ``work`` (None: nothing moved) with ``finish``."""
+        if work is None:
+            return Handle.completed(op, finish(), name)
+
+        def complete() -> Any:
+            work.wait()
+            return finish()
+
+        return self.handles.start(op, complete, work.is_completed, name)
+
+    # -- collectives ----------------------------------------------------------------------
+    def allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
+        return self.allreduce_nonblocking(x, average, name).wait()
+
+    def allreduce_nonblocking(self, x: Any, average: bool = True, name: str | None = None):
+        _arrays.check_name(name)
+        if not isinstance(average, bool):
+            raise TypeError(f"average must be a bool, got {type(average).__name__}")
+        self._flush()
+        value = self._checked("allreduce", x, averaging=average, summing=True)
+        out, out_arr = value.empty(value.shape)
+        out.copy_(value.tensor)
+        work = None
+        if out.numel():
+            work = dist.all_reduce(out, op=dist.ReduceOp.SUM, group=self._data_group(value),
+                                   async_op=True)  # fmt: skip
+
+        def finish() -> Any:
+            if average:
+                if out_arr is not None:
+                    np.divide(out_arr, self._n, out=out_arr)
+                else:
+                    out.div_(self._n)
+            return value.wrap(out if out_arr is None else out_arr)
+
+        return self._start("allreduce", work, finish, name)
+
+    def broadcast(self, x: Any, root_rank: int, name: str | None = None) -> Any:
+        return self.broadcast_nonblocking(x, root_rank, name).wait()
+
+    def broadcast_nonblocking(self, x: Any, root_rank: int, name: str | None = None) -> Handle:
+        _arrays.check_name(name)
+        root = self.check_rank(root_rank, "root_rank")
+        self._flush()
+        value = self._checked("broadcast", x, averaging=False)
+        out, out_arr = value.empty(value.shape)
+        out.copy_(value.tensor)
+        work = None
+        if out.numel():
+            work = dist.broadcast(as_bytes(out), src=root, group=self._data_group(value),
+                                  async_op=True)  # fmt: skip
+        result = out if out_arr is None else out_arr
+        return self._start("broadcast", work, lambda: value.wrap(result), name)
+
+    def allgather(self, x: Any, name: str | None = None) -> Any:
+        return self.allgather_nonblocking(x, name).wait()
+
+    def allgather_nonblocking(self, x: Any, name: str | None = None) -> Handle:
+        _arrays.check_name(name)
+        self._flush()
+        value = self._checked("allgather", x, averaging=False, shape_of=lambda s: s[1:])
+        if value.shape == ():
+            value = value.reshaped((1,))
+        rows = self._all_rows(value.shape[0])
+        most, trailing = int(rows.max()), value.shape[1:]
+        # gloo gathers equal sizes only: every rank sends `most` rows, padded if shorter.
+        buf, buf_arr = value.empty((self._n, most, *trailing))
+        send = value.tensor
+        if rows[self._rank] < most:
+            send = buf[self._rank].clone()
+            send[: value.shape[0]] = value.tensor
+        work = None
+        if buf.numel():
+            outs = [as_bytes(part) for part in buf.unbind(0)]
+            work = dist.all_gather(outs, as_bytes(send), group=self._data_group(value),
+                                   async_op=True)  # fmt: skip
+
+        def finish() -> Any:
+            if np.all(rows == most):
+                out = buf.reshape(-1, *trailing) if buf_arr is None else buf_arr.reshape(
+                    -1, *trailing)  # fmt: skip
+            elif buf_arr is not None:
+                out = np.concatenate([buf_arr[r, : rows[r]] for r in range(self._n)])
+            else:
+                out = torch.cat([buf[r, : rows[r]] for r in range(self._n)])
+            return value.wrap(out)
+
+        return self._start("allgather", work, finish, name)
+
+    def _all_rows(self, mine: int) -> np.ndarray:
+        """Return every rank's first-dimension length (blocking, on the gloo group)."""
+        rows = torch.empty(self._n, dtype=torch.int64)
+        dist.all_gather(list(rows.split(1)), torch.tensor([mine], dtype=torch.int64),
+                        group=self.group)  # fmt: skip
+        return rows.numpy()
+
+    def barrier(self) -> None:
+        self._flush()
+        dist.barrier(group=self.group)
+
+    def barrier_nonblocking(self) -> Handle:
+        self._flush()
+        work = dist.barrier(group=self.group, async_op=True)
+        return self._start("barrier", work, lambda: None, None)

@@ -1,0 +1,380 @@
+"""Neighbor ops of the torch runtime: point-to-point transfers, fusion, the handle table.
+
+Every call posts its receives and sends in one ``batch_isend_irecv`` (NCCL runs them as
+one group; gloo one by one). Static calls receive from the topology's in-neighbors and
+send to its out-neighbors; dynamic ones use the plan's partners (``rank_plan``, shared
+with the MPI runtime). The combine is the simulator's: self first, then ascending source
+rank, each weight cast to the dtype and one rounded product added per neighbor, so the
+bits match; CPU values run the compiled ``combine_rows``, CUDA tensors the same steps in
+torch. Small nonblocking static calls on CPU values are queued and fused as in the MPI
+runtime (``_core.FusionQueue``) in worlds without CUDA; with CUDA every call is agreed
+on (devices included) on its own, so mixing devices across ranks raises instead of hanging.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ... import _arrays, _core
+from ..._handles import HandleTable
+from .._weights import is_matrix
+from ..mpi._plan import RankPlan, rank_plan, rank_weights
+from ._agree import LocalError, agree, fingerprint
+from ._values import Value
+
+__all__ = ["NeighborOps", "as_bytes"]
+
+_FP_CACHE_SIZE = 1024  # (dtype, shape, device, plan) fingerprints remembered per backend
+
+
+def as_bytes(tensor: Any) -> Any:
+    """Return a contiguous tensor's bytes as a flat uint8 view (gloo moves any dtype so)."""
+    flat = tensor.reshape(-1)
+    return flat if flat.dtype == torch.uint8 else flat.view(torch.uint8)
+
+
+def _wait_all(works: list) -> None:
+    for work in works:
+        work.wait()
+
+
+class _Transfer:
+    """The Work objects of one call's point-to-point transfers, waited on once.
+
+    ``Wait``/``Test`` are the request calls :class:`fogsim._core.FusedBatch` makes. gloo's
+    send/recv Works report completion only from their own ``wait()``, so a transfer that
+    may be polled is waited on by the backend's waiter thread (``waiter``), and ``Test``
+    asks that thread; NCCL's Works and blocking calls need no thread.
+    """
+
+    __slots__ = ("_works", "_future")
+
+    def __init__(self, works: list, waiter: ThreadPoolExecutor | None = None) -> None:
+        self._works = works
+        self._future = waiter.submit(_wait_all, works) if waiter is not None and works else None
+
+    def Wait(self) -> None:
+        if self._future is not None:
+            self._future.result()
+        else:
+            _wait_all(self._works)
+            self._works = []
+
+    def Test(self) -> bool:
+        if self._future is not None:
+            return self._future.done()
+        return all(work.is_completed() for work in self._works)
+
+
+def _combine_cuda(value: Value, plan: RankPlan, recv: Any, weights: np.ndarray,
+                  select: np.ndarray | None) -> Any:  # fmt: skip
+    """``self_weight * x + sum_k w_k * y_k`` in combine_rows' order and roundings, in torch."""
+    w = np.concatenate([[plan.self_weight], weights]).astype(value.dtype)
+    w = torch.from_numpy(w).to(value.tensor.device)
+    out = value.tensor * w[0]
+    rows = range(len(weights)) if select is None else select.tolist()
+    for k, row in enumerate(rows):
+        out += w[k + 1] * recv[row]  # the product is rounded before the add: no FMA
+    return out
+
+
+class NeighborOps:
+    """Mixin of :class:`TorchBackend`: neighbor ops, fusion queue, handle table."""
+
+    _n: int
+    _rank: int
+    _static: RankPlan
+    _static_dsts: np.ndarray
+    _fusion_threshold: int
+    group: Any
+    nccl_group: Any
+
+    def _init_neighbor_ops(self) -> None:
+        self.handles = HandleTable()
+        self._fusion = _core.FusionQueue(self._fusion_threshold, self._send_batch, self.handles)
+        self._fingerprints: dict[tuple, int] = {}
+        self._nccl_ready = False
+        self._waiter: ThreadPoolExecutor | None = None
+
+    def _close_neighbor_ops(self) -> None:
+        if self._waiter is not None:
+            self._waiter.shutdown(wait=True)
+            self._waiter = None
+
+    def _flush(self) -> None:
+        """Send the queued nonblocking calls now (collective: all ranks flush alike)."""
+        self._fusion.flush()
+
+    def _drain(self) -> None:
+        self._fusion.flush()
+        self.handles.drain()
+
+    def _p2p(self, ops: list, cuda: bool, blocking: bool) -> _Transfer:
+        """Start ``ops`` as one batch (every rank calls this, even with no ops)."""
+        if cuda and not self._nccl_ready:
+            # NCCL wants its first call on a group to involve every rank: a tiny collective.
+            dist.all_reduce(torch.zeros(1, device="cuda"), group=self.nccl_group)
+            self._nccl_ready = True
+        works = dist.batch_isend_irecv(ops) if ops else []
+        if blocking or cuda or not works:
+            return _Transfer(works)
+        if self._waiter is None:
+            self._waiter = ThreadPoolExecutor(1, thread_name_prefix="fogsim-torch-waiter")
+        return _Transfer(works, self._waiter)
+
+    # -- neighbor_allreduce ---------------------------------------------------------------
+    def neighbor_allreduce(self, x, self_weight=None, src_weights=None, dst_weights=None,
+                           enable_topo_check=True, name=None):  # fmt: skip
+        return self._neighbor_allreduce(x, self_weight, src_weights, dst_weights,
+                                        enable_topo_check, name, blocking=True)  # fmt: skip
+
+    def neighbor_allreduce_nonblocking(
+        self, x, self_weight=None, src_weights=None, dst_weights=None,
+        enable_topo_check=True, name=None,
+    ):  # fmt: skip
+        return self._neighbor_allreduce(x, self_weight, src_weights, dst_weights,
+                                        enable_topo_check, name, blocking=False)  # fmt: skip
+
+    def _parse(self, x, self_weight, src_weights, dst_weights, check):
+        """Return (value, plan, error) from this rank's arguments alone.
+
+        With the check on, a bad argument is returned as ``error`` so that every rank
+        can raise it together; with it off it is raised here.
+        """
+        try:
+            value = self._value(x, "neighbor_allreduce", averaging=True)
+            if self_weight is None and src_weights is None and dst_weights is None:
+                plan = self._static
+            else:
+                plan = rank_plan(self._n, self._rank, self._topology, self._static,
+                                 self_weight, src_weights, dst_weights)  # fmt: skip
+        except (TypeError, ValueError) as exc:
+            if not check:
+                raise
+            return None, None, LocalError(exc)
+        return value, plan, None
+
+    def _neighbor_allreduce(self, x, self_weight, src_weights, dst_weights, check, name,
+                            blocking):  # fmt: skip
+        """Blocking: return the result. Nonblocking: return a handle (static calls queue)."""
+        _arrays.check_name(name)
+        if check is not True and check is not False:
+            raise TypeError("enable_topo_check must be a bool")
+        value, plan, error = self._parse(x, self_weight, src_weights, dst_weights, check)
+        exchange = dst_weights is not None and not is_matrix(src_weights)
+        if (not blocking and self.nccl_group is None and dst_weights is None
+                and not is_matrix(src_weights)):  # fmt: skip
+            # Static nonblocking calls are queued; ranks agree once per fused batch.
+            wrap = None if value is None or value.kind == "numpy" else torch.from_numpy
+            arr = None if value is None else value.arr
+            return self._fusion.add(arr, plan, wrap, error, check, name)
+        self._flush()
+        weights = self._agree_call(value, plan, error, check, exchange)
+        handle = self._exchange_data(value, plan, weights, scale=not check and plan.exchange,
+                                     name=name, blocking=blocking)  # fmt: skip
+        return handle.wait() if blocking else handle
+
+    def _agree_call(self, value, plan, error, check, exchange) -> np.ndarray:
+        """Return the combine weights once every rank agreed, else raise on all.
+
+        One reduction settles shapes, dtypes, devices, the kind of call and local argument
+        errors; a dynamic call with weight dicts then exchanges who sends to whom (one
+        all-to-all) and agrees once more on the outcome.
+        """
+        if not check:
+            return plan.weights
+        if error is None:
+            fp = self._fingerprint(value, plan, exchange)
+            describe = f"{value.describe()} in neighbor_allreduce"
+        else:
+            fp, describe = 0, "an invalid argument"
+        agree(self._comm, fp, error, describe)
+        if not exchange:
+            return plan.weights
+        weights, mismatch = self._exchange(plan)
+        agree(self._comm, 0, mismatch, "")
+        return weights
+
+    def _fingerprint(self, value: Value, plan: RankPlan, exchange: bool) -> int:
+        """Return the fingerprint of a call's dtype, shape, device and plan (cached)."""
+        key = (value.dtype, value.shape, value.cuda, plan.fingerprint, plan.static, exchange)
+        fp = self._fingerprints.get(key)
+        if fp is None:
+            if len(self._fingerprints) >= _FP_CACHE_SIZE:
+                self._fingerprints.clear()
+            fp = self._fingerprints[key] = fingerprint(
+                "neighbor_allreduce", value.dtype.str, value.shape, plan.fingerprint,
+                plan.static, exchange, value.cuda,
+            )  # fmt: skip
+        return fp
+
+    def _exchange(self, plan: RankPlan) -> tuple[np.ndarray | None, LocalError | None]:
+        """Tell every rank whether (and with which weight) we send to it; check our senders.
+
+        Returns the combined weights ``r_ij * s_ij`` (the simulator's product, so both
+        give the same bits) or the mismatch found on this rank.
+        """
+        table = np.zeros((self._n, 2), dtype=np.float64)
+        table[plan.dsts, 0] = 1.0
+        table[plan.dsts, 1] = plan.send_weights
+        got = np.empty_like(table)
+        dist.all_to_all_single(torch.from_numpy(got), torch.from_numpy(table), group=self.group)
+        senders = np.flatnonzero(got[:, 0])
+        extra = np.setdiff1d(senders, plan.srcs)
+        if extra.size:
+            j, i = int(extra[0]), self._rank
+            return None, LocalError(ValueError(
+                f"topology check failed: agent {j} sends to agent {i} (dst_weights[{j}]) "
+                f"but agent {i} does not receive from {j} (src_weights[{i}])"
+            ))  # fmt: skip
+        missing = np.setdiff1d(plan.srcs, senders)
+        if missing.size:
+            i, j = self._rank, int(missing[0])
+            return None, LocalError(ValueError(
+                f"topology check failed: agent {i} receives from agent {j} (src_weights[{i}]) "
+                f"but agent {j} does not send to {i} (dst_weights[{j}])"
+            ))  # fmt: skip
+        return plan.weights * got[plan.srcs, 1], None
+
+    def _exchange_data(self, value: Value, plan: RankPlan, weights: np.ndarray, scale: bool,
+                       name: str | None, blocking: bool):  # fmt: skip
+        """Start the transfers of one call; return a handle whose wait() combines."""
+        srcs = self._static.srcs if plan.static else plan.srcs
+        dsts = self._static_dsts if plan.static else plan.dsts
+        group = self.nccl_group if value.cuda else self.group
+        recv, recv_arr = value.empty((len(srcs), *value.shape))
+        ops = []
+        if value.nbytes:
+            ops = [dist.P2POp(dist.irecv, recv[k], int(j), group) for k, j in enumerate(srcs)]
+            sends = plan.send_weights if scale else np.ones(len(dsts))
+            for j, s in zip(dsts, sends, strict=True):
+                ops.append(dist.P2POp(dist.isend, self._scaled(value, s), int(j), group))
+        transfer = self._p2p(ops, value.cuda, blocking)
+        select = plan.select if plan.static else None
+
+        def finish() -> Any:
+            transfer.Wait()
+            ops.clear()  # the scaled send buffers were held until here
+            if recv_arr is None:
+                return value.wrap(_combine_cuda(value, plan, recv, weights, select))
+            out = _core.combine_rows(np.empty_like(value.arr), plan.self_weight, value.arr,
+                                     weights, recv_arr, 0, select)  # fmt: skip
+            return value.wrap(out)
+
+        return self.handles.start("neighbor_allreduce", finish, transfer.Test, name)
+
+    @staticmethod
+    def _scaled(value: Value, s: float) -> Any:
+        """Return ``x`` to send, times the sender's weight (numpy's rounding on CPU)."""
+        if s == 1.0:
+            return value.tensor
+        if value.arr is not None:
+            return torch.from_numpy(np.multiply(value.arr, value.dtype.type(s)))
+        factor = torch.from_numpy(np.array(s, dtype=value.dtype)).to(value.tensor.device)
+        return value.tensor * factor
+
+    # -- fusion ---------------------------------------------------------------------------
+    def _send_batch(self, entries: list, total: int) -> None:
+        """Agree on the queued calls, pack them and post one transfer per neighbor."""
+        if any(e.check for e in entries):
+            errors = [e.error for e in entries if e.error is not None]
+            if errors:
+                fp, describe = 0, "an invalid argument"
+            else:
+                each = [self._fingerprint(_Entry(e.arr), e.plan, False) for e in entries]
+                fp = fingerprint("fused", np.array(each, dtype=np.int64).tobytes())
+                layout = [(e.arr.dtype.str, e.arr.shape, e.plan.fingerprint) for e in entries]
+                describe = f"{len(entries)} queued neighbor_allreduce tensors {layout}"
+            # refused: the queue makes every call of the batch raise it, not only this one
+            agree(self._comm, fp, errors[0] if errors else None, describe)
+        send = np.empty(total, dtype=np.uint8)
+        _core.pack(send, [e.arr for e in entries], [e.offset for e in entries])
+        srcs, dsts = self._static.srcs, self._static_dsts
+        recv = np.empty((len(srcs), total), np.uint8)
+        rt, st = torch.from_numpy(recv), torch.from_numpy(send)
+        ops = [dist.P2POp(dist.irecv, rt[k], int(j), self.group) for k, j in enumerate(srcs)]
+        ops += [dist.P2POp(dist.isend, st, int(j), self.group) for j in dsts]
+        _core.FusedBatch(entries, send, recv, self._p2p(ops if total else [], False, False))
+
+    # -- neighbor_allgather ---------------------------------------------------------------
+    def neighbor_allgather(self, x, src_ranks=None, dst_ranks=None, name=None):
+        return self._neighbor_allgather(x, src_ranks, dst_ranks, name, blocking=True).wait()
+
+    def neighbor_allgather_nonblocking(self, x, src_ranks=None, dst_ranks=None, name=None):
+        return self._neighbor_allgather(x, src_ranks, dst_ranks, name, blocking=False)
+
+    def _neighbor_allgather(self, x, src_ranks, dst_ranks, name, blocking):
+        _arrays.check_name(name)
+        self._flush()
+        error, srcs, dsts = None, None, None
+        try:
+            if (src_ranks is None) != (dst_ranks is None):
+                raise ValueError(
+                    "neighbor_allgather needs both src_ranks and dst_ranks, or neither"
+                )
+            if src_ranks is not None:
+                srcs, _ = rank_weights(src_ranks, self._n, self._rank, "src_ranks")
+                dsts, _ = rank_weights(dst_ranks, self._n, self._rank, "dst_ranks")
+        except (TypeError, ValueError) as exc:
+            error = LocalError(exc)
+        value = self._checked(
+            "neighbor_allgather", x, averaging=False, shape_of=lambda s: s[1:],
+            extra=(src_ranks is None,), error=error,
+        )  # fmt: skip
+        if value.shape == ():
+            value = value.reshaped((1,))
+        if srcs is None:
+            srcs, dsts = self._static.srcs, self._static_dsts
+        else:
+            self._check_pairs(srcs, dsts)
+        rows = self._neighbor_rows(value.shape[0], srcs, dsts)
+        out, out_arr = value.empty((int(rows.sum()), *value.shape[1:]))
+        starts = np.concatenate([[0], np.cumsum(rows)])
+        group = self.nccl_group if value.cuda else self.group
+        ops = []
+        if out.numel():  # every rank knows whether anything moves: the row counts agree
+            ops = [dist.P2POp(dist.irecv, as_bytes(out[starts[k] : starts[k + 1]]), int(j), group)
+                   for k, j in enumerate(srcs) if rows[k]]  # fmt: skip
+        if value.nbytes:
+            ops += [dist.P2POp(dist.isend, as_bytes(value.tensor), int(j), group) for j in dsts]
+        transfer = self._p2p(ops, value.cuda, blocking)
+
+        def finish() -> Any:
+            transfer.Wait()
+            return value.wrap(out if out_arr is None else out_arr)
+
+        return self.handles.start("neighbor_allgather", finish, transfer.Test, name)
+
+    def _check_pairs(self, srcs: np.ndarray, dsts: np.ndarray) -> None:
+        plan = RankPlan(1.0, srcs, np.ones(len(srcs)), static=False, dsts=dsts,
+                        send_weights=np.ones(len(dsts)), exchange=True)  # fmt: skip
+        _, mismatch = self._exchange(plan)
+        if mismatch is not None:
+            mismatch.message = mismatch.message.replace("dst_weights", "dst_ranks").replace(
+                "src_weights", "src_ranks"
+            )
+        agree(self._comm, 0, mismatch, "")
+
+    def _neighbor_rows(self, mine: int, srcs: np.ndarray, dsts: np.ndarray) -> np.ndarray:
+        """Return the first-dimension length of each source's value (they may differ)."""
+        rows = torch.empty(len(srcs), dtype=torch.int64)
+        sent = torch.tensor([mine], dtype=torch.int64)
+        ops = [dist.P2POp(dist.irecv, rows[k : k + 1], int(j), self.group)
+               for k, j in enumerate(srcs)]  # fmt: skip
+        ops += [dist.P2POp(dist.isend, sent, int(j), self.group) for j in dsts]
+        self._p2p(ops, False, True).Wait()
+        return rows.numpy()
+
+
+class _Entry:
+    """A queued array seen as a :class:`Value` for :meth:`NeighborOps._fingerprint`."""
+
+    __slots__ = ("dtype", "shape", "cuda")
+
+    def __init__(self, arr: np.ndarray) -> None:
+        self.dtype, self.shape, self.cuda = arr.dtype, arr.shape, False

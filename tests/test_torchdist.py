@@ -1,0 +1,505 @@
+"""The torch.distributed backend: the op tests of dual_cases.py and its own, in gloo workers.
+
+This file is also the driver the workers run (``python tests/test_torchdist.py [case ...]``,
+``FOGSIM_BACKEND=torch``): rank 0 prints one JSON line per case. Two launches cover both
+ways ranks meet: 2 processes started here with torchrun's variables (``RANK``,
+``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``: ``env://``), and 4 under ``fogrun``
+(MPI's rank variables; rank 0 serves the store on a free port and tells the others over
+MPI). The window cases are left out: this backend refuses window ops, which a case here
+checks. A CUDA job (NCCL) runs when this machine has two GPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import dual_cases  # noqa: E402
+
+import fogsim as fs  # noqa: E402
+from fogsim import _settings  # noqa: E402
+from fogsim import topology as T  # noqa: E402
+
+# Cases that need one-sided window ops, which this backend refuses (case_torch_errors).
+WINDOW_CASES = [c for c in dual_cases.CASES if "window" in c or "push_sum" in c]
+SHARED_CASES = [c for c in dual_cases.CASES if c not in WINDOW_CASES]
+
+
+def _same(got, want, exact=True):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape and got.dtype == want.dtype, (got, want)
+    if exact:
+        assert np.array_equal(got, want), (got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def _raises(exc_type, match, fn, *args, **kwargs):
+    return dual_cases._raises_everywhere(exc_type, match, fn, *args, **kwargs)
+
+
+# -- cases run by every rank of a torch job ----------------------------------------------
+def case_torch_world():
+    import torch.distributed as dist
+
+    ctx = fs.init(topology=T.ring_graph)
+    n, r = fs.size(), fs.rank()
+    assert ctx.backend.name == "torch" and n == dist.get_world_size() and r == dist.get_rank()
+    assert fs.local_size() == n and fs.local_rank() == r  # one host
+    assert fs.is_main_process() == (r == 0)
+    assert fs.local(lambda k: k * 10) == 10 * r
+    assert fs.vmap(np.square)(np.arange(3)).tolist() == [0, 1, 4]
+    assert fs.in_neighbor_ranks() == T.ring_graph(n).in_neighbors(r)
+    assert fs.out_neighbor_ranks() == T.ring_graph(n).out_neighbors(r)
+    _raises(ValueError, "the job has", fs.init, size=n + 1)
+    fs.shutdown()
+    with fs.Context(backend="torch", topology=T.fully_connected_graph) as other:
+        emulated = fs.Context(backend="torch", local_size=1)
+        assert (emulated.backend.local_size(), emulated.backend.local_rank()) == (1, 0)
+        emulated.close()
+        x = np.full(2, float(r))
+        _same(fs.neighbor_allreduce(x), np.full(2, (n - 1) / 2))  # the world of the block
+    other.close()
+
+
+def case_torch_results_keep_type_and_dtype():
+    import torch
+
+    fs.init(topology=T.exponential_two_graph)
+    n, r = fs.size(), fs.rank()
+    for dtype in (np.float32, np.float64):
+        x = np.arange(6, dtype=dtype).reshape(2, 3) + r
+        t = torch.from_numpy(x.copy())
+        calls = [
+            lambda v: fs.allreduce(v),
+            lambda v: fs.allreduce(v, average=False),
+            lambda v: fs.broadcast(v, n - 1),
+            lambda v: fs.allgather(v),
+            lambda v: fs.neighbor_allreduce(v),
+            lambda v: fs.neighbor_allgather(v),
+            lambda v: fs.wait(fs.allreduce_nonblocking(v)),
+            lambda v: fs.wait(fs.broadcast_nonblocking(v, 0)),
+            lambda v: fs.wait(fs.allgather_nonblocking(v)),
+            lambda v: fs.wait(fs.neighbor_allreduce_nonblocking(v)),
+            lambda v: fs.wait(fs.neighbor_allgather_nonblocking(v)),
+            lambda v: fs.global_view(v),
+        ]
+        for call in calls:
+            a, b = call(x), call(t)
+            assert isinstance(a, np.ndarray) and a.dtype == dtype
+            assert isinstance(b, torch.Tensor) and b.dtype == t.dtype
+            _same(b.numpy(), a)
+    for dtype in (np.int8, np.int32, np.int64, np.uint8, np.bool_):
+        x = (np.arange(4) + r).astype(dtype)
+        assert fs.allreduce(x, average=False).dtype == dtype
+        assert fs.broadcast(x, 0).dtype == dtype and fs.allgather(x).dtype == dtype
+        assert fs.neighbor_allgather(x).dtype == dtype
+    for dtype in (np.int16, np.uint16, np.float16):  # moved as bytes
+        x = (np.arange(3) + r).astype(dtype)
+        _same(fs.broadcast(x, n - 1), (np.arange(3) + n - 1).astype(dtype))
+        _same(fs.allgather(x), np.concatenate([(np.arange(3) + k).astype(dtype)
+                                               for k in range(n)]))  # fmt: skip
+    _same(fs.allreduce(2.0), np.asarray(2.0))  # a Python scalar comes back 0-d numpy
+    _same(fs.allgather(float(r)), np.arange(n, dtype=np.float64))
+    strided = np.arange(12.0).reshape(3, 4)[:, ::2] + r  # not contiguous: copied
+    _same(fs.allreduce(strided), np.arange(12.0).reshape(3, 4)[:, ::2] + (n - 1) / 2)
+    ro = np.ones(3)
+    ro.flags.writeable = False
+    _same(fs.neighbor_allreduce(ro), np.ones(3))
+    fs.shutdown()
+
+
+def case_torch_neighbor_allreduce_matrices_and_unchecked_calls():
+    fs.init(topology=T.ring_graph)
+    n, r = fs.size(), fs.rank()
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal((n, 3))
+    W = T.exponential_two_graph(n).uniform()
+    got = fs.neighbor_allreduce(data[r], src_weights=W)
+    sim = dual_cases._sim_reference(n, T.ring_graph(n), data, src_weights=W)
+    _same(got, sim[r])
+    D = T.exponential_two_graph(n).to_dense() * 2.0  # dst matrix: W_ij * D_ij on edges
+    got = fs.neighbor_allreduce(data[r], self_weight=0.5, src_weights=W, dst_weights=D)
+    sim = dual_cases._sim_reference(n, T.ring_graph(n), data, self_weight=np.full(n, 0.5),
+                                    src_weights=W, dst_weights=D)  # fmt: skip
+    _same(got, sim[r])
+    h = fs.neighbor_allreduce_nonblocking(data[r], src_weights=W)
+    while not fs.poll(h):
+        time.sleep(0.001)
+    _same(fs.wait(h), fs.neighbor_allreduce(data[r], src_weights=W))
+    # dynamic dicts: checked (weights exchanged, the simulator's bits) and unchecked (the
+    # sender scales what it sends: same up to rounding)
+    src = {(r - 1) % n: 0.3} if n > 1 else {}
+    dst = {(r + 1) % n: 0.5} if n > 1 else {}
+    checked = fs.neighbor_allreduce(data[r], self_weight=0.7, src_weights=src, dst_weights=dst)
+    unchecked = fs.neighbor_allreduce(data[r], self_weight=0.7, src_weights=src,
+                                      dst_weights=dst, enable_topo_check=False)  # fmt: skip
+    want = 0.7 * data[r] + (0.15 * data[(r - 1) % n] if n > 1 else 0)
+    _same(checked, want, exact=False)
+    _same(unchecked, want, exact=False)
+    h = fs.neighbor_allreduce_nonblocking(data[r], self_weight=0.7, src_weights=src,
+                                          dst_weights=dst)  # fmt: skip
+    _same(fs.wait(h), checked)
+    # static weights on a subset of the in-neighbors, blocking and queued
+    sub = {(r - 1) % n: 0.25} if n > 1 else {}
+    blocking = fs.neighbor_allreduce(data[r], self_weight=0.75, src_weights=sub)
+    queued = fs.neighbor_allreduce_nonblocking(data[r], self_weight=0.75, src_weights=sub)
+    _same(fs.wait(queued), blocking)
+    fs.shutdown()
+
+
+def case_torch_fused_queue_mixes_numpy_and_tensors():
+    import torch
+
+    fs.init(topology=T.exponential_two_graph)
+    r = fs.rank()
+    values = [np.arange(5.0) + r, torch.arange(3, dtype=torch.float32) * (r + 1),
+              np.float32(r), torch.ones((2, 2), dtype=torch.float64) * r]  # fmt: skip
+    handles = [fs.neighbor_allreduce_nonblocking(v) for v in values]
+    for v, h in zip(values, handles, strict=True):
+        got = fs.wait(h)
+        want = fs.neighbor_allreduce(v)
+        assert type(got) is type(want)
+        _same(np.asarray(got), np.asarray(want))
+    fs.shutdown()
+
+
+def case_torch_neighbor_allgather_first_dimension_may_differ():
+    fs.init(topology=T.exponential_two_graph)
+    n, r = fs.size(), fs.rank()
+    topo = T.exponential_two_graph(n)
+    x = np.full((r + 1, 2), float(r))
+    want = [np.full((j + 1, 2), float(j)) for j in topo.in_neighbors(r)]
+    _same(fs.neighbor_allgather(x), np.concatenate(want) if want else np.empty((0, 2)))
+    empty = np.empty((0, 3)) if r == 0 else np.ones((1, 3))
+    got = fs.neighbor_allgather(empty)
+    assert got.shape == (sum(j != 0 for j in topo.in_neighbors(r)), 3)
+    fs.shutdown()
+
+
+def case_torch_errors_raise_on_every_rank():
+    fs.init(topology=T.ring_graph)
+    n, r = fs.size(), fs.rank()
+    _raises(TypeError, "float32 or float64", fs.neighbor_allreduce, np.arange(3))
+    _raises(TypeError, "cannot sum", fs.allreduce, np.arange(3, dtype=np.int16), average=False)
+    _raises(ValueError, "out of range", fs.broadcast, np.ones(2), n)
+    if n > 1:
+        odd = np.ones(3, dtype=np.float32 if r == 1 else np.float64)
+        _raises(ValueError, "ranks disagree", fs.neighbor_allreduce, odd)
+        _raises(ValueError, "ranks disagree", fs.allgather, np.ones((1, 2 + (r == 1))))
+        bad = {(r - 1) % n: float("nan")} if r == 0 else {(r - 1) % n: 0.5}
+        _raises(ValueError, "finite", fs.neighbor_allreduce, np.ones(2), self_weight=0.5,
+                src_weights=bad)  # fmt: skip
+        queued = [fs.neighbor_allreduce_nonblocking(np.ones(2), self_weight=0.5,
+                                                    src_weights=bad),
+                  fs.neighbor_allreduce_nonblocking(np.ones(2))]  # fmt: skip
+        for h in queued:  # the batch is refused as a whole, on every rank
+            _raises(ValueError, "finite", fs.wait, h)
+        half = ((r + 1) % n,) if r else None  # rank 0 passes src_ranks without dst_ranks
+        _raises(ValueError, "both src_ranks and dst_ranks", fs.neighbor_allgather,
+                np.ones(2), src_ranks=[(r + 1) % n], dst_ranks=half)  # fmt: skip
+        if n > 2:
+            _raises(ValueError, "topology check failed", fs.neighbor_allgather, np.ones(2),
+                    src_ranks=[(r + 1) % n], dst_ranks=[(r + 1) % n])  # fmt: skip
+        mine = T.ring_graph(n) if r else T.star_graph(n)
+        if n > 2:
+            _raises(ValueError, "ranks disagree", fs.set_topology, mine)
+    _raises(TypeError, "must be a bool", fs.neighbor_allreduce, np.ones(2),
+            enable_topo_check=1)  # fmt: skip
+    for op, args in [(fs.win_create, (np.ones(2), "w")), (fs.win_update, ("w",)),
+                     (fs.win_put, (np.ones(2), "w"))]:  # fmt: skip
+        _raises(ValueError, "no window ops", op, *args)
+    dual_cases._same(fs.neighbor_allreduce(np.ones(3)), np.ones(3))  # still usable
+    fs.shutdown()
+
+
+def case_torch_combine_of_cuda_tensors_has_combine_rows_bits():
+    """The torch combine CUDA tensors go through, run on CPU tensors: combine_rows' bits."""
+    import torch
+
+    from fogsim import _core
+    from fogsim.backends.mpi._plan import RankPlan
+    from fogsim.backends.torchdist._neighbor import _combine_cuda
+    from fogsim.backends.torchdist._values import Value
+
+    rng = np.random.default_rng(1)
+    for dtype in (np.float32, np.float64):
+        x = rng.standard_normal((3, 5)).astype(dtype)
+        recv = rng.standard_normal((4, 3, 5)).astype(dtype)
+        weights = rng.random(3)
+        plan = RankPlan(0.3, np.array([1, 2, 3]), weights)
+        value = Value(torch.from_numpy(x), None, "cuda", x.dtype)  # as if on a GPU
+        for select in (None, np.array([0, 2, 3])):
+            want = _core.combine_rows(np.empty_like(x), 0.3, x, weights, recv, 0, select)
+            got = _combine_cuda(value, plan, torch.from_numpy(recv), weights, select)
+            _same(got.numpy(), want)
+
+
+def case_cuda_ops_match_the_simulator():
+    import torch
+
+    fs.init(topology=T.exponential_two_graph)
+    n, r = fs.size(), fs.rank()
+    data = np.random.default_rng(7).standard_normal((n, 4))
+    for dtype in (np.float32, np.float64):
+        d = data.astype(dtype)
+        x = torch.from_numpy(d[r].copy()).cuda()
+        got = fs.neighbor_allreduce(x)
+        assert got.is_cuda and got.dtype == x.dtype
+        sim = dual_cases._sim_reference(n, T.exponential_two_graph(n), d)
+        _same(got.cpu().numpy(), sim[r])
+        h = fs.neighbor_allreduce_nonblocking(x)
+        _same(fs.wait(h).cpu().numpy(), sim[r])
+        W = T.ring_graph(n).uniform()
+        sim = dual_cases._sim_reference(n, T.exponential_two_graph(n), d, src_weights=W)
+        _same(fs.neighbor_allreduce(x, src_weights=W).cpu().numpy(), sim[r])
+        for call in (fs.allreduce, fs.allgather, lambda v: fs.broadcast(v, 0),
+                     fs.neighbor_allgather, fs.global_view):  # fmt: skip
+            got = call(x)
+            assert got.is_cuda and got.dtype == x.dtype
+            _same(got.cpu().numpy(), np.asarray(call(d[r])))
+    mixed = torch.ones(2, dtype=torch.float64, device="cuda" if r else "cpu")
+    _raises(ValueError, "ranks disagree", fs.neighbor_allreduce, mixed)
+    fs.shutdown()
+
+
+TORCH_CASES = sorted(name for name in dir() if name.startswith("case_torch_"))
+CUDA_CASES = sorted(name for name in dir() if name.startswith("case_cuda_"))
+
+
+def main(names: list[str]) -> None:
+    """Run ``names`` (default: the shared and torch cases) on this rank; rank 0 reports."""
+    import torch.distributed as dist
+
+    with fs.Context() as world:  # the cases must test the torch runtime
+        assert world.backend.name == "torch", f"the torch driver runs on {world.backend.name}"
+    world.close()
+    for name in names or SHARED_CASES + TORCH_CASES:
+        case = getattr(dual_cases, name, None) or globals()[name]
+        start = time.perf_counter()
+        try:
+            case()
+            outcome = None
+        except Exception:  # noqa: BLE001 - reported per case, per rank
+            outcome = traceback.format_exc(limit=8)
+            fs.shutdown()
+        outcomes: list = [None] * dist.get_world_size()
+        dist.all_gather_object(outcomes, outcome)
+        if dist.get_rank() == 0:
+            failed = {r: o for r, o in enumerate(outcomes) if o is not None}
+            seconds = round(time.perf_counter() - start, 3)
+            print(json.dumps({"case": name, "failed": failed, "seconds": seconds}), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
+    sys.exit(0)
+
+
+# -- pytest side -------------------------------------------------------------------------
+import pytest  # noqa: E402
+
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install 'fogsim[torch]')")
+dist = torch.distributed
+if not dist.is_available() or not dist.is_gloo_available():
+    pytest.skip("this torch has no torch.distributed with gloo", allow_module_level=True)
+
+from fogsim.backends.torchdist import _world  # noqa: E402
+
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+TIMEOUT = 200
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]),
+        "FOGSIM_BACKEND": "torch",
+        "NUMBA_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        **extra,
+    }
+    launcher = [var for pair in _settings._LAUNCHER_VARS for var in pair]
+    for var in ("FOGSIM_SIZE", "FOGSIM_LOCAL_SIZE", "FOGSIM_TORCH_PORT", "MASTER_ADDR",
+                "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", *launcher):  # fmt: skip
+        if var not in extra:
+            env.pop(var, None)
+    return env
+
+
+def _parse(stdout: str, codes: list[int], stderr: str, cases: list[str]) -> dict:
+    results = {}
+    for line in stdout.splitlines():
+        if line.startswith("{"):
+            record = json.loads(line)
+            results[record["case"]] = record
+    if any(codes) or len(results) != len(cases):
+        results["__job__"] = {"rc": codes, "stderr": stderr[-4000:]}
+    return results
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run_torchrun_style(n: int, cases: list[str]) -> dict:
+    """Start n workers with torchrun's variables (what torchrun itself would set)."""
+    port = str(_free_port())
+
+    def worker_env(r: int) -> dict[str, str]:
+        return _env(RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r),
+                    MASTER_ADDR="127.0.0.1", MASTER_PORT=port)  # fmt: skip
+
+    script = [sys.executable, str(Path(__file__).resolve()), *cases]
+    procs = [subprocess.Popen(script, env=worker_env(r), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(n)]  # fmt: skip
+    deadline = time.monotonic() + TIMEOUT
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=max(1.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            for q in procs:  # a hang fails the cases not reported, not the session
+                q.kill()
+            outs.append(p.communicate())
+    codes = [p.wait() for p in procs]
+    return _parse(outs[0][0], codes, "\n".join(err for _, err in outs), cases)
+
+
+def _run_fogrun(n: int, cases: list[str], **env: str) -> dict:
+    """Start n workers under fogrun (mpiexec): FOGSIM_BACKEND=torch wins over its "mpi"."""
+    cmd = [sys.executable, "-m", "fogsim.run", "-np", str(n), "--timeout", str(TIMEOUT),
+           "python", str(Path(__file__).resolve()), *cases]  # fmt: skip
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT + 40,
+                         env=_env(**env))  # fmt: skip
+    return _parse(run.stdout, [run.returncode], run.stderr, cases)
+
+
+def _run_alone(n: int, cases: list[str]) -> dict:
+    """Start one process without a launcher: a world of one on a free port."""
+    script = [sys.executable, str(Path(__file__).resolve()), *cases]
+    run = subprocess.run(script, capture_output=True, text=True, timeout=TIMEOUT, env=_env())
+    return _parse(run.stdout, [run.returncode], run.stderr, cases)
+
+
+# world size -> how its processes start (each way the ranks can meet is used once)
+LAUNCHES = {1: _run_alone, 2: _run_torchrun_style, 4: _run_fogrun}
+
+
+@pytest.fixture(scope="session")
+def torch_job():
+    cache: dict[int, dict] = {}
+
+    def get(n: int) -> dict:
+        if n not in cache:
+            if n == 4 and not MPIEXEC.exists():
+                pytest.skip(f"no mpiexec next to {sys.executable} (pip install 'fogsim[mpi]')")
+            cache[n] = LAUNCHES[n](n, SHARED_CASES + TORCH_CASES)
+        return cache[n]
+
+    return get
+
+
+@pytest.mark.parametrize("n", sorted(LAUNCHES))
+@pytest.mark.parametrize("case", SHARED_CASES + TORCH_CASES)
+def test_gloo(case, n, torch_job):
+    results = torch_job(n)
+    assert case in results, f"the torch job did not report {case}: {results.get('__job__')}"
+    failed = results[case]["failed"]
+    assert not failed, "\n".join(f"rank {r}:\n{tb}" for r, tb in failed.items())
+
+
+@pytest.mark.skipif(not MPIEXEC.exists(), reason=f"no mpiexec next to {sys.executable}")
+def test_fogrun_with_a_given_port_meets_over_tcp():
+    cases = ["case_collectives", "case_torch_world"]
+    results = _run_fogrun(2, cases, FOGSIM_TORCH_PORT=str(_free_port()))
+    for case in cases:
+        assert case in results, f"the job did not report {case}: {results.get('__job__')}"
+        assert not results[case]["failed"], results[case]["failed"]
+
+
+def test_window_cases_are_the_ones_left_out():
+    assert WINDOW_CASES and set(WINDOW_CASES) | set(SHARED_CASES) == set(dual_cases.CASES)
+    assert not set(WINDOW_CASES) & set(TORCH_CASES)  # case_torch_errors checks the refusal
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+    reason="needs CUDA with 2 GPUs (NCCL wants one GPU per rank); "
+    f"torch {torch.__version__} sees {torch.cuda.device_count()}",
+)
+def test_cuda_over_nccl():
+    if not dist.is_nccl_available():
+        pytest.skip("this torch has CUDA but no NCCL")
+    results = _run_torchrun_style(2, CUDA_CASES)
+    for case in CUDA_CASES:
+        assert case in results, f"the CUDA job did not report {case}: {results.get('__job__')}"
+        assert not results[case]["failed"], results[case]["failed"]
+
+
+# -- in process: where the ranks meet (no communication) ---------------------------------
+@pytest.mark.parametrize(
+    ("env", "want"),
+    [
+        ({}, (0, 1, "127.0.0.1", 0, "store")),
+        ({"RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "h", "MASTER_PORT": "1234"},
+         (1, 4, "h", 1234, "env")),
+        ({"RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "h", "MASTER_PORT": "1234",
+          "FOGSIM_TORCH_PORT": "999"}, (1, 4, "h", 999, "tcp")),
+        ({"PMI_RANK": "2", "PMI_SIZE": "3", "MASTER_PORT": "1234"},
+         (2, 3, "127.0.0.1", 1234, "tcp")),
+        ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "FOGSIM_TORCH_PORT": "7"},
+         (1, 2, "127.0.0.1", 7, "tcp")),
+    ],
+)  # fmt: skip
+def test_endpoint_from_the_launcher_variables(env, want):
+    ep = _world.endpoint(_settings.load(env))
+    assert (ep.rank, ep.size, ep.addr, ep.port, ep.how) == want
+
+
+def test_endpoint_under_mpi_without_a_port(monkeypatch):
+    env = {"PMI_RANK": "0", "PMI_SIZE": "2", "SLURM_JOB_ID": "77", "SLURM_STEP_ID": "3"}
+    ep = _world.endpoint(_settings.load(env))
+    assert (ep.how, ep.port, ep.addr) == ("mpi", None, None)  # rank 0 picks, MPI tells
+    monkeypatch.setattr(_world.importlib.util, "find_spec", lambda name: None)  # no mpi4py
+    ep = _world.endpoint(_settings.load(env))
+    assert ep.how == "tcp" and ep.port == _world.default_port("77.3")
+    assert _world.BASE_PORT <= ep.port < _world.BASE_PORT + 1000
+
+
+def test_default_port_is_the_same_for_one_job():
+    assert _world.default_port("job-1") == _world.default_port("job-1")
+    assert _world.default_port(None, parent_pid=41) == _world.default_port(None, parent_pid=41)
+    assert len({_world.default_port(f"job-{k}") for k in range(50)}) > 40
+
+
+@pytest.mark.parametrize(
+    ("env", "match"),
+    [
+        ({"MASTER_PORT": "70000"}, "not a TCP port"),
+        ({"FOGSIM_TORCH_PORT": "x"}, "not an integer"),
+        ({"RANK": "-1"}, ">= 0"),
+    ],
+)
+def test_bad_torch_settings(env, match):
+    with pytest.raises(ValueError, match=match):
+        _settings.load(env)
+
+
+def test_rank_out_of_range_is_refused():
+    env = {"RANK": "4", "WORLD_SIZE": "4", "MASTER_ADDR": "h", "MASTER_PORT": "1"}
+    with pytest.raises(ValueError, match="out of range"):
+        _world.endpoint(_settings.load(env))
