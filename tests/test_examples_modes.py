@@ -71,6 +71,7 @@ def test_other_examples_same_numbers_in_both_modes(tmp_path, example):
 
 
 def test_every_example_is_covered():
-    tested = {"consensus", "dgd", *OTHERS, "fish_school"}  # fish_school: test_fish_school.py
+    # fish_school: test_fish_school.py; decentralized_training: test_optim.py
+    tested = {"consensus", "dgd", *OTHERS, "fish_school", "decentralized_training"}
     examples = {p.stem for p in (ROOT / "examples").glob("*.py") if not p.stem.startswith("_")}
     assert examples <= tested, sorted(examples - tested)

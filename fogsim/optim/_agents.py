@@ -1,0 +1,258 @@
+"""The agent axis for torch models: one module per agent, stacked in simulation.
+
+Distributed, a process holds one agent and its model is an ordinary ``nn.Module``. In
+simulation one process holds all n agents; :func:`replicate` then returns an
+:class:`AgentModel` whose parameters are the n replicas' parameters stacked along a leading
+agent axis, and whose forward is ``torch.func.vmap(functional_call)`` over that axis. A
+torch optimizer over those stacked parameters updates every replica at once: SGD, Adam and
+the other elementwise optimizers give each replica exactly the step it would get alone.
+"""
+
+from __future__ import annotations
+
+import copy
+import types
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call, stack_module_state
+
+import fogsim as fs
+
+__all__ = ["AgentModel", "is_simulated", "per_agent", "replicate"]
+
+
+def is_simulated() -> bool:
+    """Return whether this process holds every agent (values stacked on a leading axis)."""
+    return np.ndim(fs.rank()) > 0
+
+
+def replicate(model: nn.Module | Callable[[int], nn.Module]) -> nn.Module:
+    """Return this process's model: an :class:`AgentModel` in simulation, else the module.
+
+    ``model`` is a module (every agent starts from a copy of it) or a function of the rank
+    returning agent r's module (as :func:`fogsim.local` takes), e.g. to give each agent
+    its own initialization. Distributed, the module itself (or ``model(rank())``) is
+    returned, so one training script runs in both modes.
+    """
+    if isinstance(model, nn.Module):
+        if not is_simulated():
+            return model
+        return AgentModel([model] * fs.size())
+    if not callable(model):
+        raise TypeError(
+            f"replicate() takes an nn.Module or a function of the rank, got {type(model).__name__}"
+        )
+    if not is_simulated():
+        return _checked_module(model(fs.rank()), "model(rank)")
+    return AgentModel([_checked_module(model(r), f"model({r})") for r in range(fs.size())])
+
+
+def per_agent(fn: Callable[..., Any], in_dims: Any = 0, randomness: str = "error"):
+    """Return ``fn`` applied agent by agent: ``torch.func.vmap`` in simulation, else ``fn``.
+
+    Use it for what each agent computes on its own outputs, e.g. the loss:
+    ``loss = per_agent(F.cross_entropy)(model(x), y)`` is agent r's loss distributed and the
+    n agents' losses (shape ``(n,)``) in simulation; ``loss.sum().backward()`` then gives
+    every agent the gradient of its own loss in both modes.
+    """
+    if not callable(fn):
+        raise TypeError(f"per_agent() takes a function, got {type(fn).__name__}")
+    if not is_simulated():
+        return fn
+    return torch.func.vmap(fn, in_dims=in_dims, randomness=randomness)
+
+
+def _checked_module(value: Any, what: str) -> nn.Module:
+    if not isinstance(value, nn.Module):
+        raise TypeError(f"{what} must return an nn.Module, got {type(value).__name__}")
+    return value
+
+
+def _set(root: nn.Module, name: str, value: torch.Tensor, buffer: bool) -> None:
+    owner_name, _, leaf = name.rpartition(".")
+    owner = root.get_submodule(owner_name)
+    if buffer:
+        owner.register_buffer(leaf, value, persistent=leaf not in owner._non_persistent_buffers_set)
+    else:
+        setattr(owner, leaf, value)
+
+
+# Layers that act elementwise (or on trailing axes only), so a stacked input needs nothing.
+_ELEMENTWISE = (
+    nn.Identity, nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU, nn.GELU, nn.SiLU, nn.Mish, nn.Tanh,
+    nn.Sigmoid, nn.Softplus, nn.Hardtanh, nn.Dropout,
+)  # fmt: skip
+
+
+def _stacked_linear(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """``nn.Linear.forward`` for a weight ``(n, out, in)``: one batched matmul."""
+    n = self.weight.shape[0]
+    flat = x.reshape(n, -1, x.shape[-1])
+    weight = self.weight.transpose(1, 2)
+    if self.bias is None:
+        out = torch.bmm(flat, weight)
+    else:
+        out = torch.baddbmm(self.bias.unsqueeze(1), flat, weight)
+    return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+def _stacked_flatten(self: nn.Flatten, x: torch.Tensor) -> torch.Tensor:
+    """``nn.Flatten.forward`` with the agent axis in front."""
+    start, end = self.start_dim, self.end_dim
+    return x.flatten(start + 1 if start >= 0 else start, end + 1 if end >= 0 else end)
+
+
+def _batchable(module: nn.Module) -> bool:
+    """Whether ``module`` runs on stacked inputs once its layers are made stacked."""
+    if type(module) is nn.Sequential:
+        return all(_batchable(m) for m in module)
+    return type(module) in (nn.Linear, nn.Flatten) or type(module) in _ELEMENTWISE
+
+
+def _make_stacked(module: nn.Module) -> None:
+    """Give the stacked copy's Linear and Flatten layers their stacked forwards."""
+    for m in module.modules():
+        if type(m) is nn.Linear:
+            m.forward = types.MethodType(_stacked_linear, m)
+        elif type(m) is nn.Flatten:
+            m.forward = types.MethodType(_stacked_flatten, m)
+
+
+class AgentModel(nn.Module):
+    """n replicas of one architecture as one module, parameters stacked on axis 0.
+
+    Its parameters and buffers have the names of the replicated module's and shape
+    ``(n, *shape)`` (so ``state_dict()`` keys are those of the module distributed);
+    ``forward(*args, **kwargs)`` runs every replica on its own slice of each positional
+    argument (stacked along the agent axis, e.g. built with :func:`fogsim.local`) and passes
+    keyword arguments whole to every replica. That is ``torch.func.vmap`` of
+    ``functional_call``; an ``nn.Sequential`` of Linear, Flatten, Dropout and activation
+    layers runs directly on the stacked tensors instead (batched matmuls, no vmap), which
+    is faster and gives the same numbers to rounding. Hooks on the submodules fire as
+    usual, with stacked inputs. Random layers (dropout) draw independently per replica.
+    BatchNorm's running statistics are not supported (use ``track_running_stats=False``,
+    GroupNorm or LayerNorm).
+    """
+
+    def __init__(self, modules: list[nn.Module], randomness: str = "different") -> None:
+        super().__init__()
+        if not modules:
+            raise ValueError("AgentModel needs at least one module")
+        for i, m in enumerate(modules):
+            _checked_module(m, f"modules[{i}]")
+        try:
+            params, buffers = stack_module_state(list(modules))
+        except (RuntimeError, ValueError) as exc:
+            raise ValueError(f"the agents' modules differ in structure: {exc}") from exc
+        template = modules[0]
+        grads = {name: p.requires_grad for name, p in template.named_parameters()}
+        stacked = copy.deepcopy(template)
+        for name, value in params.items():
+            param = nn.Parameter(value.detach().clone(), requires_grad=grads[name])
+            _set(stacked, name, param, buffer=False)
+        for name, value in buffers.items():
+            _set(stacked, name, value.detach().clone(), buffer=True)
+        # The stacked copy runs the forward; this module shares its children, parameters
+        # and buffers (so the names match the module's) without registering the copy.
+        # The pristine copy is what agent(i) returns, filled with agent i's values.
+        object.__setattr__(self, "_template", copy.deepcopy(template))
+        object.__setattr__(self, "_stacked", stacked)
+        for name, child in stacked.named_children():
+            self._share(name)
+            self.add_module(name, child)
+        for name, param in stacked.named_parameters(recurse=False):
+            self._share(name)
+            self.register_parameter(name, param)
+        for name, buf in stacked.named_buffers(recurse=False):
+            self._share(name)
+            self.register_buffer(name, buf, name not in stacked._non_persistent_buffers_set)
+        self.num_agents = len(modules)
+        self.randomness = randomness
+        self.batched = _batchable(stacked)
+        if self.batched:
+            _make_stacked(stacked)
+        self._vmapped: tuple[str, Any] | None = None
+        self.training = stacked.training
+
+    def _share(self, name: str) -> None:
+        if hasattr(type(self), name) or name in self.__dict__:
+            raise ValueError(
+                f"AgentModel cannot hold a module whose attribute {name!r} clashes with its own"
+            )
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        for k, a in enumerate(args):
+            if isinstance(a, torch.Tensor) and (a.dim() == 0 or a.shape[0] != self.num_agents):
+                raise ValueError(
+                    f"AgentModel: positional argument {k} has shape {tuple(a.shape)}; every "
+                    f"positional argument is per agent, stacked along a leading axis of "
+                    f"{self.num_agents} (build it with fogsim.local)"
+                )
+        if self.batched:
+            return self._stacked(*args, **kwargs)
+        if self._vmapped is None or self._vmapped[0] != self.randomness:
+            self._vmapped = (
+                self.randomness,
+                torch.func.vmap(self._one, randomness=self.randomness),
+            )
+        stacked = self._stacked
+        return self._vmapped[1](dict(stacked.named_parameters()), dict(stacked.named_buffers()),
+                                *args, **kwargs)  # fmt: skip
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name.startswith("_") or "_vmapped" not in self.__dict__:
+                raise  # private, or still in __init__ (registering the shared children)
+            return getattr(self.__dict__["_stacked"], name)  # e.g. a model's own settings
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._stacked[index]  # nn.Sequential indexing, on the stacked layers
+
+    def __len__(self) -> int:
+        return len(self._stacked)
+
+    def __iter__(self) -> Any:
+        return iter(self._stacked)
+
+    def _one(self, params: dict, buffers: dict, *args: Any, **kwargs: Any) -> Any:
+        """One replica's forward (``params`` and ``buffers`` are its slices)."""
+        return functional_call(self._stacked, (params, buffers), args, kwargs)
+
+    def train(self, mode: bool = True) -> AgentModel:
+        super().train(mode)
+        self._stacked.training = mode
+        return self
+
+    def _apply(self, fn: Any, recurse: bool = True) -> AgentModel:
+        super()._apply(fn, recurse)
+        stacked = self._stacked  # its own parameters and buffers may have been replaced
+        for name in stacked._parameters:
+            stacked._parameters[name] = self._parameters[name]
+        for name in stacked._buffers:
+            stacked._buffers[name] = self._buffers[name]
+        return self
+
+    def agent(self, i: int) -> nn.Module:
+        """Return agent ``i``'s model as an ordinary module (a copy)."""
+        if (
+            isinstance(i, bool)
+            or not isinstance(i, int | np.integer)
+            or not 0 <= i < self.num_agents
+        ):
+            raise ValueError(f"agent index must be in 0..{self.num_agents - 1}, got {i!r}")
+        one = copy.deepcopy(self._template)
+        with torch.no_grad():
+            for name, p in self._stacked.named_parameters():
+                _set(one, name, nn.Parameter(p[i].clone(), requires_grad=p.requires_grad), False)
+            for name, b in self._stacked.named_buffers():
+                _set(one, name, b[i].clone(), buffer=True)
+        return one
+
+    def extra_repr(self) -> str:
+        return f"agents={self.num_agents}"

@@ -1,0 +1,310 @@
+"""What every optimizer wrapper shares: the wrapped optimizer, per-step settings, handles.
+
+A wrapper *is* a ``torch.optim.Optimizer`` (learning-rate schedulers accept it) sharing
+``param_groups`` and ``state`` with the optimizer it wraps; it adds communication around
+the wrapped optimizer's local update. In simulation the parameters are the stacked ones of
+an :class:`~fogsim.optim.AgentModel`, so one wrapped ``step()`` steps every agent.
+"""
+
+from __future__ import annotations
+
+import enum
+import numbers
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+import fogsim as fs
+
+from ._agents import is_simulated
+
+__all__ = ["CommunicationType", "DistributedOptimizer"]
+
+
+class CommunicationType(str, enum.Enum):
+    """How a wrapper mixes parameters (or gradients) with other agents at a step."""
+
+    neighbor_allreduce = "neighbor_allreduce"
+    hierarchical_neighbor_allreduce = "hierarchical_neighbor_allreduce"
+    allreduce = "allreduce"
+    empty = "empty"
+
+
+_ALIASES = {"hierarchical": CommunicationType.hierarchical_neighbor_allreduce}
+
+
+def _communication_type(value: Any, allowed: tuple[CommunicationType, ...]) -> CommunicationType:
+    if isinstance(value, str) and not isinstance(value, CommunicationType):
+        value = _ALIASES.get(value, value)
+    try:
+        kind = CommunicationType(value)
+    except ValueError:
+        names = ", ".join(repr(c.value) for c in CommunicationType)
+        raise ValueError(f"communication_type must be one of {names}, got {value!r}") from None
+    if kind not in allowed:
+        names = ", ".join(repr(c.value) for c in allowed)
+        raise ValueError(f"this optimizer supports communication_type {names}, got {kind.value!r}")
+    if kind is CommunicationType.hierarchical_neighbor_allreduce and not hasattr(
+        fs, "hierarchical_neighbor_allreduce_nonblocking"
+    ):
+        raise ValueError(
+            "communication_type 'hierarchical_neighbor_allreduce' needs "
+            "fogsim.hierarchical_neighbor_allreduce, which this fogsim does not have yet; "
+            "use 'neighbor_allreduce' or 'allreduce'"
+        )
+    return kind
+
+
+def _positive_int(value: Any, argname: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{argname} must be an integer, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{argname} must be >= 1, got {value}")
+    return int(value)
+
+
+class DistributedOptimizer(torch.optim.Optimizer):
+    """Base of the wrappers (see the module docstring); not used directly.
+
+    Per-step attributes, read when the step's communication starts (set them before the
+    forward pass): ``self_weight``, ``src_weights``, ``dst_weights`` and
+    ``enable_topo_check`` (passed to :func:`fogsim.neighbor_allreduce`; None: the
+    topology's weights), ``communication_type`` (a :class:`CommunicationType` or its
+    name) and ``num_steps_per_communication`` (communicate at every k-th step only; the
+    steps in between are local).
+
+    ``overlap``: start communication from hooks during the forward/backward pass
+    (default when distributed). In simulation nonblocking ops complete at once, so by
+    default the whole step runs in ``step()`` with one fused message per dtype; the
+    numbers are the same either way.
+    """
+
+    #: communication types a subclass supports, the first being its default
+    _allowed: tuple[CommunicationType, ...] = (
+        CommunicationType.neighbor_allreduce,
+        CommunicationType.hierarchical_neighbor_allreduce,
+        CommunicationType.allreduce,
+        CommunicationType.empty,
+    )
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        model: nn.Module,
+        communication_type: Any = None,
+        num_steps_per_communication: int = 1,
+        overlap: bool | None = None,
+    ) -> None:
+        if isinstance(optimizer, DistributedOptimizer):
+            raise TypeError(f"optimizer is already wrapped by {type(optimizer).__name__}")
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(
+                f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
+            )
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+        # torch.optim.Optimizer's own state is the wrapped optimizer's (see the properties
+        # below); its __init__ would copy the param groups instead.
+        self.optimizer = optimizer
+        for attr in ("step_pre", "step_post", "state_dict_pre", "state_dict_post",
+                     "load_state_dict_pre", "load_state_dict_post"):  # fmt: skip
+            setattr(self, f"_optimizer_{attr}_hooks", OrderedDict())
+        self._patch_step_function()
+
+        self.model = model
+        names = {p: name for name, p in model.named_parameters()}
+        self._names: dict[torch.Tensor, str] = {}
+        for g, group in enumerate(self.param_groups):
+            for k, p in enumerate(group["params"]):
+                self._names[p] = names.get(p, f"group{g}.param{k}")
+        self._group_of = {p: g for g, group in enumerate(self.param_groups)
+                          for p in group["params"]}  # fmt: skip
+        if not any(p in self._group_of for p in model.parameters()):
+            raise ValueError(
+                "none of model's parameters is optimized by optimizer; pass the model whose "
+                "parameters the optimizer was built on (the AgentModel in simulation)"
+            )
+
+        self.self_weight: Any = None
+        self.src_weights: Any = None
+        self.dst_weights: Any = None
+        self.enable_topo_check = True
+        self.communication_type = (
+            self._allowed[0] if communication_type is None else communication_type
+        )
+        self.num_steps_per_communication = num_steps_per_communication
+        if overlap is not None and not isinstance(overlap, bool):
+            raise TypeError(f"overlap must be a bool or None, got {type(overlap).__name__}")
+        # Simulated nonblocking ops complete at once, so hooks could not overlap anything:
+        # by default the simulator does the whole step in step(), with fused messages.
+        self.overlap = (not is_simulated()) if overlap is None else overlap
+        self._steps = 0
+        self._handles: list[tuple[list[torch.Tensor], Any]] = []
+        self._hooks: list[Any] = []
+
+    # -- the wrapped optimizer's state, always (load_state_dict replaces its objects) -----
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return self.optimizer.param_groups
+
+    @param_groups.setter
+    def param_groups(self, value: list[dict[str, Any]]) -> None:
+        self.optimizer.param_groups = value
+
+    @property
+    def state(self) -> Any:
+        return self.optimizer.state
+
+    @state.setter
+    def state(self, value: Any) -> None:
+        self.optimizer.state = value
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        return self.optimizer.defaults
+
+    @defaults.setter
+    def defaults(self, value: dict[str, Any]) -> None:
+        self.optimizer.defaults = value
+
+    # -- settings -------------------------------------------------------------------------
+    @property
+    def communication_type(self) -> CommunicationType:
+        """How the next communicating step mixes values (see :class:`CommunicationType`)."""
+        return self._communication_type
+
+    @communication_type.setter
+    def communication_type(self, value: Any) -> None:
+        self._communication_type = _communication_type(value, self._allowed)
+
+    @property
+    def num_steps_per_communication(self) -> int:
+        """Communicate at every k-th step; the k - 1 steps in between are local only."""
+        return self._num_steps_per_communication
+
+    @num_steps_per_communication.setter
+    def num_steps_per_communication(self, value: Any) -> None:
+        self._num_steps_per_communication = _positive_int(value, "num_steps_per_communication")
+
+    def _communicating(self) -> bool:
+        """Whether the current step communicates."""
+        return (
+            self._communication_type is not CommunicationType.empty
+            and (self._steps + 1) % self._num_steps_per_communication == 0
+        )
+
+    # -- the wrapped optimizer ------------------------------------------------------------
+    def _params(self) -> Iterable[torch.Tensor]:
+        for group in self.param_groups:
+            yield from group["params"]
+
+    def _local_step(self, params: list[torch.Tensor]) -> None:
+        """Run the wrapped optimizer's step on ``params`` only (the others are untouched)."""
+        if len(params) == len(self._group_of):
+            self.optimizer.step()  # every parameter: no need to hide any
+            return
+        saved = [group["params"] for group in self.param_groups]
+        wanted = set(params)
+        try:
+            for group in self.param_groups:
+                group["params"] = [p for p in group["params"] if p in wanted]
+            self.optimizer.step()
+        finally:
+            for group, ps in zip(self.param_groups, saved, strict=True):
+                group["params"] = ps
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Reset the gradients (the wrapped optimizer's ``zero_grad``)."""
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return the wrapped optimizer's state dict."""
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load the wrapped optimizer's state dict."""
+        self.optimizer.load_state_dict(state_dict)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        raise NotImplementedError(
+            f"{type(self).__name__}: add the parameter group to the optimizer before wrapping it"
+        )
+
+    # -- communication --------------------------------------------------------------------
+    def _weights(self) -> tuple[Any, Any, Any]:
+        """Return ``(self_weight, src_weights, dst_weights)`` for this step's neighbor op."""
+        return self.self_weight, self.src_weights, self.dst_weights
+
+    def _start(self, p: torch.Tensor, value: torch.Tensor, key: str | None = None) -> None:
+        """Start mixing ``value`` (``p``'s parameter or gradient) with the other agents."""
+        self._handles.append(([p], self._op(value, key or self._names.get(p, "param"))))
+
+    def _start_all(self, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Start mixing several ``(p, value)``; in simulation one message per dtype.
+
+        Distributed, each value gets its own op (the runtime fuses small ones).
+        """
+        if not is_simulated() or len(pairs) < 2:
+            for p, value in pairs:
+                self._start(p, value)
+            return
+        n = fs.size()
+        by_dtype: dict[torch.dtype, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        for p, value in pairs:
+            by_dtype.setdefault(value.dtype, []).append((p, value))
+        for group in by_dtype.values():
+            flat = torch.cat([value.reshape(n, -1) for _, value in group], dim=1)
+            self._handles.append(([p for p, _ in group], self._op(flat, "fused")))
+
+    def _op(self, value: torch.Tensor, key: str) -> Any:
+        name = f"{type(self).__name__}.{key}"
+        kind = self._communication_type
+        if kind is CommunicationType.allreduce:
+            return fs.allreduce_nonblocking(value, name=name)
+        if kind is CommunicationType.hierarchical_neighbor_allreduce:
+            return fs.hierarchical_neighbor_allreduce_nonblocking(value, name=name)
+        return fs.neighbor_allreduce_nonblocking(
+            value, *self._weights(), self.enable_topo_check, name=name
+        )
+
+    def _started(self, p: torch.Tensor) -> bool:
+        return any(q is p for targets, _ in self._handles for q in targets)
+
+    def _finish(self, store: Callable[[torch.Tensor, torch.Tensor], None]) -> None:
+        """Wait for every started communication, in start order; ``store(p, result)``."""
+        handles, self._handles = self._handles, []
+        with torch.no_grad():
+            for targets, handle in handles:
+                result = fs.wait(handle)
+                if len(targets) == 1:
+                    store(targets[0], result)
+                    continue
+                offset = 0
+                for p in targets:
+                    size = p[0].numel()
+                    part = result[:, offset : offset + size]
+                    # a view where p's layout allows it (no copy before store copies)
+                    store(p, part.view(p.shape) if p.dim() == 2 else part.unflatten(1, p.shape[1:]))
+                    offset += size
+
+    def _abandon(self) -> None:
+        """Wait for (and drop) communications still running, e.g. after an error."""
+        handles, self._handles = self._handles, []
+        for _, handle in handles:
+            fs.wait(handle)
+
+    def remove_hooks(self) -> None:
+        """Remove the hooks this wrapper registered on the model and the parameters."""
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks.clear()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({type(self.optimizer).__name__}, communication_type="
+            f"{self._communication_type.value!r}, num_steps_per_communication="
+            f"{self._num_steps_per_communication})"
+        )
