@@ -18,14 +18,16 @@ import numpy as np
 from ..._arrays import is_tensor
 from ...topology import Topology, as_topology
 from .._weights import check_partners, is_matrix
-from ._agree import fingerprint
+from ._agree import LocalError, fingerprint
 
 __all__ = [
     "RankPlan",
+    "check_senders",
     "rank_plan",
     "rank_weights",
     "row_of",
     "scalar_weight",
+    "send_table",
     "static_rank_plan",
 ]
 
@@ -179,3 +181,37 @@ def _matrix_fingerprint(topo: Topology) -> int:
         )  # fmt: skip
     indptr, indices, data = topo.offdiag_csr()
     return fingerprint("csr", indptr.tobytes(), indices.tobytes(), data.tobytes())
+
+
+def send_table(plan: RankPlan, n: int) -> np.ndarray:
+    """Return the (n, 2) table this rank sends in the topology check: [sends to j, s_ij]."""
+    table = np.zeros((n, 2), dtype=np.float64)
+    table[plan.dsts, 0] = 1.0
+    table[plan.dsts, 1] = plan.send_weights
+    return table
+
+
+def check_senders(
+    plan: RankPlan, got: np.ndarray, i: int
+) -> tuple[np.ndarray | None, LocalError | None]:
+    """Compare who said they send to agent i (``got``, the exchanged tables) with its plan.
+
+    Returns the combined weights ``r_ij * s_ij`` (the simulator's product, so every backend
+    gives the same bits), or the mismatch as a :class:`LocalError`.
+    """
+    senders = np.flatnonzero(got[:, 0])
+    extra = np.setdiff1d(senders, plan.srcs)
+    if extra.size:
+        j = int(extra[0])
+        return None, LocalError(ValueError(
+            f"topology check failed: agent {j} sends to agent {i} (dst_weights[{j}]) "
+            f"but agent {i} does not receive from {j} (src_weights[{i}])"
+        ))  # fmt: skip
+    missing = np.setdiff1d(plan.srcs, senders)
+    if missing.size:
+        j = int(missing[0])
+        return None, LocalError(ValueError(
+            f"topology check failed: agent {i} receives from agent {j} (src_weights[{i}]) "
+            f"but agent {j} does not send to {i} (dst_weights[{j}])"
+        ))  # fmt: skip
+    return plan.weights * got[plan.srcs, 1], None

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from ... import _arrays, _core
 from ..._handles import HandleTable
 from .._weights import is_matrix
-from ..mpi._plan import RankPlan, rank_plan, rank_weights
+from ..mpi._plan import RankPlan, check_senders, rank_plan, rank_weights, send_table
 from ._agree import LocalError, agree, fingerprint
 from ._values import Value
 
@@ -219,27 +219,10 @@ class NeighborOps:
         Returns the combined weights ``r_ij * s_ij`` (the simulator's product, so both
         give the same bits) or the mismatch found on this rank.
         """
-        table = np.zeros((self._n, 2), dtype=np.float64)
-        table[plan.dsts, 0] = 1.0
-        table[plan.dsts, 1] = plan.send_weights
+        table = send_table(plan, self._n)
         got = np.empty_like(table)
         dist.all_to_all_single(torch.from_numpy(got), torch.from_numpy(table), group=self.group)
-        senders = np.flatnonzero(got[:, 0])
-        extra = np.setdiff1d(senders, plan.srcs)
-        if extra.size:
-            j, i = int(extra[0]), self._rank
-            return None, LocalError(ValueError(
-                f"topology check failed: agent {j} sends to agent {i} (dst_weights[{j}]) "
-                f"but agent {i} does not receive from {j} (src_weights[{i}])"
-            ))  # fmt: skip
-        missing = np.setdiff1d(plan.srcs, senders)
-        if missing.size:
-            i, j = self._rank, int(missing[0])
-            return None, LocalError(ValueError(
-                f"topology check failed: agent {i} receives from agent {j} (src_weights[{i}]) "
-                f"but agent {j} does not send to {i} (dst_weights[{j}])"
-            ))  # fmt: skip
-        return plan.weights * got[plan.srcs, 1], None
+        return check_senders(plan, got, self._rank)
 
     def _exchange_data(self, value: Value, plan: RankPlan, weights: np.ndarray, scale: bool,
                        name: str | None, blocking: bool):  # fmt: skip
