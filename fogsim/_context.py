@@ -19,7 +19,16 @@ from .backends import create_backend
 __all__ = ["Context", "current", "set_current"]
 
 _current: Context | None = None
-_thread = threading.local()
+
+
+class _ThreadState(threading.local):
+    """Per thread: the stack of contexts made current by ``with ctx:`` blocks."""
+
+    def __init__(self) -> None:
+        self.stack: list[Context] = []
+
+
+_thread = _ThreadState()
 
 
 class Context:
@@ -79,9 +88,7 @@ class Context:
             self.backend.close()
 
     def __enter__(self) -> Context:
-        stack = getattr(_thread, "stack", None)
-        if stack is None:
-            stack = _thread.stack = []
+        stack = _thread.stack
         stack.append(self)
         return self
 
@@ -95,7 +102,7 @@ class Context:
 
 def current() -> Context:
     """Return the context of the running thread, else the one made by ``init()``."""
-    stack = getattr(_thread, "stack", None)
+    stack = _thread.stack  # every op looks here: no getattr default, no exception
     ctx = stack[-1] if stack else _current
     if ctx is None or ctx._closed:
         raise RuntimeError("fogsim is not initialized: call fogsim.init() first")
