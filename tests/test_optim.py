@@ -126,6 +126,74 @@ def test_replicate_copies_one_module_and_per_agent_is_vmap():
                                                     for i in range(N)]))  # fmt: skip
 
 
+def _ce_case(shape, classes=4, **kw):
+    def make(g):
+        out = torch.randn(N, *shape[:1], classes, *shape[1:], generator=g, dtype=torch.float64)
+        y = torch.randint(0, classes, (N, *shape), generator=g)
+        if kw.get("ignore_index") is not None or "ignore" in kw:
+            y[0, ...] = -100  # agent 0 ignores everything: nan, as torch gives
+            y[1].view(-1)[::2] = -100
+        return out, y, {k: v for k, v in kw.items() if k != "ignore"}
+    return make
+
+
+@pytest.mark.parametrize(
+    "fn, make",
+    [
+        (F.cross_entropy, _ce_case((6,))),
+        (F.cross_entropy, _ce_case((6,), reduction="sum")),
+        (F.cross_entropy, _ce_case((6, 3))),  # spatial targets: class axis second
+        (F.cross_entropy, _ce_case((6,), ignore=True)),
+        (F.cross_entropy, _ce_case((6,), label_smoothing=0.1)),  # vmap fallback
+        (F.cross_entropy, lambda g: (torch.randn(N, 5, generator=g, dtype=torch.float64),
+                                     torch.randint(0, 5, (N,), generator=g), {})),  # unbatched
+        (F.cross_entropy, lambda g: (torch.randn(N, 6, 4, generator=g, dtype=torch.float64),
+                                     torch.rand(N, 6, 4, generator=g, dtype=torch.float64)
+                                     .softmax(-1), {})),  # probabilities: vmap fallback
+        (F.nll_loss, lambda g: (torch.randn(N, 6, 4, generator=g, dtype=torch.float64)
+                                .log_softmax(-1), torch.randint(0, 4, (N, 6), generator=g), {})),
+        (F.mse_loss, lambda g: (torch.randn(N, 6, 2, generator=g, dtype=torch.float64),
+                                torch.randn(N, 6, 2, generator=g, dtype=torch.float64), {})),
+        (F.mse_loss, lambda g: (torch.randn(N, 6, 2, generator=g, dtype=torch.float64),
+                                torch.randn(N, 6, 2, generator=g, dtype=torch.float64),
+                                {"reduction": "sum"})),
+        (F.l1_loss, lambda g: (torch.randn(N, 6, generator=g, dtype=torch.float64),
+                               torch.randn(N, 6, generator=g, dtype=torch.float64), {})),
+    ],
+)  # fmt: skip
+def test_per_agent_losses_equal_each_agents_own_loss_and_gradient(fn, make):
+    out, y, kw = make(torch.Generator().manual_seed(3))
+    out.requires_grad_(True)
+    losses = fo.per_agent(fn)(out, y, **kw)
+    assert losses.shape == (N,)
+    (grad,) = torch.autograd.grad(losses.nansum(), out)
+    one = out.detach().clone().requires_grad_(True)
+    expected = torch.stack([fn(one[i], y[i], **kw) for i in range(N)])
+    (expected_grad,) = torch.autograd.grad(expected.nansum(), one)
+    torch.testing.assert_close(losses, expected, rtol=1e-12, atol=1e-12, equal_nan=True)
+    torch.testing.assert_close(grad, expected_grad, rtol=1e-12, atol=1e-12)
+
+
+def test_per_agent_loss_takes_the_batched_path_only_for_what_it_covers(monkeypatch):
+    calls = []
+    real = F.cross_entropy
+
+    def spy(*args, **kwargs):
+        calls.append(tuple(args[0].shape))
+        return real(*args, **kwargs)
+
+    from fogsim.optim import _agents
+
+    monkeypatch.setitem(_agents._BATCHED_LOSSES, F.cross_entropy,
+                        _agents._batched_class_loss(spy))  # fmt: skip
+    out, y = torch.randn(N, 6, 4), torch.randint(0, 4, (N, 6))
+    fo.per_agent(F.cross_entropy)(out, y)
+    assert calls == [(N * 6, 4)]  # one call on the stacked samples, no vmap
+    fo.per_agent(F.cross_entropy)(out, y, label_smoothing=0.2)
+    assert calls == [(N * 6, 4)]  # smoothing: vmap of the real loss, not the batched form
+    assert "cross_entropy" in repr(fo.per_agent(F.cross_entropy))
+
+
 def test_agent_model_hooks_see_stacked_values_and_flatten_keeps_the_agent_axis():
     model = fo.replicate(nn.Sequential(nn.Flatten(), nn.Linear(6, 2)))
     seen = []

@@ -57,13 +57,91 @@ def per_agent(fn: Callable[..., Any], in_dims: Any = 0, randomness: str = "error
     Use it for what each agent computes on its own outputs, e.g. the loss:
     ``loss = per_agent(F.cross_entropy)(model(x), y)`` is agent r's loss distributed and the
     n agents' losses (shape ``(n,)``) in simulation; ``loss.sum().backward()`` then gives
-    every agent the gradient of its own loss in both modes.
+    every agent the gradient of its own loss in both modes. ``F.cross_entropy``,
+    ``F.nll_loss``, ``F.mse_loss`` and ``F.l1_loss`` skip vmap in their common forms (mean
+    or sum reduction, no class weights or smoothing): one call of the loss on the stacked
+    samples, then a mean or sum per agent; other calls go through vmap.
     """
     if not callable(fn):
         raise TypeError(f"per_agent() takes a function, got {type(fn).__name__}")
     if not is_simulated():
         return fn
-    return torch.func.vmap(fn, in_dims=in_dims, randomness=randomness)
+    mapped = torch.func.vmap(fn, in_dims=in_dims, randomness=randomness)
+    batched = _BATCHED_LOSSES.get(fn) if in_dims == 0 else None
+    if batched is None:
+        return mapped
+    return _BatchedLoss(fn, batched, mapped)
+
+
+# -- the common losses without vmap -------------------------------------------------------
+# vmap runs a loss through torch's decompositions, op by op; these give each agent's loss
+# from one call of the same loss on the stacked values (reduction "none", then a mean or a
+# sum per agent): same values as vmap up to rounding, fewer and larger kernels.
+def _per_agent_reduce(loss: torch.Tensor, reduction: str, count: Any = None) -> torch.Tensor:
+    flat = loss.reshape(loss.shape[0], -1)
+    if reduction == "sum":
+        return flat.sum(1)
+    return flat.sum(1) / count if count is not None else flat.mean(1)
+
+
+def _class_axis_first(input: torch.Tensor, target: torch.Tensor):
+    """Stacked ``(n, C)`` / ``(n, B, C, ...)`` inputs as torch's ``(N, C, ...)`` layout."""
+    if input.dim() == 2:  # one unbatched sample (C,) per agent: already (n, C)
+        return input, target
+    n = input.shape[0]
+    return input.reshape(n * input.shape[1], *input.shape[2:]), target.reshape(
+        n * target.shape[1], *target.shape[2:]
+    )
+
+
+def _batched_class_loss(fn: Callable[..., torch.Tensor]):
+    def loss(input, target, weight=None, ignore_index=-100, reduction="mean", **options):
+        if weight is not None or reduction not in ("mean", "sum") or options.get(
+            "label_smoothing", 0.0
+        ) or target.dtype.is_floating_point or input.dim() < 2:
+            return None  # class weights, smoothing or probabilities: leave it to vmap
+        n = input.shape[0]
+        flat_in, flat_target = _class_axis_first(input, target)
+        out = fn(flat_in, flat_target, ignore_index=ignore_index, reduction="none")
+        out = out.reshape(n, -1)
+        kept = (target.reshape(n, -1) != ignore_index).sum(1).to(out.dtype)
+        return _per_agent_reduce(out, reduction, kept)
+
+    return loss
+
+
+def _batched_pointwise_loss(fn: Callable[..., torch.Tensor]):
+    def loss(input, target, reduction="mean", **options):
+        if reduction not in ("mean", "sum") or input.shape != target.shape or options:
+            return None  # broadcasting or options: leave it to vmap
+        return _per_agent_reduce(fn(input, target, reduction="none"), reduction)
+
+    return loss
+
+
+_BATCHED_LOSSES: dict[Callable[..., Any], Callable[..., Any]] = {
+    torch.nn.functional.cross_entropy: _batched_class_loss(torch.nn.functional.cross_entropy),
+    torch.nn.functional.nll_loss: _batched_class_loss(torch.nn.functional.nll_loss),
+    torch.nn.functional.mse_loss: _batched_pointwise_loss(torch.nn.functional.mse_loss),
+    torch.nn.functional.l1_loss: _batched_pointwise_loss(torch.nn.functional.l1_loss),
+}
+
+
+class _BatchedLoss:
+    """``per_agent(loss)`` for a loss in ``_BATCHED_LOSSES``: batched where it can, else vmap."""
+
+    def __init__(self, fn, batched, mapped) -> None:
+        self.__wrapped__, self._batched, self._mapped = fn, batched, mapped
+
+    def __call__(self, input, target, *args, **kwargs):
+        if not args and isinstance(input, torch.Tensor) and isinstance(target, torch.Tensor):
+            out = self._batched(input, target, **kwargs)
+            if out is not None:
+                return out
+        return self._mapped(input, target, *args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"per_agent({getattr(self.__wrapped__, '__name__', self.__wrapped__)!r})"
 
 
 def _checked_module(value: Any, what: str) -> nn.Module:
