@@ -32,6 +32,15 @@ __all__ = [
     "is_topology_weighted",
     "in_neighbor_ranks",
     "out_neighbor_ranks",
+    "machine_size",
+    "machine_rank",
+    "set_machine_topology",
+    "load_machine_topology",
+    "is_machine_topology_weighted",
+    "in_neighbor_machine_ranks",
+    "out_neighbor_machine_ranks",
+    "hierarchical_neighbor_allreduce",
+    "hierarchical_neighbor_allreduce_nonblocking",
     "allreduce",
     "allreduce_nonblocking",
     "allgather",
@@ -77,6 +86,7 @@ def init(
     size: int | None = None,
     topology: Any = None,
     seed: int | None = None,
+    local_size: int | None = None,
 ) -> Context:
     """Start fogsim and return the new current :class:`Context`.
 
@@ -85,11 +95,14 @@ def init(
     one process, else ``"sim"`` (``FOGSIM_BACKEND`` overrides). ``size`` sets the number
     of simulated agents (default ``FOGSIM_SIZE``, else 16). ``topology`` is anything
     :func:`set_topology` takes, or a builder called with the size; default: the
-    exponential-2 graph.
+    exponential-2 graph. ``local_size`` groups the agents into machines of that many
+    consecutive ranks (simulation, or emulated machines on one host; default
+    ``FOGSIM_LOCAL_SIZE``, else: simulated, one machine; distributed, the real hosts).
     Calling ``init`` again replaces the current context (the old one is shut down).
     """
     old = _context.peek()
-    ctx = Context(backend=backend, size=size, topology=topology, seed=seed)
+    ctx = Context(backend=backend, size=size, topology=topology, seed=seed,
+                  local_size=local_size)  # fmt: skip
     if old is not None and old is not ctx:
         old.close()
     _context.set_current(ctx)
@@ -203,13 +216,143 @@ def out_neighbor_ranks() -> Any:
     return _backend().out_neighbor_ranks()
 
 
+# -- machines -----------------------------------------------------------------------------
+# Machine m holds the ranks m * local_size() .. (m + 1) * local_size() - 1. Distributed,
+# the machines are the hosts (or blocks of FOGSIM_LOCAL_SIZE processes); they must all
+# hold the same number of processes, else the machine-level functions raise.
+def machine_size() -> int:
+    """Return the number of machines, ``size() // local_size()``."""
+    return _backend().machine_size()
+
+
+def machine_rank() -> Any:
+    """Return this agent's machine, ``rank() // local_size()`` (stacked in simulation)."""
+    return _backend().machine_rank()
+
+
+def set_machine_topology(topology: Any, is_weighted: bool = False) -> None:
+    """Use ``topology`` among the machines for :func:`hierarchical_neighbor_allreduce`.
+
+    Anything :func:`set_topology` takes, over ``machine_size()`` nodes (a builder is called
+    with the number of machines). Default: the exponential-2 graph over the machines.
+    """
+    _backend().set_machine_topology(topology, is_weighted)
+
+
+def load_machine_topology() -> Topology:
+    """Return the topology among machines."""
+    return _backend().load_machine_topology()
+
+
+def is_machine_topology_weighted() -> bool:
+    """Return whether the hierarchical ops use the machine topology's own weights."""
+    return _backend().is_machine_topology_weighted()
+
+
+def in_neighbor_machine_ranks() -> Any:
+    """Return the machines this agent's machine receives from (a list per agent in sim)."""
+    return _backend().in_neighbor_machine_ranks()
+
+
+def out_neighbor_machine_ranks() -> Any:
+    """Return the machines this agent's machine sends to (a list per agent in sim)."""
+    return _backend().out_neighbor_machine_ranks()
+
+
+def hierarchical_neighbor_allreduce(
+    x: Any,
+    self_weight: Any = None,
+    src_machine_weights: Any = None,
+    dst_machine_weights: Any = None,
+    enable_topo_check: bool = True,
+    name: str | None = None,
+) -> Any:
+    """Return the neighbor average over machines of the machine averages of ``x``.
+
+    ``y_m`` is the average of ``x`` over machine m's agents; every agent of machine m gets
+    ``self_weight * y_m + sum_k w_mk y_k`` over the in-neighbor machines k of the machine
+    topology (weights as in :func:`neighbor_allreduce`, with machines in place of ranks:
+    ``src_machine_weights`` ``{machine: weight}``, ``dst_machine_weights`` for a dynamic
+    step). Distributed it runs in four steps: the machine's values are gathered and
+    averaged on its local rank 0, these exchange with the neighbor machines, combine,
+    and broadcast the result inside their machines; only local rank 0's weight arguments
+    are used (pass the same on every agent of a machine). In simulation the per-agent
+    arguments are stacked as usual (entries of local rank 0 agents are used) or one
+    ``machine_size() x machine_size()`` matrix gives the step's weights.
+    """
+    return _backend().hierarchical_neighbor_allreduce(
+        x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
+    )
+
+
+def hierarchical_neighbor_allreduce_nonblocking(
+    x: Any,
+    self_weight: Any = None,
+    src_machine_weights: Any = None,
+    dst_machine_weights: Any = None,
+    enable_topo_check: bool = True,
+    name: str | None = None,
+) -> Handle:
+    """Start :func:`hierarchical_neighbor_allreduce`; return a handle for :func:`wait`."""
+    return _backend().hierarchical_neighbor_allreduce_nonblocking(
+        x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
+    )
+
+
 # -- collective ops -----------------------------------------------------------------------
-def allreduce(x: Any, average: bool = True, name: str | None = None) -> Any:
+_ALGORITHMS = (None, "flat", "decomposed")
+
+
+def _allreduce_variant(is_hierarchical_local: Any, algorithm: Any, factors: Any) -> str | None:
+    """Return None (the backend's allreduce), "local" or "decomposed"; check the options."""
+    if not isinstance(is_hierarchical_local, bool):
+        raise TypeError(
+            f"is_hierarchical_local must be a bool, got {type(is_hierarchical_local).__name__}"
+        )
+    if algorithm not in _ALGORITHMS:
+        raise ValueError(
+            f"algorithm must be None, 'flat' or 'decomposed', got {algorithm!r}"
+        )
+    if factors is not None and algorithm == "flat":
+        raise ValueError("factors= is for algorithm='decomposed', not 'flat'")
+    decomposed = algorithm == "decomposed" or factors is not None
+    if is_hierarchical_local:
+        if decomposed:
+            raise ValueError(
+                "is_hierarchical_local=True reduces within each machine; it does not take "
+                "algorithm='decomposed' or factors="
+            )
+        return "local"
+    return "decomposed" if decomposed else None
+
+
+def allreduce(
+    x: Any,
+    average: bool = True,
+    name: str | None = None,
+    *,
+    is_hierarchical_local: bool = False,
+    algorithm: str | None = None,
+    factors: Sequence[int] | None = None,
+) -> Any:
     """Return the average (or with ``average=False`` the sum) of ``x`` over all agents.
 
     ``x_i <- (1/n) sum_j x_j``. Averaging needs float32/float64; sums take integers too.
+
+    ``is_hierarchical_local=True`` reduces within each machine only (see
+    :func:`machine_size`). ``algorithm="decomposed"`` computes the same sum in stages, as
+    BlueConnect does: for ``size() = p_0 * p_1 * ... * p_k`` (``factors``; default the
+    machine hierarchy, ``(local_size(), machine_size())``), reduce-scatter among the
+    ``p_0`` processes of each group, then among ``p_1`` on the chunks left, ..., then
+    all-gather back in reverse order; equal to the flat allreduce up to round-off, and
+    bit-identical between the simulator and the runtimes.
     """
-    return _backend().allreduce(x, average, name)
+    variant = _allreduce_variant(is_hierarchical_local, algorithm, factors)
+    if variant is None:
+        return _backend().allreduce(x, average, name)
+    if variant == "local":
+        return _backend().local_allreduce(x, average, name)
+    return _backend().decomposed_allreduce(x, average, name, factors)
 
 
 def allgather(x: Any, name: str | None = None) -> Any:
@@ -274,9 +417,25 @@ def barrier() -> None:
 
 
 # -- nonblocking twins --------------------------------------------------------------------
-def allreduce_nonblocking(x: Any, average: bool = True, name: str | None = None) -> Handle:
-    """Start :func:`allreduce` and return a handle for :func:`wait` / :func:`poll`."""
-    return _backend().allreduce_nonblocking(x, average, name)
+def allreduce_nonblocking(
+    x: Any,
+    average: bool = True,
+    name: str | None = None,
+    *,
+    is_hierarchical_local: bool = False,
+    algorithm: str | None = None,
+    factors: Sequence[int] | None = None,
+) -> Handle:
+    """Start :func:`allreduce` and return a handle for :func:`wait` / :func:`poll`.
+
+    The machine-local and decomposed variants run when called (the handle is complete).
+    """
+    variant = _allreduce_variant(is_hierarchical_local, algorithm, factors)
+    if variant is None:
+        return _backend().allreduce_nonblocking(x, average, name)
+    result = allreduce(x, average, name, is_hierarchical_local=is_hierarchical_local,
+                       algorithm=algorithm, factors=factors)  # fmt: skip
+    return Handle.completed("allreduce", result, name)
 
 
 def allgather_nonblocking(x: Any, name: str | None = None) -> Handle:

@@ -19,6 +19,9 @@ PUBLIC = {
     "local", "vmap", "is_main_process", "global_view",
     "set_topology", "load_topology", "is_topology_weighted",
     "in_neighbor_ranks", "out_neighbor_ranks",
+    "machine_size", "machine_rank", "set_machine_topology", "load_machine_topology",
+    "is_machine_topology_weighted", "in_neighbor_machine_ranks", "out_neighbor_machine_ranks",
+    "hierarchical_neighbor_allreduce", "hierarchical_neighbor_allreduce_nonblocking",
     "allreduce", "allreduce_nonblocking", "allgather", "allgather_nonblocking",
     "broadcast", "broadcast_nonblocking", "neighbor_allreduce",
     "neighbor_allreduce_nonblocking", "neighbor_allgather", "neighbor_allgather_nonblocking",
@@ -60,7 +63,16 @@ def test_signatures_are_the_contract():
         "enable_topo_check",
         "name",
     ]
-    assert list(inspect.signature(fs.init).parameters) == ["backend", "size", "topology", "seed"]
+    assert list(inspect.signature(fs.init).parameters) == [
+        "backend", "size", "topology", "seed", "local_size",
+    ]  # fmt: skip
+    assert list(inspect.signature(fs.hierarchical_neighbor_allreduce).parameters) == [
+        "x", "self_weight", "src_machine_weights", "dst_machine_weights", "enable_topo_check",
+        "name",
+    ]  # fmt: skip
+    assert list(inspect.signature(fs.allreduce).parameters) == [
+        "x", "average", "name", "is_hierarchical_local", "algorithm", "factors",
+    ]  # fmt: skip
     assert list(inspect.signature(fs.neighbor_allgather).parameters) == [
         "x",
         "src_ranks",

@@ -28,6 +28,8 @@ class Backend(abc.ABC):
     def __init__(self) -> None:
         self._topology: Topology | None = None
         self._is_weighted = False
+        self._machine_topology: Topology | None = None  # default made on first use
+        self._machine_weighted = False
 
     # -- world ----------------------------------------------------------------------------
     @property
@@ -102,6 +104,99 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def out_neighbor_ranks(self) -> Any:
         """Return the ranks this agent sends to (per agent in simulation)."""
+
+    # -- machines -------------------------------------------------------------------------
+    # Machine m holds ranks m * local_size .. (m + 1) * local_size - 1; every machine holds
+    # the same number of agents (runtimes that find otherwise raise in check_machines).
+    def check_machines(self, op: str) -> None:  # noqa: B027 - optional hook
+        """Raise a ValueError naming ``op`` when the machines are not alike."""
+
+    def machine_size(self) -> int:
+        """Return the number of machines."""
+        self.check_machines("machine_size")
+        return self.size_int // self.local_size()
+
+    def machine_rank(self) -> Any:
+        """Return this agent's machine (stacked in simulation)."""
+        self.check_machines("machine_rank")
+        return self.rank() // self.local_size()
+
+    def set_machine_topology(self, topology: Any, is_weighted: bool = False) -> None:
+        """Validate and install the topology among machines (for the hierarchical ops)."""
+        if not isinstance(is_weighted, bool):
+            raise TypeError(f"is_weighted must be a bool, got {type(is_weighted).__name__}")
+        machines = self.machine_size()
+        if callable(topology) and not isinstance(topology, Topology):
+            topology = topology(machines)
+        topo = as_topology(topology, argname="machine topology")
+        if topo.size != machines:
+            raise ValueError(
+                f"the machine topology has {topo.size} nodes but there are {machines} machines "
+                f"({self.size_int} agents, local_size {self.local_size()})"
+            )
+        old = self._machine_topology, self._machine_weighted
+        self._machine_topology, self._machine_weighted = topo, is_weighted
+        try:
+            self._on_machine_topology()
+        except BaseException:  # refused: keep the agreed one
+            self._machine_topology, self._machine_weighted = old
+            raise
+
+    def _on_machine_topology(self) -> None:  # noqa: B027 - optional hook
+        """Derive backend state from the new machine topology."""
+
+    def load_machine_topology(self) -> Topology:
+        """Return the machine topology (exponential-2 over the machines unless set)."""
+        if self._machine_topology is None:
+            from ..topology import exponential_two_graph
+
+            self.set_machine_topology(exponential_two_graph)
+        assert self._machine_topology is not None
+        return self._machine_topology
+
+    def is_machine_topology_weighted(self) -> bool:
+        """Return whether the hierarchical ops use the machine topology's own weights."""
+        return self._machine_weighted
+
+    def in_neighbor_machine_ranks(self) -> Any:
+        """Return the machines this agent's machine receives from (per agent in simulation)."""
+        return self.load_machine_topology().in_neighbors(int(self.machine_rank()))
+
+    def out_neighbor_machine_ranks(self) -> Any:
+        """Return the machines this agent's machine sends to (per agent in simulation)."""
+        return self.load_machine_topology().out_neighbors(int(self.machine_rank()))
+
+    def hierarchical_neighbor_allreduce(
+        self, x: Any, self_weight: Any = None, src_machine_weights: Any = None,
+        dst_machine_weights: Any = None, enable_topo_check: bool = True, name: str | None = None,
+    ) -> Any:  # fmt: skip
+        """Machine average, neighbor average among machines, the same result machine-wide."""
+        raise ValueError(
+            f"hierarchical_neighbor_allreduce: the {self.name} backend does not have it"
+        )
+
+    def hierarchical_neighbor_allreduce_nonblocking(
+        self, x: Any, self_weight: Any = None, src_machine_weights: Any = None,
+        dst_machine_weights: Any = None, enable_topo_check: bool = True, name: str | None = None,
+    ) -> Handle:  # fmt: skip
+        """Start :meth:`hierarchical_neighbor_allreduce` and return a :class:`Handle`."""
+        result = self.hierarchical_neighbor_allreduce(
+            x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
+        )
+        return Handle.completed("hierarchical_neighbor_allreduce", result, name)
+
+    def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
+        """Return the average (or sum) of ``x`` over this agent's machine."""
+        raise ValueError(
+            f"allreduce(is_hierarchical_local=True): the {self.name} backend does not have it"
+        )
+
+    def decomposed_allreduce(self, x: Any, average: bool, name: str | None,
+                             factors: tuple[int, ...] | None) -> Any:  # fmt: skip
+        """Return :meth:`allreduce` computed in reduce-scatter/all-gather stages."""
+        raise ValueError(
+            f"allreduce(algorithm='decomposed'): the {self.name} backend does not have it"
+        )
 
     # -- agent-local data -----------------------------------------------------------------
     @abc.abstractmethod

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -10,7 +13,7 @@ import scipy.sparse as sp
 from .._arrays import is_tensor
 from ..topology import Topology
 
-__all__ = ["is_matrix", "check_partners"]
+__all__ = ["is_matrix", "check_partners", "machine_words"]
 
 
 def is_matrix(obj: Any) -> bool:
@@ -37,3 +40,24 @@ def check_partners(self_weight: Any, src_weights: Any, dst_weights: Any) -> bool
             raise ValueError("self_weight and src_weights must be given together (or neither)")
         return True
     return False
+
+
+_MACHINE_WORDS = [
+    (re.compile(r"\b(src|dst)_weights\b"), r"\1_machine_weights"),
+    (re.compile(r"\b(src|dst)_ranks\b"), r"\1_machine_ranks"),
+    (re.compile(r"\bset_topology\(\)"), "set_machine_topology()"),
+    (re.compile(r"\b(agent|rank)s\b"), "machines"),
+    (re.compile(r"\b(agent|rank)\b"), "machine"),
+]
+
+
+@contextlib.contextmanager
+def machine_words() -> Iterator[None]:
+    """Re-word the errors of rank-level weight checks run on machine-level arguments."""
+    try:
+        yield
+    except (TypeError, ValueError) as exc:
+        message = str(exc)
+        for pattern, repl in _MACHINE_WORDS:
+            message = pattern.sub(repl, message)
+        raise type(exc)(message) from None

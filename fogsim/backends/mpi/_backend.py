@@ -19,6 +19,8 @@ from ... import _arrays, _settings
 from ..._arrays import Kind, to_numpy, wrap_like
 from ..._handles import Handle
 from .._base import Backend
+from ...hierarchy._decomposed import check_factors, default_factors, digits, piece_bounds
+from .._weights import machine_words
 from ._agree import LocalError, agree, fingerprint
 from ._neighbor import NeighborOps
 from ._plan import static_rank_plan
@@ -37,10 +39,11 @@ class MPIBackend(NeighborOps, WindowOps, Backend):
         size: int | None = None,
         local_size: int | None = None,
         settings: _settings.Settings | None = None,
+        comm: Any = None,
     ) -> None:
         super().__init__()
         self._settings = settings or _settings.Settings()
-        self.comm = MPI.COMM_WORLD.Dup()
+        self.comm = (MPI.COMM_WORLD if comm is None else comm).Dup()
         self._n, self._rank = self.comm.Get_size(), self.comm.Get_rank()
         if size is not None and size != self._n:
             self.comm.Free()
@@ -49,6 +52,10 @@ class MPIBackend(NeighborOps, WindowOps, Backend):
                 "the size comes from the launcher (fogrun -np N)"
             )
         self.local_comm = self._split_machines(local_size)
+        self._machine_error = self._check_machine_layout()
+        self._machines: Any = None  # the local ranks 0 as one world of machines (on use)
+        self._roots_comm: Any = None
+        self._stage_comms: dict[tuple[int, ...], list[Any]] = {}
         self.graph_comm: Any = None
         self._static: Any = None
         self._fusion_threshold = self._settings.fusion_threshold
@@ -64,6 +71,25 @@ class MPIBackend(NeighborOps, WindowOps, Backend):
                 "emulated machines must all hold the same number of processes"
             )
         return self.comm.Split(color=self._rank // local_size, key=self._rank)
+
+    def _check_machine_layout(self) -> str | None:
+        """Return why the machine-level ops cannot run here, or None (collective)."""
+        layout = self.comm.allgather((self.local_comm.Get_size(), self.local_comm.Get_rank()))
+        sizes = sorted({k for k, _ in layout})
+        if len(sizes) > 1:
+            return (f"the machines hold different numbers of processes ({sizes}); the "
+                    "hierarchical ops need machines alike")  # fmt: skip
+        k = sizes[0]
+        stray = [r for r, (_, lr) in enumerate(layout) if lr != r % k]
+        if stray:
+            return (f"the processes of a machine are not consecutive ranks (rank {stray[0]} "
+                    f"is local rank {layout[stray[0]][1]} of {k}); place ranks by machine, "
+                    "e.g. mpiexec -ppn / --map-by core")  # fmt: skip
+        return None
+
+    def check_machines(self, op: str) -> None:
+        if self._machine_error is not None:
+            raise ValueError(f"{op}: {self._machine_error}")
 
     # -- world ----------------------------------------------------------------------------
     @property
@@ -85,6 +111,14 @@ class MPIBackend(NeighborOps, WindowOps, Backend):
     def close(self) -> None:
         self._drain()
         self._free_windows()
+        if self._machines is not None:
+            self._machines.close()
+            self._machines = None
+        for comm in [*(c for cs in self._stage_comms.values() for c in cs), self._roots_comm]:
+            if comm is not None and comm != MPI.COMM_NULL:
+                comm.Free()
+        self._stage_comms.clear()
+        self._roots_comm = None
         for comm in (self.graph_comm, self.local_comm, self.comm):
             if comm is not None and comm != MPI.COMM_NULL:
                 comm.Free()
@@ -224,3 +258,126 @@ class MPIBackend(NeighborOps, WindowOps, Backend):
         self._flush()
         req = self.comm.Ibarrier()
         return self.handles.start("barrier", req.Wait, req.Test)
+
+    # -- machine level ----------------------------------------------------------------------
+    def _on_machine_topology(self) -> None:
+        """Nothing to do now: the machines' world re-wires on its next op."""
+
+    def _is_machine_root(self) -> bool:
+        """Whether this is its machine's local rank 0 (collective on first call)."""
+        if self._roots_comm is None:
+            color = 0 if self.local_comm.Get_rank() == 0 else MPI.UNDEFINED
+            self._roots_comm = self.comm.Split(color=color, key=self._rank)
+        return self._roots_comm != MPI.COMM_NULL
+
+    def _machine_world(self) -> MPIBackend:
+        """The local ranks 0, one per machine, as one world with the machine topology.
+
+        Collective over those ranks only (built on first use).
+        """
+        topo = self.load_machine_topology()
+        if self._machines is None:
+            self._machines = MPIBackend(local_size=1, settings=self._settings,
+                                        comm=self._roots_comm)  # fmt: skip
+        world = self._machines
+        if world._topology is not topo or world._is_weighted != self._machine_weighted:
+            world.set_topology(topo, self._machine_weighted)
+        return world
+
+    def hierarchical_neighbor_allreduce(
+        self, x: Any, self_weight: Any = None, src_machine_weights: Any = None,
+        dst_machine_weights: Any = None, enable_topo_check: bool = True, name: str | None = None,
+    ) -> Any:  # fmt: skip
+        """Gather and average on local rank 0; exchange among machines; broadcast back."""
+        op = "hierarchical_neighbor_allreduce"
+        _arrays.check_name(name)
+        if not isinstance(enable_topo_check, bool):
+            raise TypeError("enable_topo_check must be a bool")
+        self.check_machines(op)
+        self._flush()
+        arr, kind = self._checked(op, x, averaging=True)
+        root = self._is_machine_root()
+        k = self.local_comm.Get_size()
+        gathered = np.empty((k, *arr.shape), arr.dtype) if root else None
+        self.local_comm.Gather(arr, gathered, root=0)
+        out = np.empty_like(arr)
+        report = None
+        if root:  # every machine's local rank 0 runs the exchange, then tells its machine
+            mean = gathered[0].copy()
+            for j in range(1, k):
+                mean += gathered[j]
+            np.divide(mean, k, out=mean)
+            try:
+                with machine_words():
+                    out[...] = self._machine_world().neighbor_allreduce(
+                        mean, self_weight, src_machine_weights, dst_machine_weights,
+                        enable_topo_check,
+                    )  # fmt: skip
+            except (TypeError, ValueError) as exc:  # raised on every machine's rank 0
+                report = (type(exc), str(exc))
+        report = self.local_comm.bcast(report, root=0)
+        if report is not None:
+            raise report[0](report[1])
+        self.local_comm.Bcast(out, root=0)
+        return wrap_like(out, kind)
+
+    def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
+        _arrays.check_name(name)
+        if not isinstance(average, bool):
+            raise TypeError(f"average must be a bool, got {type(average).__name__}")
+        self.check_machines("allreduce(is_hierarchical_local=True)")
+        self._flush()
+        arr, kind = self._checked("allreduce-local", x, averaging=average)
+        out = np.empty_like(arr)
+        self.local_comm.Allreduce(arr, out, op=MPI.SUM)
+        if average:
+            np.divide(out, self.local_comm.Get_size(), out=out)
+        return wrap_like(out, kind)
+
+    def decomposed_allreduce(self, x, average, name, factors):
+        _arrays.check_name(name)
+        if not isinstance(average, bool):
+            raise TypeError(f"average must be a bool, got {type(average).__name__}")
+        self._flush()
+        error = None
+        try:
+            if factors is None:
+                self.check_machines("allreduce(algorithm='decomposed')")
+                factors = default_factors(self._n, self.local_comm.Get_size())
+            else:
+                factors = check_factors(factors, self._n)
+        except (TypeError, ValueError) as exc:
+            error, factors = LocalError(exc), None
+        arr, kind = self._checked("allreduce-decomposed", x, averaging=average,
+                                  extra=(factors,), error=error)  # fmt: skip
+        comms = self._stage_comms.get(factors)
+        if comms is None:
+            comms = self._stage_comms[factors] = self._split_stages(factors)
+        buf = arr.reshape(-1).copy()
+        lo, hi, stages = 0, buf.size, []
+        for comm, d in zip(comms, digits(self._rank, factors), strict=True):  # reduce-scatter
+            bounds = piece_bounds(lo, hi, comm.Get_size())
+            counts = np.diff(bounds)
+            recv = np.empty((comm.Get_size(), counts[d]), buf.dtype)
+            comm.Alltoallv([buf, (counts, bounds[:-1])],
+                           [recv, (np.full(len(counts), counts[d]),
+                                   counts[d] * np.arange(len(counts)))])  # fmt: skip
+            lo, hi = int(bounds[d]), int(bounds[d + 1])
+            acc = buf[lo:hi]
+            acc[...] = recv[0]
+            for j in range(1, len(recv)):
+                acc += recv[j]
+            stages.append(bounds)
+        for comm, bounds in zip(reversed(comms), reversed(stages), strict=True):  # all-gather
+            comm.Allgatherv(MPI.IN_PLACE, [buf, (np.diff(bounds), bounds[:-1])])
+        if average:
+            np.divide(buf, self._n, out=buf)
+        return wrap_like(buf.reshape(arr.shape), kind)
+
+    def _split_stages(self, factors: tuple[int, ...]) -> list[Any]:
+        """One communicator per factor: the ranks that differ only in that digit."""
+        comms, stride = [], 1
+        for p, d in zip(factors, digits(self._rank, factors), strict=True):
+            comms.append(self.comm.Split(color=self._rank - d * stride, key=d))
+            stride *= p
+        return comms

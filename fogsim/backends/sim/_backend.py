@@ -24,6 +24,8 @@ from ._plan import (
     static_plan,
     transpose,
 )
+from ...hierarchy._decomposed import check_factors, default_factors, staged_sum
+from .._weights import is_matrix, machine_words
 from ._pool import BufferPool
 from ._stack import stack_agents
 from ._windows import WindowOps
@@ -66,6 +68,7 @@ class SimBackend(WindowOps, Backend):
             )
         self._pool = BufferPool()
         self._static_plan: Any = None
+        self._machine_plan: Any = None
         self._init_windows()
 
     # -- world ----------------------------------------------------------------------------
@@ -92,6 +95,17 @@ class SimBackend(WindowOps, Backend):
     # -- topology -------------------------------------------------------------------------
     def _on_topology(self) -> None:
         self._static_plan = static_plan(self._topology, self._is_weighted)
+
+    def _on_machine_topology(self) -> None:
+        self._machine_plan = static_plan(self._machine_topology, self._machine_weighted)
+
+    def in_neighbor_machine_ranks(self) -> list[list[int]]:
+        topo = self.load_machine_topology()
+        return [topo.in_neighbors(i // self._local) for i in range(self._n)]
+
+    def out_neighbor_machine_ranks(self) -> list[list[int]]:
+        topo = self.load_machine_topology()
+        return [topo.out_neighbors(i // self._local) for i in range(self._n)]
 
     def in_neighbor_ranks(self) -> list[list[int]]:
         return [self._topology.in_neighbors(i) for i in range(self._n)]
@@ -226,6 +240,66 @@ class SimBackend(WindowOps, Backend):
             apply_plan(plan, flat, out)
         return wrap_like(out.reshape(arr.shape), kind)
 
+    # -- machine level --------------------------------------------------------------------
+    def _machine_mean(self, arr: np.ndarray) -> np.ndarray:
+        """Each machine's average, its agents summed in local-rank order, ``(M, ...)``."""
+        k = self._local
+        grid = arr.reshape(self._n // k, k, *arr.shape[1:])
+        total = grid[:, 0].copy()
+        for j in range(1, k):
+            total += grid[:, j]
+        return np.divide(total, k, out=total)
+
+    def hierarchical_neighbor_allreduce(
+        self, x: Any, self_weight: Any = None, src_machine_weights: Any = None,
+        dst_machine_weights: Any = None, enable_topo_check: bool = True, name: str | None = None,
+    ) -> Any:  # fmt: skip
+        _arrays.check_name(name)
+        if not isinstance(enable_topo_check, bool):
+            raise TypeError("enable_topo_check must be a bool")
+        op = "hierarchical_neighbor_allreduce"
+        arr, kind = self._stacked(x, op, averaging=True)
+        topo = self.load_machine_topology()
+        machines, k = self._n // self._local, self._local
+        with machine_words():
+            plan = resolve_plan(
+                machines, topo, self._machine_weighted, self._machine_plan,
+                _roots(self_weight, self._n, k, "self_weight"),
+                _roots(src_machine_weights, self._n, k, "src_machine_weights"),
+                _roots(dst_machine_weights, self._n, k, "dst_machine_weights"),
+            )  # fmt: skip
+        mean = np.ascontiguousarray(self._machine_mean(arr).reshape(machines, -1))
+        mixed = np.empty_like(mean)
+        if mean.shape[1]:
+            apply_plan(plan, mean, mixed)
+        out = self._pool.empty(arr.shape, arr.dtype)
+        out.reshape(machines, k, -1)[...] = mixed[:, None, :]
+        return wrap_like(out, kind)
+
+    def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
+        _arrays.check_name(name)
+        if not isinstance(average, bool):
+            raise TypeError(f"average must be a bool, got {type(average).__name__}")
+        arr, kind = self._stacked(x, "allreduce", averaging=average)
+        k = self._local
+        grid = arr.reshape(self._n // k, k, *arr.shape[1:])
+        total = grid.sum(axis=1, dtype=arr.dtype)
+        out = self._pool.empty(arr.shape, arr.dtype)
+        out.reshape(grid.shape)[...] = (total / k if average else total)[:, None]
+        return wrap_like(out, kind)
+
+    def decomposed_allreduce(self, x, average, name, factors):
+        _arrays.check_name(name)
+        if not isinstance(average, bool):
+            raise TypeError(f"average must be a bool, got {type(average).__name__}")
+        factors = (default_factors(self._n, self._local) if factors is None
+                   else check_factors(factors, self._n))  # fmt: skip
+        arr, kind = self._stacked(x, "allreduce", averaging=average)
+        total = staged_sum(arr, factors)
+        out = self._pool.empty(arr.shape, arr.dtype)
+        out[...] = total / self._n if average else total
+        return wrap_like(out, kind)
+
     def neighbor_allgather(
         self, x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
     ) -> Any:
@@ -256,6 +330,26 @@ class SimBackend(WindowOps, Backend):
         (see :func:`fogsim.set_asynchrony`).
         """
         self._barrier_windows()
+
+
+def _roots(value: Any, n: int, k: int, argname: str) -> Any:
+    """The machine-level argument: local rank 0's entries of a per-agent one.
+
+    A number or a matrix (one step's machine weights) is passed as it is.
+    """
+    if value is None or k == 1 or isinstance(value, numbers.Real) or is_matrix(value):
+        return value
+    if _arrays.is_tensor(value):
+        value = value.detach().cpu().numpy()
+    if isinstance(value, np.ndarray | list | tuple):
+        if len(value) != n:
+            raise ValueError(
+                f"{argname} has {len(value)} entries; in simulation give one per agent ({n}), "
+                "stacked as fogsim.local does (the entries of each machine's local rank 0 "
+                "are used)"
+            )
+        return value[::k] if isinstance(value, np.ndarray) else list(value[::k])
+    return value
 
 
 def _ragged(values: Sequence[Any]) -> bool:
