@@ -20,6 +20,7 @@ from ..._arrays import Kind, to_numpy, wrap_like
 from ..._handles import Handle
 from .._base import Backend
 from ...hierarchy._decomposed import check_factors, default_factors, digits, piece_bounds
+from ...hierarchy._machines import layout_error
 from .._weights import machine_words
 from ._agree import LocalError, agree, fingerprint
 from ._neighbor import NeighborOps
@@ -74,18 +75,9 @@ class MPIBackend(NeighborOps, WindowOps, Backend):
 
     def _check_machine_layout(self) -> str | None:
         """Return why the machine-level ops cannot run here, or None (collective)."""
-        layout = self.comm.allgather((self.local_comm.Get_size(), self.local_comm.Get_rank()))
-        sizes = sorted({k for k, _ in layout})
-        if len(sizes) > 1:
-            return (f"the machines hold different numbers of processes ({sizes}); the "
-                    "hierarchical ops need machines alike")  # fmt: skip
-        k = sizes[0]
-        stray = [r for r, (_, lr) in enumerate(layout) if lr != r % k]
-        if stray:
-            return (f"the processes of a machine are not consecutive ranks (rank {stray[0]} "
-                    f"is local rank {layout[stray[0]][1]} of {k}); place ranks by machine, "
-                    "e.g. mpiexec -ppn / --map-by core")  # fmt: skip
-        return None
+        return layout_error(
+            self.comm.allgather((self.local_comm.Get_size(), self.local_comm.Get_rank()))
+        )
 
     def check_machines(self, op: str) -> None:
         if self._machine_error is not None:

@@ -68,7 +68,8 @@ class SimBackend(WindowOps, Backend):
             )
         self._pool = BufferPool()
         self._static_plan: Any = None
-        self._machine_plan: Any = None
+        self._machine_plan: Any = None  # the static plan of _machine_plan_of
+        self._machine_plan_of: Any = None
         self._init_windows()
 
     # -- world ----------------------------------------------------------------------------
@@ -98,6 +99,7 @@ class SimBackend(WindowOps, Backend):
 
     def _on_machine_topology(self) -> None:
         self._machine_plan = static_plan(self._machine_topology, self._machine_weighted)
+        self._machine_plan_of = self._machine_topology
 
     def in_neighbor_machine_ranks(self) -> list[list[int]]:
         topo = self.load_machine_topology()
@@ -261,13 +263,15 @@ class SimBackend(WindowOps, Backend):
         arr, kind = self._stacked(x, op, averaging=True)
         topo = self.load_machine_topology()
         machines, k = self._n // self._local, self._local
-        with machine_words():
-            plan = resolve_plan(
-                machines, topo, self._machine_weighted, self._machine_plan,
-                _roots(self_weight, self._n, k, "self_weight"),
+        if self._machine_plan is None or self._machine_plan_of is not topo:
+            self._machine_plan = static_plan(topo, self._machine_weighted)
+            self._machine_plan_of = topo
+        args = (_roots(self_weight, self._n, k, "self_weight"),
                 _roots(src_machine_weights, self._n, k, "src_machine_weights"),
-                _roots(dst_machine_weights, self._n, k, "dst_machine_weights"),
-            )  # fmt: skip
+                _roots(dst_machine_weights, self._n, k, "dst_machine_weights"))  # fmt: skip
+        with machine_words():
+            plan = resolve_plan(machines, topo, self._machine_weighted, self._machine_plan,
+                                *args)  # fmt: skip
         mean = np.ascontiguousarray(self._machine_mean(arr).reshape(machines, -1))
         mixed = np.empty_like(mean)
         if mean.shape[1]:
@@ -348,7 +352,9 @@ def _roots(value: Any, n: int, k: int, argname: str) -> Any:
                 "stacked as fogsim.local does (the entries of each machine's local rank 0 "
                 "are used)"
             )
-        return value[::k] if isinstance(value, np.ndarray) else list(value[::k])
+        if isinstance(value, np.ndarray):
+            return np.ascontiguousarray(value[::k])
+        return list(value[::k])
     return value
 
 
