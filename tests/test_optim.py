@@ -367,16 +367,23 @@ def test_dynamic_weights_from_a_schedule():
     assert_close(params(model), {k: mix(W, x[k] - LR * g[k]) for k in x})
 
 
-def test_hierarchical_is_refused_until_it_exists():
+@pytest.mark.parametrize("machine_weights", [False, True])
+def test_atc_hierarchical_mixes_machine_averages(machine_weights):
+    fs.init(backend="sim", size=N, local_size=2)  # two machines of two agents
     model = fo.replicate(net)
     opt = fo.DistributedAdaptThenCombineOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
-                                                  model)  # fmt: skip
-    if hasattr(fs, "hierarchical_neighbor_allreduce_nonblocking"):
-        opt.communication_type = "hierarchical"
-        assert opt.communication_type.value == "hierarchical_neighbor_allreduce"
-    else:
-        with pytest.raises(ValueError, match="hierarchical_neighbor_allreduce"):
-            opt.communication_type = "hierarchical"
+                                                  model, communication_type="hierarchical")
+    assert opt.communication_type.value == "hierarchical_neighbor_allreduce"
+    Wm = np.full((2, 2), 0.5)  # the exponential-2 graph over 2 machines, uniform
+    if machine_weights:  # machine m keeps 0.75 of its own average, takes 0.25 of the other
+        opt.self_weight = 0.75
+        opt.src_machine_weights = fs.local(lambda r: {1 - r // 2: 0.25})
+        Wm = np.array([[0.75, 0.25], [0.25, 0.75]])
+    x = backward(model)
+    g = grads(model)
+    opt.step()
+    W = np.kron(Wm, np.full((2, 2), 0.5))  # agent i: sum_m Wm[i // 2, m] * machine m's mean
+    assert_close(params(model), {k: mix(W, x[k] - LR * g[k]) for k in x})
 
 
 # -- broadcasts ---------------------------------------------------------------------------

@@ -47,14 +47,6 @@ def _communication_type(value: Any, allowed: tuple[CommunicationType, ...]) -> C
     if kind not in allowed:
         names = ", ".join(repr(c.value) for c in allowed)
         raise ValueError(f"this optimizer supports communication_type {names}, got {kind.value!r}")
-    if kind is CommunicationType.hierarchical_neighbor_allreduce and not hasattr(
-        fs, "hierarchical_neighbor_allreduce_nonblocking"
-    ):
-        raise ValueError(
-            "communication_type 'hierarchical_neighbor_allreduce' needs "
-            "fogsim.hierarchical_neighbor_allreduce, which this fogsim does not have yet; "
-            "use 'neighbor_allreduce' or 'allreduce'"
-        )
     return kind
 
 
@@ -72,7 +64,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
     Per-step attributes, read when the step's communication starts (set them before the
     forward pass): ``self_weight``, ``src_weights``, ``dst_weights`` and
     ``enable_topo_check`` (passed to :func:`fogsim.neighbor_allreduce`; None: the
-    topology's weights), ``communication_type`` (a :class:`CommunicationType` or its
+    topology's weights), ``src_machine_weights`` and ``dst_machine_weights`` (with
+    ``self_weight``, passed to :func:`fogsim.hierarchical_neighbor_allreduce`),
+    ``communication_type`` (a :class:`CommunicationType` or its
     name) and ``num_steps_per_communication`` (communicate at every k-th step only; the
     steps in between are local).
 
@@ -131,6 +125,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.self_weight: Any = None
         self.src_weights: Any = None
         self.dst_weights: Any = None
+        self.src_machine_weights: Any = None
+        self.dst_machine_weights: Any = None
         self.enable_topo_check = True
         self.communication_type = (
             self._allowed[0] if communication_type is None else communication_type
@@ -265,7 +261,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if kind is CommunicationType.allreduce:
             return fs.allreduce_nonblocking(value, name=name)
         if kind is CommunicationType.hierarchical_neighbor_allreduce:
-            return fs.hierarchical_neighbor_allreduce_nonblocking(value, name=name)
+            return fs.hierarchical_neighbor_allreduce_nonblocking(
+                value, self.self_weight, self.src_machine_weights, self.dst_machine_weights,
+                self.enable_topo_check, name=name,
+            )
         return fs.neighbor_allreduce_nonblocking(
             value, *self._weights(), self.enable_topo_check, name=name
         )
