@@ -27,6 +27,9 @@ BF_PUBLIC = {
     "broadcast_nonblocking", "broadcast_", "broadcast_nonblocking_", "neighbor_allreduce",
     "neighbor_allreduce_nonblocking", "neighbor_allgather", "neighbor_allgather_nonblocking",
     "barrier", "synchronize", "wait", "poll", "topology_util",
+    "machine_size", "machine_rank", "set_machine_topology", "load_machine_topology",
+    "is_machine_topo_weighted", "in_neighbor_machine_ranks", "out_neighbor_machine_ranks",
+    "hierarchical_neighbor_allreduce", "hierarchical_neighbor_allreduce_nonblocking",
     "ExponentialTwoGraph", "ExponentialGraph", "SymmetricExponentialGraph", "RingGraph",
     "StarGraph", "MeshGrid2DGraph", "FullyConnectedGraph",
     "win_create", "win_free", "win_put", "win_put_nonblocking", "win_accumulate",
@@ -294,3 +297,28 @@ def test_torch_tensors(world):
     handle = bf.allreduce_nonblocking_(y)
     assert bf.wait(handle) is y
     np.testing.assert_allclose(y.numpy(), np.broadcast_to(expected, y.shape), rtol=1e-14)
+
+
+def test_machine_level_under_bluefog_names():
+    fs.init(backend="sim", size=8, local_size=2)
+    try:
+        assert bf.machine_size() == 4
+        np.testing.assert_array_equal(bf.machine_rank(), np.arange(8) // 2)
+        bf.set_machine_topology(tu.RingGraph(4))
+        assert not bf.is_machine_topo_weighted()
+        assert set(bf.load_machine_topology().edges) >= {(0, 1), (1, 0)}
+        assert bf.in_neighbor_machine_ranks()[2] == [0, 2]  # agent 2 is on machine 1
+        x = np.arange(8.0)[:, None]
+        means = np.array([0.5, 2.5, 4.5, 6.5])
+        W = tu.GetRecvWeights(tu.RingGraph(4), 0)  # uniform: 1/3 each
+        assert W[0] == pytest.approx(1 / 3)
+        want = np.repeat([(means[3] + means[0] + means[1]) / 3], 2)
+        np.testing.assert_allclose(bf.hierarchical_neighbor_allreduce(x)[:2, 0], want)
+        sync = bf.synchronize(bf.hierarchical_neighbor_allreduce_nonblocking(
+            x, self_weight=1, src_machine_weights=[{}] * 8))  # integer weight accepted
+        np.testing.assert_allclose(sync[:, 0], np.repeat(means, 2))
+        np.testing.assert_allclose(bf.allreduce(x, is_hierarchical_local=True)[:, 0],
+                                   np.repeat(means, 2))
+        np.testing.assert_allclose(bf.allreduce(x, True, True, "x")[:, 0], np.repeat(means, 2))
+    finally:
+        fs.shutdown()

@@ -29,6 +29,15 @@ __all__ = [
     "is_topo_weighted",
     "in_neighbor_ranks",
     "out_neighbor_ranks",
+    "machine_size",
+    "machine_rank",
+    "set_machine_topology",
+    "load_machine_topology",
+    "is_machine_topo_weighted",
+    "in_neighbor_machine_ranks",
+    "out_neighbor_machine_ranks",
+    "hierarchical_neighbor_allreduce",
+    "hierarchical_neighbor_allreduce_nonblocking",
     "allreduce",
     "allreduce_nonblocking",
     "allreduce_",
@@ -140,30 +149,110 @@ def out_neighbor_ranks() -> Any:
     return fogsim.out_neighbor_ranks()
 
 
+# -- machines -----------------------------------------------------------------------------
+def machine_size() -> int:
+    """Return the number of machines (``size() // local_size()``)."""
+    return fogsim.machine_size()
+
+
+def machine_rank() -> Any:
+    """Return this agent's machine, ``rank() // local_size()`` (stacked under the simulator)."""
+    return fogsim.machine_rank()
+
+
+def set_machine_topology(topology: Any, is_weighted: bool = False) -> bool:
+    """Use ``topology`` (a ``networkx.DiGraph`` over the machines) for the hierarchical ops."""
+    fogsim.set_machine_topology(topology, is_weighted=is_weighted)
+    return True
+
+
+def load_machine_topology() -> nx.DiGraph:
+    """Return the machine topology as a ``networkx.DiGraph``."""
+    return fogsim.load_machine_topology().to_networkx()
+
+
+def is_machine_topo_weighted() -> bool:
+    """Return whether the hierarchical ops use the machine topology's own weights."""
+    return fogsim.is_machine_topology_weighted()
+
+
+def in_neighbor_machine_ranks() -> Any:
+    """Return the machines this agent's machine receives from."""
+    return fogsim.in_neighbor_machine_ranks()
+
+
+def out_neighbor_machine_ranks() -> Any:
+    """Return the machines this agent's machine sends to."""
+    return fogsim.out_neighbor_machine_ranks()
+
+
+def hierarchical_neighbor_allreduce(
+    tensor: Any,
+    self_weight: Any = None,
+    src_machine_weights: Any = None,
+    dst_machine_weights: Any = None,
+    enable_topo_check: bool = True,
+    name: str | None = None,
+) -> Any:
+    """Average within each machine, then neighbor-average among machines (machine weights).
+
+    See :func:`fogsim.hierarchical_neighbor_allreduce`.
+    """
+    return fogsim.hierarchical_neighbor_allreduce(
+        tensor, _float_scalar(self_weight), _float_weights(src_machine_weights),
+        _float_weights(dst_machine_weights), enable_topo_check, name,
+    )  # fmt: skip
+
+
+def hierarchical_neighbor_allreduce_nonblocking(
+    tensor: Any,
+    self_weight: Any = None,
+    src_machine_weights: Any = None,
+    dst_machine_weights: Any = None,
+    enable_topo_check: bool = True,
+    name: str | None = None,
+) -> fogsim.Handle:
+    """Start :func:`hierarchical_neighbor_allreduce`; return a handle for :func:`synchronize`."""
+    return fogsim.hierarchical_neighbor_allreduce_nonblocking(
+        tensor, _float_scalar(self_weight), _float_weights(src_machine_weights),
+        _float_weights(dst_machine_weights), enable_topo_check, name,
+    )  # fmt: skip
+
+
 # -- collective ops -----------------------------------------------------------------------
-def allreduce(tensor: Any, average: bool = True, name: str | None = None) -> Any:
-    """Return the average (``average=False``: the sum) of ``tensor`` over all agents."""
-    return fogsim.allreduce(tensor, average, name)
+def allreduce(
+    tensor: Any, average: bool = True, is_hierarchical_local: bool = False, name: str | None = None
+) -> Any:
+    """Return the average (``average=False``: the sum) of ``tensor`` over all agents.
+
+    ``is_hierarchical_local=True``: over the agents of the same machine only.
+    """
+    return fogsim.allreduce(tensor, average, name, is_hierarchical_local=is_hierarchical_local)
 
 
 def allreduce_nonblocking(
-    tensor: Any, average: bool = True, name: str | None = None
+    tensor: Any, average: bool = True, is_hierarchical_local: bool = False, name: str | None = None
 ) -> fogsim.Handle:
     """Start :func:`allreduce`; return a handle for :func:`synchronize`."""
-    return fogsim.allreduce_nonblocking(tensor, average, name)
+    return fogsim.allreduce_nonblocking(tensor, average, name,
+                                        is_hierarchical_local=is_hierarchical_local)  # fmt: skip
 
 
-def allreduce_(tensor: Any, average: bool = True, name: str | None = None) -> Any:
+def allreduce_(
+    tensor: Any, average: bool = True, is_hierarchical_local: bool = False, name: str | None = None
+) -> Any:
     """Average (or sum) ``tensor`` over all agents in place; return ``tensor``."""
     _check_in_place(tensor)
-    return _copy_into(tensor, fogsim.allreduce(tensor, average, name))
+    return _copy_into(tensor, allreduce(tensor, average, is_hierarchical_local, name))
 
 
 def allreduce_nonblocking_(
-    tensor: Any, average: bool = True, name: str | None = None
+    tensor: Any, average: bool = True, is_hierarchical_local: bool = False, name: str | None = None
 ) -> fogsim.Handle:
     """Start :func:`allreduce_`; :func:`synchronize` writes the result into ``tensor``."""
-    return _in_place(tensor, lambda: fogsim.allreduce_nonblocking(tensor, average, name))
+    return _in_place(
+        tensor, lambda: allreduce_nonblocking(tensor, average, is_hierarchical_local, name)
+    )
 
 
 def allgather(tensor: Any, name: str | None = None) -> Any:
