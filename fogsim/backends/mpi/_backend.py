@@ -290,27 +290,36 @@ class MPIBackend(NeighborOps, WindowOps, Backend):
         arr, kind = self._checked(op, x, averaging=True)
         root = self._is_machine_root()
         k = self.local_comm.Get_size()
-        gathered = np.empty((k, *arr.shape), arr.dtype) if root else None
-        self.local_comm.Gather(arr, gathered, root=0)
-        out = np.empty_like(arr)
-        report = None
+        mean = arr  # one process per machine: its value is the machine's average
+        if k > 1:
+            gathered = np.empty((k, *arr.shape), arr.dtype) if root else None
+            self.local_comm.Gather(arr, gathered, root=0)
+            if root:
+                mean = gathered[0].copy()
+                for j in range(1, k):
+                    mean += gathered[j]
+                np.divide(mean, k, out=mean)
+        out, report = None, None
         if root:  # every machine's local rank 0 runs the exchange, then tells its machine
-            mean = gathered[0].copy()
-            for j in range(1, k):
-                mean += gathered[j]
-            np.divide(mean, k, out=mean)
+            static = self_weight is None and src_machine_weights is None and (
+                dst_machine_weights is None
+            )  # shapes were agreed above and the machine topology when it was set
             try:
                 with machine_words():
-                    out[...] = self._machine_world().neighbor_allreduce(
+                    out = self._machine_world().neighbor_allreduce(
                         mean, self_weight, src_machine_weights, dst_machine_weights,
-                        enable_topo_check,
+                        enable_topo_check and not static,
                     )  # fmt: skip
             except (TypeError, ValueError) as exc:  # raised on every machine's rank 0
                 report = (type(exc), str(exc))
-        report = self.local_comm.bcast(report, root=0)
+        if k > 1:
+            report = self.local_comm.bcast(report, root=0)
         if report is not None:
             raise report[0](report[1])
-        self.local_comm.Bcast(out, root=0)
+        if k > 1:
+            if out is None:
+                out = np.empty_like(arr)
+            self.local_comm.Bcast(out, root=0)
         return wrap_like(out, kind)
 
     def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
