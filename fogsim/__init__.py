@@ -78,8 +78,10 @@ if _typing.TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at ru
         win_update_then_collect,
         win_wait,
     )
+    from . import timeline
     from ._context import Context
     from ._handles import Handle
+    from .timeline import timeline_context, timeline_end_activity, timeline_start_activity
 
 __version__ = "0.1.0"
 
@@ -127,6 +129,10 @@ __all__ = [
     "set_win_ops_with_associated_p",
     "shutdown",
     "size",
+    "timeline",
+    "timeline_context",
+    "timeline_end_activity",
+    "timeline_start_activity",
     "topology",
     "vmap",
     "wait",
@@ -150,7 +156,9 @@ __all__ = [
 # The public names are imported on first use (PEP 562), so that ``import fogsim.run`` (the
 # fogrun launcher) and ``import fogsim._settings`` do not pay for numpy, scipy and networkx.
 _MODULE_OF = {name: "._api" for name in __all__}
-_MODULE_OF.update(Context="._context", Handle="._handles", topology=".topology")
+_MODULE_OF.update(Context="._context", Handle="._handles", topology=".topology",
+                  timeline=".timeline", timeline_context=".timeline",
+                  timeline_end_activity=".timeline", timeline_start_activity=".timeline")
 del _MODULE_OF["__version__"]
 
 
@@ -161,7 +169,7 @@ def __getattr__(name: str) -> object:
     import importlib
 
     value = importlib.import_module(module, __name__)
-    if name != "topology":
+    if name not in ("topology", "timeline"):
         value = getattr(value, name)
     globals()[name] = value  # later look-ups do not come here again
     return value

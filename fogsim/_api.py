@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import _context
+from . import _context, timeline as _timeline
 from ._context import Context
 from ._handles import Handle
 from .topology import Topology
@@ -104,13 +104,17 @@ def init(
     ctx = Context(backend=backend, size=size, topology=topology, seed=seed,
                   local_size=local_size)  # fmt: skip
     if old is not None and old is not ctx:
+        _timeline.stop()
         old.close()
     _context.set_current(ctx)
+    if ctx.settings.timeline:  # FOGSIM_TIMELINE / fogrun --timeline-filename
+        _timeline.start(ctx.settings.timeline)
     return ctx
 
 
 def shutdown() -> None:
     """Shut the current context down; ``init()`` may be called again afterwards."""
+    _timeline.stop()
     ctx = _context.peek()
     if ctx is not None:
         ctx.close()
@@ -280,9 +284,15 @@ def hierarchical_neighbor_allreduce(
     arguments are stacked as usual (entries of local rank 0 agents are used) or one
     ``machine_size() x machine_size()`` matrix gives the step's weights.
     """
-    return _backend().hierarchical_neighbor_allreduce(
-        x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
-    )
+    tl = _timeline.active
+    if tl is None:
+        return _backend().hierarchical_neighbor_allreduce(
+            x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
+        )
+    with tl.op("HIERARCHICAL_NEIGHBOR_ALLREDUCE", name or "hierarchical_neighbor_allreduce"):
+        return _backend().hierarchical_neighbor_allreduce(
+            x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
+        )
 
 
 def hierarchical_neighbor_allreduce_nonblocking(
@@ -294,9 +304,15 @@ def hierarchical_neighbor_allreduce_nonblocking(
     name: str | None = None,
 ) -> Handle:
     """Start :func:`hierarchical_neighbor_allreduce`; return a handle for :func:`wait`."""
-    return _backend().hierarchical_neighbor_allreduce_nonblocking(
-        x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
-    )
+    tl = _timeline.active
+    if tl is None:
+        return _backend().hierarchical_neighbor_allreduce_nonblocking(
+            x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
+        )
+    with tl.op("ENQUEUE_HIERARCHICAL_NEIGHBOR_ALLREDUCE", name or "enqueue_hierarchical_neighbor_allreduce"):
+        return _backend().hierarchical_neighbor_allreduce_nonblocking(
+            x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
+        )
 
 
 # -- collective ops -----------------------------------------------------------------------
@@ -348,6 +364,15 @@ def allreduce(
     bit-identical between the simulator and the runtimes.
     """
     variant = _allreduce_variant(is_hierarchical_local, algorithm, factors)
+    tl = _timeline.active
+    if tl is None:
+        return _allreduce(variant, x, average, name, factors)
+    with tl.op("ALLREDUCE" if variant is None else f"ALLREDUCE_{variant.upper()}",
+               name or "allreduce"):  # fmt: skip
+        return _allreduce(variant, x, average, name, factors)
+
+
+def _allreduce(variant: str | None, x: Any, average: bool, name: Any, factors: Any) -> Any:
     if variant is None:
         return _backend().allreduce(x, average, name)
     if variant == "local":
@@ -360,12 +385,20 @@ def allgather(x: Any, name: str | None = None) -> Any:
 
     The first dimension may differ between agents (in simulation pass a list of n arrays).
     """
-    return _backend().allgather(x, name)
+    tl = _timeline.active
+    if tl is None:
+        return _backend().allgather(x, name)
+    with tl.op("ALLGATHER", name or "allgather"):
+        return _backend().allgather(x, name)
 
 
 def broadcast(x: Any, root_rank: int, name: str | None = None) -> Any:
     """Return agent ``root_rank``'s ``x`` on every agent."""
-    return _backend().broadcast(x, root_rank, name)
+    tl = _timeline.active
+    if tl is None:
+        return _backend().broadcast(x, root_rank, name)
+    with tl.op("BROADCAST", name or "broadcast"):
+        return _backend().broadcast(x, root_rank, name)
 
 
 def neighbor_allreduce(
@@ -394,9 +427,15 @@ def neighbor_allreduce(
     In simulation per-agent arguments are stacked: ``self_weight`` a number or an array
     of n, ``src_weights``/``dst_weights`` sequences of n dicts (see :func:`local`).
     """
-    return _backend().neighbor_allreduce(
-        x, self_weight, src_weights, dst_weights, enable_topo_check, name
-    )
+    tl = _timeline.active
+    if tl is None:
+        return _backend().neighbor_allreduce(
+            x, self_weight, src_weights, dst_weights, enable_topo_check, name
+        )
+    with tl.op("NEIGHBOR_ALLREDUCE", name or "neighbor_allreduce"):
+        return _backend().neighbor_allreduce(
+            x, self_weight, src_weights, dst_weights, enable_topo_check, name
+        )
 
 
 def neighbor_allgather(
@@ -408,12 +447,20 @@ def neighbor_allgather(
     instead of the topology's. In simulation the result is one array when every agent has
     the same number of in-neighbors, else a list of n arrays.
     """
-    return _backend().neighbor_allgather(x, src_ranks, dst_ranks, name)
+    tl = _timeline.active
+    if tl is None:
+        return _backend().neighbor_allgather(x, src_ranks, dst_ranks, name)
+    with tl.op("NEIGHBOR_ALLGATHER", name or "neighbor_allgather"):
+        return _backend().neighbor_allgather(x, src_ranks, dst_ranks, name)
 
 
 def barrier() -> None:
     """Block until every agent has reached the barrier."""
-    _backend().barrier()
+    tl = _timeline.active
+    if tl is None:
+        return _backend().barrier()
+    with tl.op("BARRIER", "barrier"):
+        return _backend().barrier()
 
 
 # -- nonblocking twins --------------------------------------------------------------------
@@ -432,7 +479,11 @@ def allreduce_nonblocking(
     """
     variant = _allreduce_variant(is_hierarchical_local, algorithm, factors)
     if variant is None:
-        return _backend().allreduce_nonblocking(x, average, name)
+        tl = _timeline.active
+        if tl is None:
+            return _backend().allreduce_nonblocking(x, average, name)
+        with tl.op("ENQUEUE_ALLREDUCE", name or "allreduce"):
+            return _backend().allreduce_nonblocking(x, average, name)
     result = allreduce(x, average, name, is_hierarchical_local=is_hierarchical_local,
                        algorithm=algorithm, factors=factors)  # fmt: skip
     return Handle.completed("allreduce", result, name)
@@ -440,12 +491,20 @@ def allreduce_nonblocking(
 
 def allgather_nonblocking(x: Any, name: str | None = None) -> Handle:
     """Start :func:`allgather` and return a handle for :func:`wait` / :func:`poll`."""
-    return _backend().allgather_nonblocking(x, name)
+    tl = _timeline.active
+    if tl is None:
+        return _backend().allgather_nonblocking(x, name)
+    with tl.op("ENQUEUE_ALLGATHER", name or "enqueue_allgather"):
+        return _backend().allgather_nonblocking(x, name)
 
 
 def broadcast_nonblocking(x: Any, root_rank: int, name: str | None = None) -> Handle:
     """Start :func:`broadcast` and return a handle for :func:`wait` / :func:`poll`."""
-    return _backend().broadcast_nonblocking(x, root_rank, name)
+    tl = _timeline.active
+    if tl is None:
+        return _backend().broadcast_nonblocking(x, root_rank, name)
+    with tl.op("ENQUEUE_BROADCAST", name or "enqueue_broadcast"):
+        return _backend().broadcast_nonblocking(x, root_rank, name)
 
 
 def neighbor_allreduce_nonblocking(
@@ -457,21 +516,35 @@ def neighbor_allreduce_nonblocking(
     name: str | None = None,
 ) -> Handle:
     """Start :func:`neighbor_allreduce` and return a handle for :func:`wait` / :func:`poll`."""
-    return _backend().neighbor_allreduce_nonblocking(
-        x, self_weight, src_weights, dst_weights, enable_topo_check, name
-    )
+    tl = _timeline.active
+    if tl is None:
+        return _backend().neighbor_allreduce_nonblocking(
+            x, self_weight, src_weights, dst_weights, enable_topo_check, name
+        )
+    with tl.op("ENQUEUE_NEIGHBOR_ALLREDUCE", name or "enqueue_neighbor_allreduce"):
+        return _backend().neighbor_allreduce_nonblocking(
+            x, self_weight, src_weights, dst_weights, enable_topo_check, name
+        )
 
 
 def neighbor_allgather_nonblocking(
     x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
 ) -> Handle:
     """Start :func:`neighbor_allgather` and return a handle for :func:`wait` / :func:`poll`."""
-    return _backend().neighbor_allgather_nonblocking(x, src_ranks, dst_ranks, name)
+    tl = _timeline.active
+    if tl is None:
+        return _backend().neighbor_allgather_nonblocking(x, src_ranks, dst_ranks, name)
+    with tl.op("ENQUEUE_NEIGHBOR_ALLGATHER", name or "enqueue_neighbor_allgather"):
+        return _backend().neighbor_allgather_nonblocking(x, src_ranks, dst_ranks, name)
 
 
 def barrier_nonblocking() -> Handle:
     """Start :func:`barrier` and return a handle for :func:`wait` / :func:`poll`."""
-    return _backend().barrier_nonblocking()
+    tl = _timeline.active
+    if tl is None:
+        return _backend().barrier_nonblocking()
+    with tl.op("ENQUEUE_BARRIER", "enqueue_barrier"):
+        return _backend().barrier_nonblocking()
 
 
 def wait(handle: Handle) -> Any:
@@ -480,7 +553,11 @@ def wait(handle: Handle) -> Any:
         raise TypeError(
             f"wait() takes a handle from a *_nonblocking op, got {type(handle).__name__}"
         )
-    return handle.wait()
+    tl = _timeline.active
+    if tl is None:
+        return handle.wait()
+    with tl.op("WAIT", handle.name or handle.op):
+        return handle.wait()
 
 
 def poll(handle: Handle) -> bool:
@@ -507,12 +584,20 @@ def win_create(x: Any, name: str, zero_init: bool = False) -> bool:
     one buffer per in-neighbor of the current topology, holding a copy of its own ``x`` (or
     zeros with ``zero_init``). The topology cannot change while windows exist.
     """
-    return _backend().win_create(x, name, zero_init)
+    tl = _timeline.active
+    if tl is None:
+        return _backend().win_create(x, name, zero_init)
+    with tl.op("WIN_CREATE", name or "win_create"):
+        return _backend().win_create(x, name, zero_init)
 
 
 def win_free(name: str | None = None) -> bool:
     """Free the window ``name``, or every window when ``name`` is None (collective)."""
-    return _backend().win_free(name)
+    tl = _timeline.active
+    if tl is None:
+        return _backend().win_free(name)
+    with tl.op("WIN_FREE", name or "win_free"):
+        return _backend().win_free(name)
 
 
 def win_names() -> list[str]:
@@ -536,7 +621,11 @@ def win_put(
     (an array of n self weights, n dicts, or one n x n matrix ``D[i, j]`` = what ``j``
     writes to ``i``).
     """
-    return _backend().win_put(x, name, self_weight, dst_weights, require_mutex)
+    tl = _timeline.active
+    if tl is None:
+        return _backend().win_put(x, name, self_weight, dst_weights, require_mutex)
+    with tl.op("WIN_PUT", name or "win_put"):
+        return _backend().win_put(x, name, self_weight, dst_weights, require_mutex)
 
 
 def win_accumulate(
@@ -547,7 +636,11 @@ def win_accumulate(
     require_mutex: bool = False,
 ) -> bool:
     """Like :func:`win_put`, but add ``dst_weights[j] * x`` to the buffers at ``j``."""
-    return _backend().win_accumulate(x, name, self_weight, dst_weights, require_mutex)
+    tl = _timeline.active
+    if tl is None:
+        return _backend().win_accumulate(x, name, self_weight, dst_weights, require_mutex)
+    with tl.op("WIN_ACCUMULATE", name or "win_accumulate"):
+        return _backend().win_accumulate(x, name, self_weight, dst_weights, require_mutex)
 
 
 def win_get(name: str, src_weights: Any = None, require_mutex: bool = False) -> bool:
@@ -557,7 +650,11 @@ def win_get(name: str, src_weights: Any = None, require_mutex: bool = False) -> 
     op (create, put, accumulate or update). ``src_weights``: dict or list of in-neighbor
     ranks; default every in-neighbor, weight 1. ``require_mutex`` holds ``j``'s mutex.
     """
-    return _backend().win_get(name, src_weights, require_mutex)
+    tl = _timeline.active
+    if tl is None:
+        return _backend().win_get(name, src_weights, require_mutex)
+    with tl.op("WIN_GET", name or "win_get"):
+        return _backend().win_get(name, src_weights, require_mutex)
 
 
 def win_update(
@@ -576,8 +673,13 @@ def win_update(
     buffers that were read. The versions of the buffers read go back to 0.
     ``require_mutex`` holds this agent's own mutex, so no neighbor writes meanwhile.
     """
-    return _backend().win_update(name, self_weight, neighbor_weights, reset, clone,
-                                 require_mutex)  # fmt: skip
+    tl = _timeline.active
+    if tl is None:
+        return _backend().win_update(name, self_weight, neighbor_weights, reset, clone,
+                                     require_mutex)  # fmt: skip
+    with tl.op("WIN_UPDATE", name or "win_update"):
+        return _backend().win_update(name, self_weight, neighbor_weights, reset, clone,
+                                     require_mutex)  # fmt: skip
 
 
 def win_update_then_collect(name: str, require_mutex: bool = True) -> Any:
@@ -586,7 +688,11 @@ def win_update_then_collect(name: str, require_mutex: bool = True) -> Any:
     ``win_update(name, 1, {j: 1 for every in-neighbor j}, reset=True)``: with
     :func:`win_accumulate` this moves mass without losing or duplicating any (push-sum).
     """
-    return _backend().win_update_then_collect(name, require_mutex)
+    tl = _timeline.active
+    if tl is None:
+        return _backend().win_update_then_collect(name, require_mutex)
+    with tl.op("WIN_UPDATE_THEN_COLLECT", name or "win_update_then_collect"):
+        return _backend().win_update_then_collect(name, require_mutex)
 
 
 def win_mutex(name: str, for_self: bool = False, ranks: Any = None):
@@ -629,7 +735,11 @@ def win_put_nonblocking(
     require_mutex: bool = False,
 ) -> Handle:
     """Start :func:`win_put` and return a handle for :func:`win_wait` / :func:`win_poll`."""
-    return _backend().win_put_nonblocking(x, name, self_weight, dst_weights, require_mutex)
+    tl = _timeline.active
+    if tl is None:
+        return _backend().win_put_nonblocking(x, name, self_weight, dst_weights, require_mutex)
+    with tl.op("ENQUEUE_WIN_PUT", name or "enqueue_win_put"):
+        return _backend().win_put_nonblocking(x, name, self_weight, dst_weights, require_mutex)
 
 
 def win_accumulate_nonblocking(
@@ -640,13 +750,22 @@ def win_accumulate_nonblocking(
     require_mutex: bool = False,
 ) -> Handle:
     """Start :func:`win_accumulate`; return a handle for :func:`win_wait` / :func:`win_poll`."""
-    return _backend().win_accumulate_nonblocking(x, name, self_weight, dst_weights,
-                                                 require_mutex)  # fmt: skip
+    tl = _timeline.active
+    if tl is None:
+        return _backend().win_accumulate_nonblocking(x, name, self_weight, dst_weights,
+                                                     require_mutex)  # fmt: skip
+    with tl.op("ENQUEUE_WIN_ACCUMULATE", name or "enqueue_win_accumulate"):
+        return _backend().win_accumulate_nonblocking(x, name, self_weight, dst_weights,
+                                                     require_mutex)  # fmt: skip
 
 
 def win_get_nonblocking(name: str, src_weights: Any = None, require_mutex: bool = False):
     """Start :func:`win_get` and return a handle for :func:`win_wait` / :func:`win_poll`."""
-    return _backend().win_get_nonblocking(name, src_weights, require_mutex)
+    tl = _timeline.active
+    if tl is None:
+        return _backend().win_get_nonblocking(name, src_weights, require_mutex)
+    with tl.op("ENQUEUE_WIN_GET", name or "enqueue_win_get"):
+        return _backend().win_get_nonblocking(name, src_weights, require_mutex)
 
 
 def win_wait(handle: Handle) -> Any:

@@ -22,6 +22,7 @@ PUBLIC = {
     "machine_size", "machine_rank", "set_machine_topology", "load_machine_topology",
     "is_machine_topology_weighted", "in_neighbor_machine_ranks", "out_neighbor_machine_ranks",
     "hierarchical_neighbor_allreduce", "hierarchical_neighbor_allreduce_nonblocking",
+    "timeline", "timeline_start_activity", "timeline_end_activity", "timeline_context",
     "allreduce", "allreduce_nonblocking", "allgather", "allgather_nonblocking",
     "broadcast", "broadcast_nonblocking", "neighbor_allreduce",
     "neighbor_allreduce_nonblocking", "neighbor_allgather", "neighbor_allgather_nonblocking",

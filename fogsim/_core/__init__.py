@@ -28,6 +28,7 @@ pack = dispatch.pack
 combine_rows = dispatch.combine_rows
 FusionQueue = dispatch.FusionQueue
 FusedBatch = dispatch.FusedBatch
+format_trace_events = dispatch.format_trace_events
 
 __all__ = [
     "FusedBatch",
@@ -39,6 +40,7 @@ __all__ = [
     "circulant_combine",
     "compiled",
     "csr_combine",
+    "format_trace_events",
     "dispatch",
     "fallback",
     "fallback_dispatch",

@@ -15,7 +15,9 @@
   offset of row ``select[k]``: one fused tensor's share of a fused message is combined
   without being copied out first. Same operations, same order as ``weighted_combine``.
 
-``_fallback`` has numpy twins of all four, bit-identical, for builds without a compiler.
+* :func:`format_trace_events`: the timeline's recorded events as Chrome-trace JSON text.
+
+``_fallback`` has numpy twins of all of them, bit-identical, for builds without a compiler.
 """
 
 from cpython.buffer cimport (
@@ -27,12 +29,14 @@ from cpython.buffer cimport (
     PyObject_GetBuffer,
 )
 from libc.stdint cimport int64_t
+from libc.stdio cimport snprintf
 from libc.string cimport memcpy, memset
 
 from ._kernels cimport rows_combine_f32, rows_combine_f64
 
 __all__ = [
-    "FusedBatch", "FusedEntry", "FusionQueue", "Handle", "HandleTable", "combine_rows", "pack",
+    "FusedBatch", "FusedEntry", "FusionQueue", "Handle", "HandleTable", "combine_rows",
+    "format_trace_events", "pack",
 ]
 
 
@@ -457,3 +461,58 @@ cdef object _combine_entry(FusedEntry e, Py_buffer* rv, Py_ssize_t nrows, Py_ssi
         PyBuffer_Release(&xv)
         PyBuffer_Release(&o)
     return out
+
+
+# -- timeline -----------------------------------------------------------------------------------
+def format_trace_events(list events, long long t0, list pids, dict quoted):
+    """Return ``events`` (the timeline's tuples) as Chrome-trace JSON objects, one per line.
+
+    ``events``: ``(ph, tid, ns, name, extra)`` with ``ph`` "B" (``extra``: args dict or
+    None), "E", "X" (``extra``: duration in ns) or "J" (``name``: a preformatted object,
+    written once); ``t0`` the clock's origin in ns; ``pids`` the process tracks to write
+    each event for; ``quoted`` caches JSON-quoted names (filled here). Timestamps are
+    microseconds with three decimals. Returns the objects joined by ",\\n" (no trailing).
+    """
+    cdef char buf[160]
+    cdef int n
+    cdef long long t, d, pid, tid
+    cdef list parts = []
+    cdef bint first_pid
+    import json
+    for k, pid_obj in enumerate(pids):
+        pid = pid_obj
+        first_pid = k == 0
+        for ev in events:
+            ph = ev[0]
+            if ph == "J":
+                if first_pid:
+                    parts.append(ev[3])
+                continue
+            tid = ev[1]
+            t = ev[2] - t0
+            if t < 0:
+                t = 0
+            if ph == "E":
+                n = snprintf(buf, sizeof(buf), b'{"ph":"E","ts":%lld.%03lld,"pid":%lld,"tid":%lld}',
+                             t // 1000, t % 1000, pid, tid)
+                parts.append(buf[:n].decode("ascii"))
+                continue
+            name = ev[3]
+            q = quoted.get(name)
+            if q is None:
+                q = quoted[name] = json.dumps(name)
+            if ph == "X":
+                d = ev[4]
+                if d < 0:
+                    d = 0
+                n = snprintf(buf, sizeof(buf),
+                             b',"ph":"X","ts":%lld.%03lld,"dur":%lld.%03lld,"pid":%lld,"tid":%lld}',
+                             t // 1000, t % 1000, d // 1000, d % 1000, pid, tid)
+                parts.append('{"name":' + q + buf[:n].decode("ascii"))
+            else:
+                n = snprintf(buf, sizeof(buf), b',"ph":"B","ts":%lld.%03lld,"pid":%lld,"tid":%lld',
+                             t // 1000, t % 1000, pid, tid)
+                args = ev[4]
+                tail = "}" if not args else ',"args":' + json.dumps(args) + "}"
+                parts.append('{"name":' + q + buf[:n].decode("ascii") + tail)
+    return ",\n".join(parts)

@@ -6,6 +6,8 @@ Used when the extension is not compiled; results are bit-identical (``combine_ro
 
 from __future__ import annotations
 
+import json
+
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -14,7 +16,8 @@ import numpy as np
 from ._fallback import weighted_combine
 
 __all__ = [
-    "FusedBatch", "FusedEntry", "FusionQueue", "Handle", "HandleTable", "combine_rows", "pack",
+    "FusedBatch", "FusedEntry", "FusionQueue", "Handle", "HandleTable", "combine_rows",
+    "format_trace_events", "pack",
 ]
 
 
@@ -291,3 +294,30 @@ class FusionQueue:
             for e in entries:
                 e.failure = exc
             raise
+
+
+def format_trace_events(events: list, t0: int, pids: list, quoted: dict) -> str:
+    """The timeline's events as Chrome-trace JSON (see ``_dispatch.format_trace_events``)."""
+    parts: list[str] = []
+    for k, pid in enumerate(pids):
+        for ph, tid, ns, name, extra in events:
+            if ph == "J":
+                if k == 0:
+                    parts.append(name)
+                continue
+            t = max(ns - t0, 0)
+            ts = f"{t // 1000}.{t % 1000:03d}"
+            if ph == "E":
+                parts.append(f'{{"ph":"E","ts":{ts},"pid":{pid},"tid":{tid}}}')
+                continue
+            q = quoted.get(name)
+            if q is None:
+                q = quoted[name] = json.dumps(name)
+            if ph == "X":
+                d = max(extra, 0)
+                parts.append(f'{{"name":{q},"ph":"X","ts":{ts},"dur":{d // 1000}.{d % 1000:03d},'
+                             f'"pid":{pid},"tid":{tid}}}')  # fmt: skip
+            else:
+                tail = "}" if not extra else ',"args":' + json.dumps(extra) + "}"
+                parts.append(f'{{"name":{q},"ph":"B","ts":{ts},"pid":{pid},"tid":{tid}{tail}')
+    return ",\n".join(parts)

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 import fogsim as fs
+from fogsim import timeline as _timeline
 
 from ._agents import is_simulated
 
@@ -140,6 +141,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._steps = 0
         self._handles: list[tuple[list[torch.Tensor], Any]] = []
         self._hooks: list[Any] = []
+        self._trace_phases(model)
 
     # -- the wrapped optimizer's state, always (load_state_dict replaces its objects) -----
     @property
@@ -295,11 +297,43 @@ class DistributedOptimizer(torch.optim.Optimizer):
         for _, handle in handles:
             fs.wait(handle)
 
+    def _trace_phases(self, model: nn.Module) -> None:
+        """Record FORWARD, BACKWARD and STEP on a running timeline (track ``"training"``).
+
+        BACKWARD runs from the first gradient reaching the model's output to ``step()``.
+        """
+        track = "training"
+
+        def forward(*_: Any) -> None:
+            _timeline.begin_activity(track, "FORWARD")
+
+        def backward(grad: torch.Tensor) -> None:
+            _timeline.begin_activity(track, "BACKWARD")
+
+        def forward_done(module: nn.Module, args: Any, output: Any) -> None:
+            _timeline.end_activity(track, "FORWARD")
+            if _timeline.active is not None and isinstance(output, torch.Tensor) and (
+                output.requires_grad
+            ):  # the gradient reaching the output starts the backward pass
+                output.register_hook(backward)
+
+        def step(*_: Any) -> None:
+            _timeline.end_activity(track, "BACKWARD")
+            _timeline.begin_activity(track, "STEP")
+
+        self._trace_hooks = [
+            model.register_forward_pre_hook(forward),
+            model.register_forward_hook(forward_done),
+            self.register_step_pre_hook(step),
+            self.register_step_post_hook(lambda *_: _timeline.end_activity(track, "STEP")),
+        ]
+
     def remove_hooks(self) -> None:
         """Remove the hooks this wrapper registered on the model and the parameters."""
-        for hook in self._hooks:
+        for hook in self._hooks + self._trace_hooks:
             hook.remove()
         self._hooks.clear()
+        self._trace_hooks.clear()
 
     def __repr__(self) -> str:
         return (

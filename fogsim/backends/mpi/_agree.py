@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from ... import timeline as _timeline
+
 __all__ = ["fingerprint", "agree", "LocalError"]
 
 
@@ -41,8 +43,18 @@ def agree(
     """Raise the same exception on every rank unless all fingerprints match and no error.
 
     ``describe`` says what this rank has (e.g. ``"float64 (3,)"``), or is a function that
-    returns it (called only when the fingerprints differ), for the message.
+    returns it (called only when the fingerprints differ), for the message. Recorded as
+    the ``NEGOTIATE`` phase on a running timeline.
     """
+    tl = _timeline.active
+    if tl is None:
+        return _agree(comm, mpi, fp, error, describe)
+    with tl.phase("NEGOTIATE"):
+        return _agree(comm, mpi, fp, error, describe)
+
+
+def _agree(comm: Any, mpi: Any, fp: int, error: LocalError | None,
+           describe: str | Callable[[], str]) -> None:  # fmt: skip
     flags = np.array([fp, -fp, 0 if error is None else 1], dtype=np.int64)
     comm.Allreduce(mpi.IN_PLACE, flags, op=mpi.MAX)
     if flags[0] == -flags[1] and flags[2] == 0:

@@ -16,6 +16,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ... import _arrays, _settings
+from ... import timeline as _timeline
 from ..._arrays import Kind, to_numpy, wrap_like
 from ..._handles import Handle
 from .._base import Backend
@@ -198,7 +199,8 @@ class MPIBackend(NeighborOps, WindowOps, Backend):
         req = self.comm.Iallreduce(arr, out, op=MPI.SUM)
 
         def finish() -> Any:
-            req.Wait()
+            with _timeline.phase("COMMUNICATE"):
+                req.Wait()
             if average:
                 np.divide(out, self._n, out=out)
             return wrap_like(out, kind)

@@ -17,6 +17,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ... import _arrays, _core
+from ... import timeline as _timeline
 from ..._arrays import wrap_like
 from ..._handles import Handle, HandleTable
 from .._weights import is_matrix
@@ -107,9 +108,19 @@ class NeighborOps:
 
     def _static_exchange(self, arr: np.ndarray, plan: RankPlan, weights: np.ndarray):
         """Blocking: every in-neighbor's ``arr`` over the graph communicator, combined."""
+        tl = _timeline.active
+        if tl is not None:
+            return self._traced_static_exchange(tl, arr, plan, weights)
         recv = np.empty((len(self._static.srcs), *arr.shape), dtype=arr.dtype)
         self.graph_comm.Neighbor_allgather(arr, recv)
         return combine(arr, plan, recv, weights, select=plan.select)
+
+    def _traced_static_exchange(self, tl, arr, plan, weights):
+        recv = np.empty((len(self._static.srcs), *arr.shape), dtype=arr.dtype)
+        with tl.phase("COMMUNICATE"):
+            self.graph_comm.Neighbor_allgather(arr, recv)
+        with tl.phase("COMPUTE_AVERAGE"):
+            return combine(arr, plan, recv, weights, select=plan.select)
 
     def neighbor_allreduce_nonblocking(
         self, x, self_weight=None, src_weights=None, dst_weights=None,
@@ -243,7 +254,8 @@ class NeighborOps:
                 describe = partial(_describe_layout, entries)
             agree(self.comm, MPI, fp, errors[0] if errors else None, describe)
         send = np.empty(total, dtype=np.uint8)
-        _core.pack(send, [e.arr for e in entries], [e.offset for e in entries])
+        with _timeline.phase("FUSION_COPY_IN"):
+            _core.pack(send, [e.arr for e in entries], [e.offset for e in entries])
         recv = np.empty((len(self._static.srcs), total), np.uint8)
         _core.FusedBatch(entries, send, recv, self.graph_comm.Ineighbor_allgather(send, recv))
 

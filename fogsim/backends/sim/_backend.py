@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ... import _arrays, _settings
+from ... import timeline as _timeline
 from ..._arrays import Kind, to_numpy, wrap_like
 from .._base import Backend
 from ._plan import (
@@ -239,7 +240,8 @@ class SimBackend(WindowOps, Backend):
         flat = np.ascontiguousarray(arr.reshape(self._n, -1))
         out = self._pool.empty(flat.shape, arr.dtype)
         if flat.shape[1]:
-            apply_plan(plan, flat, out)
+            with _timeline.phase("COMPUTE_AVERAGE"):
+                apply_plan(plan, flat, out)
         return wrap_like(out.reshape(arr.shape), kind)
 
     # -- machine level --------------------------------------------------------------------

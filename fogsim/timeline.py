@@ -1,0 +1,487 @@
+"""Chrome-trace timeline: where each agent's time goes, op by op and phase by phase.
+
+Start it with ``fogrun --timeline-filename PREFIX``, ``FOGSIM_TIMELINE=PREFIX`` (read by
+:func:`fogsim.init`) or :func:`start`; stop it with :func:`stop` or ``fogsim.shutdown()``.
+Each process writes one JSON document in Chrome's trace-event format, which Perfetto
+(ui.perfetto.dev) and chrome://tracing open:
+
+* distributed, rank r writes ``PREFIX<r>.json`` with ``pid = r``;
+* in simulation the one process writes ``PREFIX.json`` with one process track per agent
+  (``pid = agent``, the first ``max_agents`` agents), so the layout is that of the merged
+  files of a distributed run.
+
+Inside a process, each tensor name (or op, for unnamed calls) has its own thread track.
+An op is a span (``NEIGHBOR_ALLREDUCE``, ``ENQUEUE_NEIGHBOR_ALLREDUCE``, ``WAIT``,
+``WIN_PUT`` ...) with nested phases: ``NEGOTIATE`` (the ranks' agreement on shapes and
+senders), ``ALLOCATE``, ``COMMUNICATE``, ``COMPUTE_AVERAGE``, ``FUSION_COPY_IN`` (packing
+fused tensors). User code adds its own spans with :func:`timeline_start_activity` /
+:func:`timeline_end_activity` or :func:`timeline_context`; the :mod:`fogsim.optim`
+wrappers add ``FORWARD``, ``BACKWARD`` and ``STEP``.
+
+In simulation with a cost model attached (:func:`fogsim.hierarchy.attach_cost_model`) the
+``COMMUNICATE`` spans last the modelled time and the clock moves on by it, so the trace
+shows what the run would take on the modelled network; otherwise measured times.
+
+The file is valid JSON at every flush (the closing brackets are rewritten after each
+batch of events), so a job that dies still leaves a readable trace; it is closed at
+:func:`stop`, at ``shutdown()`` and at interpreter exit. When no timeline runs, the
+instrumented code checks one module attribute and does nothing else.
+
+:func:`summarize` (``python -m fogsim.timeline summarize PREFIX``, or ``fogsim timeline
+summarize PREFIX``) prints the time per phase per rank and can draw a Gantt chart.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import glob
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = [
+    "Timeline",
+    "is_active",
+    "load",
+    "phase",
+    "plot_gantt",
+    "start",
+    "stop",
+    "summarize",
+    "timeline_context",
+    "timeline_end_activity",
+    "timeline_start_activity",
+]
+
+#: The running timeline of this process, or None (read by the instrumented code).
+active: Timeline | None = None
+
+_TRAILER = b"\n]}\n"
+_FLUSH_EVENTS = 100_000  # events buffered before they are written
+_FLUSH_NS = 2_000_000_000  # ... or after this long (at the end of an op)
+
+
+class _Phase:
+    """A phase of the running op, written as one complete ("X") event when it ends."""
+
+    __slots__ = ("_tl", "_name", "_tid", "_start")
+
+    def __init__(self, tl: Timeline, name: str, tid: int) -> None:
+        self._tl, self._name, self._tid = tl, name, tid
+
+    def __enter__(self) -> None:
+        self._start = time.perf_counter_ns()
+
+    def __exit__(self, *exc_info: object) -> None:
+        tl = self._tl
+        end = time.perf_counter_ns()
+        tl._events.append(("X", self._tid, self._start + tl._offset, self._name,
+                           end - self._start))  # fmt: skip
+
+
+class _OpStack(threading.local):
+    def __init__(self) -> None:
+        self.ops: list[int] = []
+
+
+class _Op:
+    """An op's span: begin/end events on its track, which its phases use meanwhile."""
+
+    __slots__ = ("_tl", "_name", "_tid")
+
+    def __init__(self, tl: Timeline, name: str, tid: int) -> None:
+        self._tl, self._name, self._tid = tl, name, tid
+
+    def __enter__(self) -> None:
+        tl = self._tl
+        tl._events.append(("B", self._tid, time.perf_counter_ns() + tl._offset, self._name, None))
+        tl._depth[self._tid] += 1
+        tl._thread.ops.append(self._tid)
+
+    def __exit__(self, *exc_info: object) -> None:
+        tl = self._tl
+        tl._thread.ops.pop()
+        t = time.perf_counter_ns() + tl._offset
+        tl._events.append(("E", self._tid, t, None, None))
+        tl._depth[self._tid] -= 1
+        if len(tl._events) >= _FLUSH_EVENTS or t - tl._last_flush > _FLUSH_NS:
+            tl.flush()
+
+
+class Timeline:
+    """One process's trace file (see the module docstring).
+
+    ``pids``: the process tracks this process writes for (its rank, or the simulated
+    agents shown); every span is recorded on each of them. Recording an event appends a
+    tuple to a list; events are formatted and written in batches. Ops and user
+    activities are begin/end ("B"/"E") pairs; the phases inside ops are complete ("X")
+    events, one each, nested in time inside their op.
+    """
+
+    def __init__(self, path: str, pids: list[int], label: str = "rank") -> None:
+        directory = os.path.dirname(path)
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+        self.path = path
+        self.pids = list(pids)
+        self._file = open(path, "wb")  # noqa: SIM115 - closed by close()
+        self._file.write(b'{"displayTimeUnit": "ms", "traceEvents": [\n')
+        self._body_end = self._file.tell()
+        self._first = True
+        self._events: list[tuple] = []  # (ph, tid, ns, name, args or duration)
+        self._lock = threading.Lock()
+        self._t0 = time.perf_counter_ns()
+        self._last_flush = self._t0
+        self._offset = 0  # modelled minus measured time so far (simulation), ns
+        self._tids: dict[str, int] = {}
+        self._quoted: dict[str, str] = {}  # JSON-quoted span names
+        self._open: dict[int, list[str]] = {}  # names of the spans begin() opened, by tid
+        self._depth: dict[int, int] = {}
+        self._thread = _OpStack()  # the tracks (tids) of the ops running in each thread
+        self.closed = False
+        for pid in self.pids:
+            self._emit_json({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+                             "args": {"name": f"{label} {pid}"}})  # fmt: skip
+        self.flush()
+        atexit.register(self.close)
+
+    # -- clock and tracks -----------------------------------------------------------------
+    def now(self) -> float:
+        """Microseconds since the timeline started (plus any modelled shift)."""
+        return (time.perf_counter_ns() - self._t0 + self._offset) / 1e3
+
+    def shift(self, microseconds: float) -> None:
+        """Move this process's clock on (a modelled duration longer than the measured one)."""
+        self._offset += round(microseconds * 1e3)
+
+    def tid(self, track: str) -> int:
+        """The thread track of ``track`` (a tensor or op name), named on first use."""
+        tid = self._tids.get(track)
+        if tid is None:
+            with self._lock:
+                tid = self._tids.setdefault(track, len(self._tids) + 1)
+                self._depth.setdefault(tid, 0)
+                for pid in self.pids:
+                    self._emit_json({"name": "thread_name", "ph": "M", "pid": pid,
+                                     "tid": tid, "args": {"name": track}})  # fmt: skip
+        return tid
+
+    def _ns(self, ts: float | None) -> int:
+        if ts is None:
+            return time.perf_counter_ns() + self._offset
+        return self._t0 + round(ts * 1e3)
+
+    # -- events ---------------------------------------------------------------------------
+    def begin(self, name: str, track: str, args: dict[str, Any] | None = None,
+              ts: float | None = None) -> None:  # fmt: skip
+        """Open span ``name`` on ``track`` (closed by :meth:`end` on the same track).
+
+        ``ts``: microseconds on this timeline's clock (default: now).
+        """
+        tid = self._tids.get(track) or self.tid(track)
+        self._events.append(("B", tid, self._ns(ts), name, args))
+        self._depth[tid] += 1
+        self._open.setdefault(tid, []).append(name)
+
+    def end(self, track: str, ts: float | None = None) -> None:
+        """Close the innermost open span on ``track``."""
+        tid = self._tids.get(track) or self.tid(track)
+        if not self._depth[tid]:
+            raise ValueError(f"timeline: no open activity on {track!r} to end")
+        t = self._ns(ts)
+        self._events.append(("E", tid, t, None, None))
+        self._depth[tid] -= 1
+        opened = self._open.get(tid)
+        if opened:
+            opened.pop()
+        if len(self._events) >= _FLUSH_EVENTS or t - self._last_flush > _FLUSH_NS:
+            self.flush()
+
+    @contextlib.contextmanager
+    def span(self, name: str, track: str, args: dict[str, Any] | None = None) -> Iterator[None]:
+        """Record the block as span ``name`` on ``track``."""
+        self.begin(name, track, args)
+        try:
+            yield
+        finally:
+            self.end(track)
+
+    def innermost(self, track: str) -> str | None:
+        """The name of the innermost span opened with :meth:`begin` still open on ``track``."""
+        opened = self._open.get(self._tids.get(track, -1))
+        return opened[-1] if opened else None
+
+    def op(self, name: str, track: str) -> _Op:
+        """Record an op as span ``name`` on ``track``; its phases nest inside it."""
+        return _Op(self, name, self._tids.get(track) or self.tid(track))
+
+    def phase(self, name: str) -> _Phase:
+        """Record the block as phase ``name`` of the op running in this thread."""
+        ops = self._thread.ops
+        return _Phase(self, name, ops[-1] if ops else self.tid("fogsim"))
+
+    def current_track(self) -> str:
+        """The track of the op running in this thread (``"fogsim"`` outside ops)."""
+        ops = self._thread.ops
+        if not ops:
+            return "fogsim"
+        return next(track for track, tid in self._tids.items() if tid == ops[-1])
+
+    def modelled(self, name: str, seconds: float, started: float) -> None:
+        """Record phase ``name`` of the running op lasting the modelled ``seconds``.
+
+        It starts at ``started`` (microseconds on this clock); the clock moves on by the
+        modelled time minus the time measured since then.
+        """
+        measured = self.now() - started
+        ops = self._thread.ops
+        tid = ops[-1] if ops else self.tid("fogsim")
+        self._events.append(("X", tid, self._ns(started), name, round(seconds * 1e9)))
+        self.shift(seconds * 1e6 - measured)
+
+    # -- file -----------------------------------------------------------------------------
+    def _emit_json(self, event: dict[str, Any]) -> None:
+        self._events.append(("J", 0, 0, json.dumps(event, separators=(",", ":")), None))
+
+    def flush(self) -> None:
+        """Format the recorded events and write them (the file stays valid JSON)."""
+        with self._lock:
+            if self.closed:
+                return
+            events, self._events = self._events, []
+            from ._core import format_trace_events
+
+            text = format_trace_events(events, self._t0, self.pids, self._quoted)
+            if text:
+                text = text if self._first else ",\n" + text
+                self._first = False
+                self._file.seek(self._body_end)
+                self._file.write(text.encode())
+                self._body_end = self._file.tell()
+                self._file.write(_TRAILER)  # valid JSON after every write
+                self._file.truncate()
+                self._file.flush()
+            self._last_flush = time.perf_counter_ns()
+
+    def close(self) -> None:
+        """Close every open span, write the events and close the file (idempotent)."""
+        if self.closed:
+            return
+        t = time.perf_counter_ns() + self._offset
+        for tid, depth in self._depth.items():
+            self._events.extend(("E", tid, t, None, None) for _ in range(depth))
+            self._depth[tid] = 0
+        self.flush()
+        with self._lock:
+            self.closed = True
+            self._file.close()
+        atexit.unregister(self.close)
+
+
+# -- starting and stopping ----------------------------------------------------------------
+def start(prefix: str, max_agents: int = 32) -> Timeline:
+    """Start recording for the current fogsim world; return the :class:`Timeline`.
+
+    Distributed, this rank writes ``PREFIX<rank>.json``; in simulation ``PREFIX.json`` with
+    tracks for the first ``max_agents`` agents. A running timeline is stopped first.
+    """
+    import numpy as np
+
+    import fogsim as fs
+
+    global active
+    if not isinstance(prefix, str | os.PathLike) or not str(prefix):
+        raise TypeError(f"timeline prefix must be a non-empty path, got {prefix!r}")
+    if isinstance(max_agents, bool) or not isinstance(max_agents, int) or max_agents < 1:
+        raise ValueError(f"max_agents must be a positive integer, got {max_agents!r}")
+    stop()
+    rank = fs.rank()
+    if np.ndim(rank):  # simulation: every agent in this process
+        active = Timeline(f"{prefix}.json", list(range(min(fs.size(), max_agents))), "agent")
+    else:
+        active = Timeline(f"{prefix}{int(rank)}.json", [int(rank)], "rank")
+    return active
+
+
+def stop() -> None:
+    """Close the running timeline, if any."""
+    global active
+    if active is not None:
+        active.close()
+        active = None
+
+
+def is_active() -> bool:
+    """Return whether a timeline is recording."""
+    return active is not None
+
+
+def begin_activity(track: str, name: str) -> None:
+    """Open span ``name`` on ``track`` if a timeline runs (for library hooks)."""
+    tl = active
+    if tl is not None:
+        tl.begin(name, track)
+
+
+def end_activity(track: str, name: str) -> None:
+    """Close span ``name`` if it is the innermost one open on ``track`` (library hooks)."""
+    tl = active
+    if tl is not None and tl.innermost(track) == name:
+        tl.end(track)
+
+
+_NO_PHASE = contextlib.nullcontext()
+
+
+def phase(name: str) -> contextlib.AbstractContextManager[None]:
+    """Record the block as phase ``name`` of the running op (nothing when no timeline)."""
+    tl = active
+    return _NO_PHASE if tl is None else tl.phase(name)
+
+
+# -- user activities (BlueFog's names) -----------------------------------------------------
+def timeline_start_activity(tensor_name: str, activity_name: str) -> bool:
+    """Open span ``activity_name`` on the track of ``tensor_name``; False when no timeline."""
+    if active is None:
+        return False
+    _check_names(tensor_name, activity_name)
+    active.begin(activity_name, tensor_name)
+    return True
+
+
+def timeline_end_activity(tensor_name: str) -> bool:
+    """Close the innermost activity on the track of ``tensor_name``; False when no timeline."""
+    if active is None:
+        return False
+    _check_names(tensor_name)
+    active.end(tensor_name)
+    return True
+
+
+@contextlib.contextmanager
+def timeline_context(tensor_name: str, activity_name: str) -> Iterator[None]:
+    """Record the ``with`` block as ``activity_name`` on the track of ``tensor_name``."""
+    started = timeline_start_activity(tensor_name, activity_name)
+    try:
+        yield
+    finally:
+        if started and active is not None:
+            active.end(tensor_name)
+
+
+def _check_names(*names: Any) -> None:
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"timeline names must be non-empty strings, got {name!r}")
+
+
+# -- reading ------------------------------------------------------------------------------
+def load(prefix: str) -> dict[int, list[dict[str, Any]]]:
+    """Return the events of ``PREFIX.json`` / ``PREFIX<rank>.json``, by pid."""
+    paths = sorted(p for p in glob.glob(f"{glob.escape(str(prefix))}*.json")
+                   if re.fullmatch(r"\d*", p[len(str(prefix)):-len(".json")]))  # fmt: skip
+    if not paths:
+        raise FileNotFoundError(f"no timeline files {prefix}.json or {prefix}<rank>.json")
+    events: dict[int, list[dict[str, Any]]] = {}
+    for path in paths:
+        with open(path) as f:
+            for event in json.load(f)["traceEvents"]:
+                events.setdefault(event["pid"], []).append(event)
+    return events
+
+
+def _spans(events: list[dict[str, Any]]) -> list[tuple[int, str, float, float, int]]:
+    """Return (tid, name, start, end, depth) of every B/E pair, in file order."""
+    stacks: dict[int, list[tuple[str, float]]] = {}
+    spans = []
+    for e in events:
+        if e["ph"] == "X":
+            spans.append((e["tid"], e["name"], e["ts"], e["ts"] + e["dur"],
+                          len(stacks.get(e["tid"], ()))))  # fmt: skip
+        elif e["ph"] == "B":
+            stacks.setdefault(e["tid"], []).append((e["name"], e["ts"]))
+        elif e["ph"] == "E":
+            name, t0 = stacks[e["tid"]].pop()  # E closes the innermost B of its track
+            spans.append((e["tid"], name, t0, e["ts"], len(stacks[e["tid"]])))
+    return spans
+
+
+def summarize(prefix: str, gantt: str | None = None, out: Any = None) -> dict[int, dict[str, float]]:
+    """Print the total time (ms) per span name per rank (or agent); return it.
+
+    ``gantt``: also save a Gantt chart of the spans to this image file.
+    """
+    import sys
+
+    events = load(prefix)
+    table: dict[int, dict[str, float]] = {}
+    for pid, evs in sorted(events.items()):
+        totals: dict[str, float] = {}
+        for _, name, t0, t1, _ in _spans(evs):
+            totals[name] = totals.get(name, 0.0) + (t1 - t0) / 1e3
+        table[pid] = totals
+    names = sorted({n for totals in table.values() for n in totals})
+    out = out or sys.stdout
+    width = max([len(n) for n in names] + [12])
+    print(f"{'ms per phase':<{width}} " + " ".join(f"{pid:>9}" for pid in table), file=out)
+    for name in names:
+        print(f"{name:<{width}} " + " ".join(f"{table[pid].get(name, 0.0):>9.3f}"
+                                             for pid in table), file=out)  # fmt: skip
+    if gantt:
+        plot_gantt(prefix, gantt)
+    return table
+
+
+def plot_gantt(prefix: str, path: str | None = None, ax: Any = None) -> Any:
+    """Draw every rank's top-level spans as a Gantt chart; save it to ``path`` if given."""
+    import matplotlib
+
+    if path is not None and ax is None:
+        matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    events = load(prefix)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 1 + 0.5 * len(events)))
+    colors: dict[str, Any] = {}
+    cmap = plt.get_cmap("tab20")
+    for row, (pid, evs) in enumerate(sorted(events.items())):
+        for _, name, t0, t1, depth in _spans(evs):
+            color = colors.setdefault(name, cmap(len(colors) % 20))
+            height = 0.8 / (1 + depth)
+            ax.broken_barh([(t0 / 1e3, (t1 - t0) / 1e3)], (row - height / 2, height),
+                           color=color, label=name)  # fmt: skip
+    ax.set_yticks(range(len(events)), [f"{pid}" for pid in sorted(events)])
+    ax.set_xlabel("time (ms)")
+    ax.set_ylabel("rank / agent")
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))
+    ax.legend(unique.values(), unique.keys(), fontsize="small", loc="upper right", ncol=2)
+    if path is not None:
+        ax.figure.tight_layout()
+        ax.figure.savefig(path, dpi=120)
+    return ax
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fogsim.timeline summarize PREFIX [--gantt FILE]``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="fogsim timeline",
+                                     description="Summarize fogsim timeline files.")  # fmt: skip
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("summarize", help="time per phase per rank (and a Gantt chart)")
+    s.add_argument("prefix", help="the PREFIX of PREFIX<rank>.json / PREFIX.json")
+    s.add_argument("--gantt", metavar="FILE", help="save a Gantt chart to FILE (e.g. .png)")
+    args = parser.parse_args(argv)
+    summarize(args.prefix, gantt=args.gantt)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

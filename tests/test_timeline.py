@@ -1,0 +1,225 @@
+"""The Chrome-trace timeline: schema, nesting, tracks, files left valid, summaries."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fogsim as fs
+from fogsim import timeline as TL
+
+ROOT = Path(__file__).parent.parent
+N = 4
+
+
+def check_trace(path) -> list[dict]:
+    """Parse a trace file, check the schema and nesting; return its events."""
+    with open(path) as f:
+        doc = json.load(f)
+    events = doc["traceEvents"]
+    stacks: dict[tuple[int, int], list[tuple[str, float]]] = {}
+    for e in events:
+        assert {"ph", "pid", "tid"} <= set(e), e
+        assert isinstance(e["pid"], int) and isinstance(e["tid"], int), e
+        if e["ph"] == "M":
+            assert e["name"] in ("process_name", "thread_name") and "name" in e["args"]
+            continue
+        assert isinstance(e["ts"], float | int) and e["ts"] >= 0, e
+        key = (e["pid"], e["tid"])
+        if e["ph"] == "B":
+            assert isinstance(e["name"], str) and e["name"], e
+            stacks.setdefault(key, []).append((e["name"], e["ts"]))
+        elif e["ph"] == "E":
+            assert stacks.get(key), f"E without an open B on {key}: {e}"
+            _, start = stacks[key].pop()
+            assert e["ts"] >= start, e
+        else:
+            assert e["ph"] == "X" and e["dur"] >= 0 and e["name"], e
+            open_spans = stacks.get(key)
+            assert open_spans, f"phase {e['name']} outside any op on {key}"
+            assert e["ts"] >= open_spans[-1][1], e  # starts inside its op
+    assert not any(stacks.values()), f"spans left open: {stacks}"
+    return events
+
+
+def names_by_pid(events) -> dict[int, set[str]]:
+    out: dict[int, set[str]] = {}
+    for e in events:
+        if e["ph"] in ("B", "X"):
+            out.setdefault(e["pid"], set()).add(e["name"])
+    return out
+
+
+@pytest.fixture
+def world():
+    fs.init(backend="sim", size=N)
+    yield
+    TL.stop()
+    fs.shutdown()
+
+
+def test_simulated_ops_write_one_track_per_agent(world, tmp_path):
+    prefix = str(tmp_path / "trace")
+    tl = TL.start(prefix)
+    assert TL.is_active() and tl.path == prefix + ".json"
+    x = fs.local(lambda r: np.full(3, float(r)))
+    x = fs.neighbor_allreduce(x, name="x")
+    fs.wait(fs.neighbor_allreduce_nonblocking(x))
+    fs.allreduce(x, name="sum")
+    with fs.timeline_context("x", "COMPUTE"):
+        fs.broadcast(x, 0)  # an op nested in a user activity
+    assert fs.timeline_start_activity("loss", "EVALUATE")
+    assert fs.timeline_end_activity("loss")
+    TL.stop()
+    assert not TL.is_active()
+    events = check_trace(prefix + ".json")
+    by_pid = names_by_pid(events)
+    assert sorted(by_pid) == list(range(N))
+    want = {"NEIGHBOR_ALLREDUCE", "COMPUTE_AVERAGE", "ENQUEUE_NEIGHBOR_ALLREDUCE", "WAIT",
+            "ALLREDUCE", "BROADCAST", "COMPUTE", "EVALUATE"}  # fmt: skip
+    for pid in range(N):
+        assert by_pid[pid] == want, by_pid[pid]
+    tracks = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert {"x", "sum", "loss", "neighbor_allreduce", "broadcast"} <= tracks
+
+
+def test_max_agents_limits_the_tracks(world, tmp_path):
+    TL.start(str(tmp_path / "t"), max_agents=2)
+    fs.neighbor_allreduce(np.ones((N, 2)))
+    TL.stop()
+    assert set(names_by_pid(check_trace(tmp_path / "t.json"))) == {0, 1}
+
+
+def test_the_file_is_valid_json_at_every_flush_and_spans_close_at_stop(world, tmp_path):
+    tl = TL.start(str(tmp_path / "t"))
+    fs.timeline_start_activity("outer", "LOOP")
+    fs.neighbor_allreduce(np.ones((N, 2)))
+    tl.flush()
+    with open(tmp_path / "t.json") as f:  # readable while running: the LOOP is still open
+        assert any(e.get("name") == "LOOP" for e in json.load(f)["traceEvents"])
+    TL.stop()  # closes LOOP
+    check_trace(tmp_path / "t.json")
+
+
+def test_activity_errors_and_inactive_calls(world, tmp_path):
+    assert fs.timeline_start_activity("x", "A") is False  # no timeline: nothing recorded
+    assert fs.timeline_end_activity("x") is False
+    with fs.timeline_context("x", "A"):
+        pass
+    TL.start(str(tmp_path / "t"))
+    with pytest.raises(ValueError, match="no open activity on 'x'"):
+        fs.timeline_end_activity("x")
+    with pytest.raises(TypeError, match="non-empty strings"):
+        fs.timeline_start_activity("", "A")
+    with pytest.raises(TypeError, match="prefix must be a non-empty path"):
+        TL.start("")
+    with pytest.raises(ValueError, match="max_agents must be a positive integer"):
+        TL.start(str(tmp_path / "u"), max_agents=0)
+
+
+def test_init_starts_it_from_the_environment_and_shutdown_closes_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("FOGSIM_TIMELINE", str(tmp_path / "env"))
+    fs.init(backend="sim", size=2)
+    assert TL.is_active()
+    fs.allreduce(np.ones((2, 1)))
+    fs.shutdown()
+    assert not TL.is_active()
+    assert "ALLREDUCE" in names_by_pid(check_trace(tmp_path / "env.json"))[1]
+
+
+def test_summarize_prints_phases_per_agent_and_draws_a_gantt_chart(world, tmp_path, capsys):
+    prefix = str(tmp_path / "t")
+    TL.start(prefix)
+    for _ in range(3):
+        fs.neighbor_allreduce(np.ones((N, 8)), name="w")
+    TL.stop()
+    table = TL.summarize(prefix, gantt=str(tmp_path / "gantt.png"))
+    assert sorted(table) == list(range(N))
+    assert table[0]["NEIGHBOR_ALLREDUCE"] >= table[0]["COMPUTE_AVERAGE"] > 0
+    out = capsys.readouterr().out
+    assert "NEIGHBOR_ALLREDUCE" in out and "COMPUTE_AVERAGE" in out
+    assert (tmp_path / "gantt.png").stat().st_size > 1000
+    run = subprocess.run([sys.executable, "-m", "fogsim", "timeline", "summarize", prefix],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert run.returncode == 0 and "NEIGHBOR_ALLREDUCE" in run.stdout, run.stderr
+    with pytest.raises(FileNotFoundError, match="no timeline files"):
+        TL.summarize(str(tmp_path / "missing"))
+
+
+def test_optimizer_records_forward_backward_and_step(world, tmp_path):
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    from fogsim import optim as fo
+
+    model = fo.replicate(nn.Sequential(nn.Linear(3, 2)))
+    opt = fo.DistributedAdaptThenCombineOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                                  model)  # fmt: skip
+    TL.start(str(tmp_path / "t"))
+    for _ in range(2):
+        loss = model(torch.ones(N, 5, 3)).square().sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    TL.stop()
+    events = check_trace(tmp_path / "t.json")
+    order = [e["name"] for e in events if e["ph"] == "B" and e["pid"] == 0]
+    assert order[:3] == ["FORWARD", "BACKWARD", "STEP"], order
+    assert "ENQUEUE_NEIGHBOR_ALLREDUCE" in order and "WAIT" in order  # the step's mixing
+
+
+SCRIPT = """
+import numpy as np
+import fogsim as fs
+fs.init()
+x = fs.local(lambda r: np.full(4, float(r)))
+for _ in range(3):
+    x = fs.neighbor_allreduce(x, name="x")
+fs.allreduce(x)
+fs.wait(fs.neighbor_allreduce_nonblocking(x, name="y"))
+fs.timeline_start_activity("x", "UNFINISHED")
+{ending}
+"""
+
+
+def test_an_exception_still_leaves_a_closed_valid_file(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT.format(ending="raise RuntimeError('boom')"))
+    env = {**os.environ, "FOGSIM_TIMELINE": str(tmp_path / "t"), "FOGSIM_BACKEND": "sim",
+           "FOGSIM_SIZE": "3", "PYTHONPATH": str(ROOT)}  # fmt: skip
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=120, env=env)  # fmt: skip
+    assert run.returncode != 0 and "boom" in run.stderr
+    events = check_trace(tmp_path / "t.json")
+    assert "UNFINISHED" in names_by_pid(events)[2]
+
+
+@pytest.mark.mpi
+def test_every_rank_writes_its_file_with_every_op(tmp_path):
+    pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install 'fogsim[mpi]')")
+    if not (Path(sys.executable).parent / "mpiexec").exists():
+        pytest.skip("no mpiexec next to the interpreter (pip install 'fogsim[mpi]')")
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT.format(ending=""))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("FOGSIM_BACKEND", None)
+    prefix = tmp_path / "trace" / "t"
+    cmd = [sys.executable, "-m", "fogsim.run", "-np", "3", "--timeline-filename", str(prefix),
+           "--timeout", "100", "python", str(script)]  # fmt: skip
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=150, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    for rank in range(3):
+        events = check_trace(f"{prefix}{rank}.json")
+        names = names_by_pid(events)
+        assert list(names) == [rank]
+        assert {"NEIGHBOR_ALLREDUCE", "NEGOTIATE", "COMMUNICATE", "COMPUTE_AVERAGE",
+                "ALLREDUCE", "ENQUEUE_NEIGHBOR_ALLREDUCE", "FUSION_COPY_IN", "WAIT",
+                "UNFINISHED"} <= names[rank], names  # fmt: skip
+    table = TL.summarize(str(prefix))
+    assert sorted(table) == [0, 1, 2]
