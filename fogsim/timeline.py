@@ -40,7 +40,6 @@ import json
 import os
 import re
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -66,51 +65,9 @@ _FLUSH_EVENTS = 100_000  # events buffered before they are written
 _FLUSH_NS = 2_000_000_000  # ... or after this long (at the end of an op)
 
 
-class _Phase:
-    """A phase of the running op, written as one complete ("X") event when it ends."""
-
-    __slots__ = ("_tl", "_name", "_tid", "_start")
-
-    def __init__(self, tl: Timeline, name: str, tid: int) -> None:
-        self._tl, self._name, self._tid = tl, name, tid
-
-    def __enter__(self) -> None:
-        self._start = time.perf_counter_ns()
-
-    def __exit__(self, *exc_info: object) -> None:
-        tl = self._tl
-        end = time.perf_counter_ns()
-        tl._events.append(("X", self._tid, self._start + tl._offset, self._name,
-                           end - self._start))  # fmt: skip
-
-
 class _OpStack(threading.local):
     def __init__(self) -> None:
         self.ops: list[int] = []
-
-
-class _Op:
-    """An op's span: begin/end events on its track, which its phases use meanwhile."""
-
-    __slots__ = ("_tl", "_name", "_tid")
-
-    def __init__(self, tl: Timeline, name: str, tid: int) -> None:
-        self._tl, self._name, self._tid = tl, name, tid
-
-    def __enter__(self) -> None:
-        tl = self._tl
-        tl._events.append(("B", self._tid, time.perf_counter_ns() + tl._offset, self._name, None))
-        tl._depth[self._tid] += 1
-        tl._thread.ops.append(self._tid)
-
-    def __exit__(self, *exc_info: object) -> None:
-        tl = self._tl
-        tl._thread.ops.pop()
-        t = time.perf_counter_ns() + tl._offset
-        tl._events.append(("E", self._tid, t, None, None))
-        tl._depth[self._tid] -= 1
-        if len(tl._events) >= _FLUSH_EVENTS or t - tl._last_flush > _FLUSH_NS:
-            tl.flush()
 
 
 class Timeline:
@@ -129,13 +86,17 @@ class Timeline:
             os.makedirs(directory, exist_ok=True)
         self.path = path
         self.pids = list(pids)
+        from . import _core  # compiled recording and formatting (numpy-free twins otherwise)
+
+        self._Op, self._Phase, self._clock = _core.TraceOp, _core.TracePhase, _core.trace_now_ns
+        self._format = _core.format_trace_events
         self._file = open(path, "wb")  # noqa: SIM115 - closed by close()
         self._file.write(b'{"displayTimeUnit": "ms", "traceEvents": [\n')
         self._body_end = self._file.tell()
         self._first = True
         self._events: list[tuple] = []  # (ph, tid, ns, name, args or duration)
         self._lock = threading.Lock()
-        self._t0 = time.perf_counter_ns()
+        self._t0 = self._clock()
         self._last_flush = self._t0
         self._offset = 0  # modelled minus measured time so far (simulation), ns
         self._tids: dict[str, int] = {}
@@ -153,7 +114,7 @@ class Timeline:
     # -- clock and tracks -----------------------------------------------------------------
     def now(self) -> float:
         """Microseconds since the timeline started (plus any modelled shift)."""
-        return (time.perf_counter_ns() - self._t0 + self._offset) / 1e3
+        return (self._clock() - self._t0 + self._offset) / 1e3
 
     def shift(self, microseconds: float) -> None:
         """Move this process's clock on (a modelled duration longer than the measured one)."""
@@ -173,7 +134,7 @@ class Timeline:
 
     def _ns(self, ts: float | None) -> int:
         if ts is None:
-            return time.perf_counter_ns() + self._offset
+            return self._clock() + self._offset
         return self._t0 + round(ts * 1e3)
 
     # -- events ---------------------------------------------------------------------------
@@ -216,14 +177,14 @@ class Timeline:
         opened = self._open.get(self._tids.get(track, -1))
         return opened[-1] if opened else None
 
-    def op(self, name: str, track: str) -> _Op:
-        """Record an op as span ``name`` on ``track``; its phases nest inside it."""
-        return _Op(self, name, self._tids.get(track) or self.tid(track))
+    def op(self, name: str, track: str) -> Any:
+        """Record an op as span ``name`` on ``track`` (``with``); its phases nest inside it."""
+        return self._Op(self, name, self._tids.get(track) or self.tid(track))
 
-    def phase(self, name: str) -> _Phase:
-        """Record the block as phase ``name`` of the op running in this thread."""
+    def phase(self, name: str) -> Any:
+        """Record the ``with`` block as phase ``name`` of the op running in this thread."""
         ops = self._thread.ops
-        return _Phase(self, name, ops[-1] if ops else self.tid("fogsim"))
+        return self._Phase(self, name, ops[-1] if ops else self.tid("fogsim"))
 
     def current_track(self) -> str:
         """The track of the op running in this thread (``"fogsim"`` outside ops)."""
@@ -254,25 +215,23 @@ class Timeline:
             if self.closed:
                 return
             events, self._events = self._events, []
-            from ._core import format_trace_events
-
-            text = format_trace_events(events, self._t0, self.pids, self._quoted)
+            text = self._format(events, self._t0, self.pids, self._quoted)
             if text:
-                text = text if self._first else ",\n" + text
+                text = text if self._first else b",\n" + text
                 self._first = False
                 self._file.seek(self._body_end)
-                self._file.write(text.encode())
+                self._file.write(text)
                 self._body_end = self._file.tell()
                 self._file.write(_TRAILER)  # valid JSON after every write
                 self._file.truncate()
                 self._file.flush()
-            self._last_flush = time.perf_counter_ns()
+            self._last_flush = self._clock()
 
     def close(self) -> None:
         """Close every open span, write the events and close the file (idempotent)."""
         if self.closed:
             return
-        t = time.perf_counter_ns() + self._offset
+        t = self._clock() + self._offset
         for tid, depth in self._depth.items():
             self._events.extend(("E", tid, t, None, None) for _ in range(depth))
             self._depth[tid] = 0

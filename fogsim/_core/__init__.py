@@ -29,8 +29,13 @@ combine_rows = dispatch.combine_rows
 FusionQueue = dispatch.FusionQueue
 FusedBatch = dispatch.FusedBatch
 format_trace_events = dispatch.format_trace_events
+TraceOp = dispatch.TraceOp
+TracePhase = dispatch.TracePhase
+trace_now_ns = dispatch.trace_now_ns
 
 __all__ = [
+    "TraceOp",
+    "TracePhase",
     "FusedBatch",
     "FusionQueue",
     "Handle",
@@ -46,5 +51,6 @@ __all__ = [
     "fallback_dispatch",
     "kernels",
     "pack",
+    "trace_now_ns",
     "weighted_combine",
 ]

@@ -29,14 +29,17 @@ from cpython.buffer cimport (
     PyObject_GetBuffer,
 )
 from libc.stdint cimport int64_t
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.stdio cimport snprintf
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 from libc.string cimport memcpy, memset
 
 from ._kernels cimport rows_combine_f32, rows_combine_f64
 
 __all__ = [
-    "FusedBatch", "FusedEntry", "FusionQueue", "Handle", "HandleTable", "combine_rows",
-    "format_trace_events", "pack",
+    "FusedBatch", "FusedEntry", "FusionQueue", "Handle", "HandleTable", "TraceOp",
+    "TracePhase", "combine_rows", "format_trace_events", "pack", "trace_now_ns",
 ]
 
 
@@ -464,20 +467,121 @@ cdef object _combine_entry(FusedEntry e, Py_buffer* rv, Py_ssize_t nrows, Py_ssi
 
 
 # -- timeline -----------------------------------------------------------------------------------
+cdef inline long long _now_ns() noexcept nogil:
+    cdef timespec t
+    clock_gettime(CLOCK_MONOTONIC, &t)
+    return <long long>t.tv_sec * 1000000000 + t.tv_nsec
+
+
+def trace_now_ns():
+    """The timeline's clock in ns (``CLOCK_MONOTONIC``, as ``time.perf_counter_ns``)."""
+    return _now_ns()
+
+
+cdef class TraceOp:
+    """An op's span on a timeline (``with``): begin/end events; its phases use its track.
+
+    ``timeline`` has ``_events`` (list), ``_offset`` (ns), ``_depth`` (dict),
+    ``_thread.ops`` (list) and ``_flush_due(ns)``; see :mod:`fogsim.timeline`.
+    """
+
+    cdef object timeline, name
+    cdef object tid
+
+    def __init__(self, timeline, name, tid):
+        self.timeline, self.name, self.tid = timeline, name, tid
+
+    def __enter__(self):
+        tl = self.timeline
+        (<list>tl._events).append(("B", self.tid, _now_ns() + <long long>tl._offset, self.name,
+                                   None))
+        depth = <dict>tl._depth
+        depth[self.tid] = depth[self.tid] + 1
+        (<list>tl._thread.ops).append(self.tid)
+
+    def __exit__(self, *exc_info):
+        tl = self.timeline
+        (<list>tl._thread.ops).pop()
+        cdef long long t = _now_ns() + <long long>tl._offset
+        events = <list>tl._events
+        events.append(("E", self.tid, t, None, None))
+        depth = <dict>tl._depth
+        depth[self.tid] = depth[self.tid] - 1
+        if len(events) >= 100000 or t - <long long>tl._last_flush > 2000000000:
+            tl.flush()
+        return False
+
+
+cdef class TracePhase:
+    """A phase of the running op (``with``), recorded as one complete ("X") event."""
+
+    cdef object timeline, name, tid
+    cdef long long start
+
+    def __init__(self, timeline, name, tid):
+        self.timeline, self.name, self.tid = timeline, name, tid
+
+    def __enter__(self):
+        self.start = _now_ns()
+
+    def __exit__(self, *exc_info):
+        cdef long long end = _now_ns()
+        tl = self.timeline
+        (<list>tl._events).append(("X", self.tid, self.start + <long long>tl._offset, self.name,
+                                   end - self.start))
+        return False
+
+
+cdef class _Text:
+    cdef char* buf
+    cdef Py_ssize_t n, cap
+
+    def __cinit__(self):
+        self.cap = 1 << 16
+        self.buf = <char*>PyMem_Malloc(self.cap)
+        if self.buf == NULL:
+            raise MemoryError()
+        self.n = 0
+
+    def __dealloc__(self):
+        PyMem_Free(self.buf)
+
+    cdef int reserve(self, Py_ssize_t extra) except -1:
+        cdef char* grown
+        if self.n + extra <= self.cap:
+            return 0
+        while self.n + extra > self.cap:
+            self.cap *= 2
+        grown = <char*>PyMem_Realloc(self.buf, self.cap)
+        if grown == NULL:
+            raise MemoryError()
+        self.buf = grown
+        return 0
+
+    cdef int add(self, const char* data, Py_ssize_t size) except -1:
+        self.reserve(size)
+        memcpy(self.buf + self.n, data, size)
+        self.n += size
+        return 0
+
+    cdef int add_bytes(self, bytes data) except -1:
+        return self.add(<const char*>data, len(data))
+
+
 def format_trace_events(list events, long long t0, list pids, dict quoted):
-    """Return ``events`` (the timeline's tuples) as Chrome-trace JSON objects, one per line.
+    """Return ``events`` (the timeline's tuples) as Chrome-trace JSON objects, as bytes.
 
     ``events``: ``(ph, tid, ns, name, extra)`` with ``ph`` "B" (``extra``: args dict or
     None), "E", "X" (``extra``: duration in ns) or "J" (``name``: a preformatted object,
     written once); ``t0`` the clock's origin in ns; ``pids`` the process tracks to write
-    each event for; ``quoted`` caches JSON-quoted names (filled here). Timestamps are
-    microseconds with three decimals. Returns the objects joined by ",\\n" (no trailing).
+    each event for; ``quoted`` caches the JSON-quoted names as bytes (filled here).
+    Timestamps are microseconds with three decimals. Objects are joined by ",\\n".
     """
     cdef char buf[160]
     cdef int n
     cdef long long t, d, pid, tid
-    cdef list parts = []
-    cdef bint first_pid
+    cdef bint first_pid, first = True
+    cdef _Text out = _Text()
     import json
     for k, pid_obj in enumerate(pids):
         pid = pid_obj
@@ -486,21 +590,29 @@ def format_trace_events(list events, long long t0, list pids, dict quoted):
             ph = ev[0]
             if ph == "J":
                 if first_pid:
-                    parts.append(ev[3])
+                    if not first:
+                        out.add(b",\n", 2)
+                    first = False
+                    out.add_bytes((<str>ev[3]).encode())
                 continue
+            if not first:
+                out.add(b",\n", 2)
+            first = False
             tid = ev[1]
-            t = ev[2] - t0
+            t = <long long>ev[2] - t0
             if t < 0:
                 t = 0
             if ph == "E":
                 n = snprintf(buf, sizeof(buf), b'{"ph":"E","ts":%lld.%03lld,"pid":%lld,"tid":%lld}',
                              t // 1000, t % 1000, pid, tid)
-                parts.append(buf[:n].decode("ascii"))
+                out.add(buf, n)
                 continue
             name = ev[3]
             q = quoted.get(name)
             if q is None:
-                q = quoted[name] = json.dumps(name)
+                q = quoted[name] = json.dumps(name).encode()
+            out.add(b'{"name":', 8)
+            out.add_bytes(q)
             if ph == "X":
                 d = ev[4]
                 if d < 0:
@@ -508,11 +620,14 @@ def format_trace_events(list events, long long t0, list pids, dict quoted):
                 n = snprintf(buf, sizeof(buf),
                              b',"ph":"X","ts":%lld.%03lld,"dur":%lld.%03lld,"pid":%lld,"tid":%lld}',
                              t // 1000, t % 1000, d // 1000, d % 1000, pid, tid)
-                parts.append('{"name":' + q + buf[:n].decode("ascii"))
+                out.add(buf, n)
             else:
                 n = snprintf(buf, sizeof(buf), b',"ph":"B","ts":%lld.%03lld,"pid":%lld,"tid":%lld',
                              t // 1000, t % 1000, pid, tid)
+                out.add(buf, n)
                 args = ev[4]
-                tail = "}" if not args else ',"args":' + json.dumps(args) + "}"
-                parts.append('{"name":' + q + buf[:n].decode("ascii") + tail)
-    return ",\n".join(parts)
+                if args:
+                    out.add(b',"args":', 8)
+                    out.add_bytes(json.dumps(args).encode())
+                out.add(b"}", 1)
+    return PyBytes_FromStringAndSize(out.buf, out.n)

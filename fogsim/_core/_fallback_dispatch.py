@@ -7,6 +7,7 @@ Used when the extension is not compiled; results are bit-identical (``combine_ro
 from __future__ import annotations
 
 import json
+import time
 
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -16,8 +17,8 @@ import numpy as np
 from ._fallback import weighted_combine
 
 __all__ = [
-    "FusedBatch", "FusedEntry", "FusionQueue", "Handle", "HandleTable", "combine_rows",
-    "format_trace_events", "pack",
+    "FusedBatch", "FusedEntry", "FusionQueue", "Handle", "HandleTable", "TraceOp",
+    "TracePhase", "combine_rows", "format_trace_events", "pack", "trace_now_ns",
 ]
 
 
@@ -296,7 +297,55 @@ class FusionQueue:
             raise
 
 
-def format_trace_events(events: list, t0: int, pids: list, quoted: dict) -> str:
+def trace_now_ns() -> int:
+    """The timeline's clock in ns (see ``_dispatch.trace_now_ns``)."""
+    return time.perf_counter_ns()
+
+
+class TraceOp:
+    """An op's span on a timeline (see ``_dispatch.TraceOp``)."""
+
+    __slots__ = ("timeline", "name", "tid")
+
+    def __init__(self, timeline: Any, name: str, tid: int) -> None:
+        self.timeline, self.name, self.tid = timeline, name, tid
+
+    def __enter__(self) -> None:
+        tl = self.timeline
+        tl._events.append(("B", self.tid, time.perf_counter_ns() + tl._offset, self.name, None))
+        tl._depth[self.tid] += 1
+        tl._thread.ops.append(self.tid)
+
+    def __exit__(self, *exc_info: object) -> bool:
+        tl = self.timeline
+        tl._thread.ops.pop()
+        t = time.perf_counter_ns() + tl._offset
+        tl._events.append(("E", self.tid, t, None, None))
+        tl._depth[self.tid] -= 1
+        if len(tl._events) >= 100_000 or t - tl._last_flush > 2_000_000_000:
+            tl.flush()
+        return False
+
+
+class TracePhase:
+    """A phase of the running op (see ``_dispatch.TracePhase``)."""
+
+    __slots__ = ("timeline", "name", "tid", "start")
+
+    def __init__(self, timeline: Any, name: str, tid: int) -> None:
+        self.timeline, self.name, self.tid = timeline, name, tid
+
+    def __enter__(self) -> None:
+        self.start = time.perf_counter_ns()
+
+    def __exit__(self, *exc_info: object) -> bool:
+        end = time.perf_counter_ns()
+        tl = self.timeline
+        tl._events.append(("X", self.tid, self.start + tl._offset, self.name, end - self.start))
+        return False
+
+
+def format_trace_events(events: list, t0: int, pids: list, quoted: dict) -> bytes:
     """The timeline's events as Chrome-trace JSON (see ``_dispatch.format_trace_events``)."""
     parts: list[str] = []
     for k, pid in enumerate(pids):
@@ -312,12 +361,13 @@ def format_trace_events(events: list, t0: int, pids: list, quoted: dict) -> str:
                 continue
             q = quoted.get(name)
             if q is None:
-                q = quoted[name] = json.dumps(name)
+                q = quoted[name] = json.dumps(name).encode()
             if ph == "X":
                 d = max(extra, 0)
-                parts.append(f'{{"name":{q},"ph":"X","ts":{ts},"dur":{d // 1000}.{d % 1000:03d},'
-                             f'"pid":{pid},"tid":{tid}}}')  # fmt: skip
+                parts.append(f'{{"name":{q.decode()},"ph":"X","ts":{ts},'
+                             f'"dur":{d // 1000}.{d % 1000:03d},"pid":{pid},"tid":{tid}}}')  # fmt: skip
             else:
                 tail = "}" if not extra else ',"args":' + json.dumps(extra) + "}"
-                parts.append(f'{{"name":{q},"ph":"B","ts":{ts},"pid":{pid},"tid":{tid}{tail}')
-    return ",\n".join(parts)
+                parts.append(f'{{"name":{q.decode()},"ph":"B","ts":{ts},"pid":{pid},'
+                             f'"tid":{tid}{tail}')  # fmt: skip
+    return ",\n".join(parts).encode()
