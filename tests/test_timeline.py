@@ -223,3 +223,29 @@ def test_every_rank_writes_its_file_with_every_op(tmp_path):
                 "UNFINISHED"} <= names[rank], names  # fmt: skip
     table = TL.summarize(str(prefix))
     assert sorted(table) == [0, 1, 2]
+
+
+def test_compiled_and_python_recorders_write_the_same_bytes(tmp_path, monkeypatch):
+    from fogsim import _core
+
+    rng = np.random.default_rng(0)
+    events = [("J", 0, 0, '{"name":"process_name","ph":"M","pid":0,"tid":0,"args":{}}', None)]
+    for k in range(200):
+        t = int(rng.integers(10**6, 10**9))
+        kind = ("B", "X", "E")[k % 3]
+        extra = {"k": k} if kind == "B" and k % 2 else int(rng.integers(0, 10**6))
+        events.append((kind, int(k % 5 + 1), t, f"op{k % 7}\"", extra if kind != "E" else None))
+    compiled = _core.dispatch.format_trace_events(events, 10**6, [0, 7], {})
+    python = _core.fallback_dispatch.format_trace_events(events, 10**6, [0, 7], {})
+    assert compiled == python
+    assert len(json.loads(b"[" + compiled + b"]")) == 1 + 2 * 200
+    # a timeline recording with the Python twins gives a valid trace too
+    monkeypatch.setattr(_core, "TraceOp", _core.fallback_dispatch.TraceOp)
+    monkeypatch.setattr(_core, "TracePhase", _core.fallback_dispatch.TracePhase)
+    monkeypatch.setattr(_core, "format_trace_events", _core.fallback_dispatch.format_trace_events)
+    tl = TL.Timeline(str(tmp_path / "py.json"), [0, 1], "agent")
+    with tl.op("OP", "x"), tl.phase("PHASE"):
+        pass
+    tl.close()
+    assert names_by_pid(check_trace(tmp_path / "py.json")) == {0: {"OP", "PHASE"},
+                                                                1: {"OP", "PHASE"}}
