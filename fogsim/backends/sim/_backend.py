@@ -12,12 +12,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from ... import _arrays, _settings
 from ... import timeline as _timeline
 from ..._arrays import Kind, to_numpy, wrap_like
 from .._base import Backend
+from ...topology import Topology, as_topology
 from ._plan import (
+    CircPlan,
     apply_plan,
     check_same_pattern,
     rank_rows,
@@ -71,6 +74,7 @@ class SimBackend(WindowOps, Backend):
         self._static_plan: Any = None
         self._machine_plan: Any = None  # the static plan of _machine_plan_of
         self._machine_plan_of: Any = None
+        self._cost: Any = None  # a cost meter charged by every communication op (or None)
         self._init_windows()
 
     # -- world ----------------------------------------------------------------------------
@@ -181,6 +185,7 @@ class SimBackend(WindowOps, Backend):
         total = arr.sum(axis=0, dtype=arr.dtype)
         out = self._pool.empty(arr.shape, arr.dtype)
         out[...] = total / self._n if average else total
+        self._charge("allreduce", arr)
         return wrap_like(out, kind)
 
     def broadcast(self, x: Any, root_rank: int, name: str | None = None) -> Any:
@@ -189,6 +194,7 @@ class SimBackend(WindowOps, Backend):
         arr, kind = self._stacked(x, "broadcast", averaging=False)
         out = self._pool.empty(arr.shape, arr.dtype)
         out[...] = arr[root]
+        self._charge("broadcast", arr)
         return wrap_like(out, kind)
 
     def allgather(self, x: Any, name: str | None = None) -> Any:
@@ -200,6 +206,7 @@ class SimBackend(WindowOps, Backend):
         flat = per_agent.reshape(1, -1, *per_agent.shape[2:])
         out = self._pool.empty((self._n, *flat.shape[1:]), arr.dtype)
         out[...] = flat
+        self._charge("allgather", arr)
         return wrap_like(out, kind)
 
     def _allgather_ragged(self, values: Sequence[Any]) -> list[Any]:
@@ -242,7 +249,28 @@ class SimBackend(WindowOps, Backend):
         if flat.shape[1]:
             with _timeline.phase("COMPUTE_AVERAGE"):
                 apply_plan(plan, flat, out)
+        if self._cost is not None:
+            self._charge("neighbor_allreduce", arr, topology=_plan_topology(plan, self._n))
         return wrap_like(out.reshape(arr.shape), kind)
+
+    # -- modelled communication time --------------------------------------------------------
+    def attach_cost_model(self, meter: Any) -> None:
+        """Charge every communication op to ``meter`` (None: stop); see fogsim.hierarchy."""
+        self._cost = meter
+
+    def _charge(self, op: str, arr: np.ndarray, **info: Any) -> None:
+        """Record ``op`` on one agent's share of ``arr`` with the attached cost model.
+
+        On a running timeline the op gets a ``COMMUNICATE`` phase lasting the modelled
+        time, and the timeline's clock moves on by it.
+        """
+        meter = self._cost
+        if meter is None:
+            return
+        seconds = meter.record(op, arr.nbytes // self._n, size=self._n, **info)
+        tl = _timeline.active
+        if tl is not None:
+            tl.modelled("COMMUNICATE", seconds, tl.now())
 
     # -- machine level --------------------------------------------------------------------
     def _machine_mean(self, arr: np.ndarray) -> np.ndarray:
@@ -280,6 +308,9 @@ class SimBackend(WindowOps, Backend):
             apply_plan(plan, mean, mixed)
         out = self._pool.empty(arr.shape, arr.dtype)
         out.reshape(machines, k, -1)[...] = mixed[:, None, :]
+        if self._cost is not None:
+            self._charge("hierarchical_neighbor_allreduce", arr,
+                         machine_topology=_plan_topology(plan, machines))  # fmt: skip
         return wrap_like(out, kind)
 
     def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
@@ -304,6 +335,7 @@ class SimBackend(WindowOps, Backend):
         total = staged_sum(arr, factors)
         out = self._pool.empty(arr.shape, arr.dtype)
         out[...] = total / self._n if average else total
+        self._charge("allreduce", arr, algorithm="decomposed", factors=factors)
         return wrap_like(out, kind)
 
     def neighbor_allgather(
@@ -336,6 +368,27 @@ class SimBackend(WindowOps, Backend):
         (see :func:`fogsim.set_asynchrony`).
         """
         self._barrier_windows()
+
+
+_PLAN_TOPOLOGY: list[Any] = [None, None]  # the last (plan, topology) converted
+
+
+def _plan_topology(plan: Any, n: int) -> Topology:
+    """The step's weight matrix as a Topology (for the cost model's message counts)."""
+    if _PLAN_TOPOLOGY[0] is plan:
+        return _PLAN_TOPOLOGY[1]
+    if isinstance(plan, CircPlan):
+        f = plan.form
+        rows = np.repeat(np.arange(n), len(f.offsets))
+        cols = (rows + np.tile(np.asarray(f.offsets), n)) % n
+        w = np.asarray(f.weights, dtype=np.float64)
+        data = w.T.ravel() if w.ndim == 2 else np.tile(w, n)
+    else:
+        rows = np.repeat(np.arange(n), np.diff(plan.indptr))
+        cols, data = plan.indices, plan.data
+    topo = as_topology(sp.csr_array((data, (rows, cols)), shape=(n, n)))
+    _PLAN_TOPOLOGY[:] = [plan, topo]
+    return topo
 
 
 def _roots(value: Any, n: int, k: int, argname: str) -> Any:
