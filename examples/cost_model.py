@@ -1,0 +1,82 @@
+"""What communication would cost on a cluster: the alpha-beta models, and a simulated run.
+
+    python examples/cost_model.py                         # saves cost_model.png
+    python examples/cost_model.py --gpus-per-machine 4 --mib 100 --out scaling.png
+
+Part 1 prints and plots the modelled time of one op against the number of GPUs (machines
+of ``--gpus-per-machine`` GPUs, NVLink-class inside, 100 Gb/s InfiniBand between):
+ring, two-level and decomposed (BlueConnect) all-reduce, neighbor allreduce on the
+exponential-2 graph, and the average step of the one-peer exponential-2 schedule.
+
+Part 2 attaches the model to a simulated run of decentralized gradient descent on 16
+agents (2 machines of 8) and prints the modelled communication time per iteration next to
+the iterates' consensus error, for a flat and a hierarchical neighbor allreduce.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+import fogsim as fs
+from fogsim import hierarchy as H
+
+
+def scaling(gpus_per_machine: int, mib: float, out: str | None) -> list[dict]:
+    machines = [1, 2, 4, 8, 16, 32, 64]
+    rows = H.scaling_table(gpus_per_machine, machines, mib * 2**20)
+    print(f"modelled ms per op, {mib:g} MiB per GPU, {gpus_per_machine} GPUs per machine")
+    keys = ["ring", "two_level", "decomposed", "neighbor_exp2", "one_peer"]
+    print(f"{'GPUs':>6} " + " ".join(f"{k:>14}" for k in keys))
+    for row in rows:
+        print(f"{row['gpus']:>6} " + " ".join(f"{1e3 * row[k]:>14.3f}" for k in keys))
+    if out:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        ax = H.plot_allreduce_scaling(gpus_per_machine, machines, mib * 2**20)
+        ax.figure.tight_layout()
+        ax.figure.savefig(out, dpi=120)
+        print(f"saved {out}")
+    return rows
+
+
+def simulated_run(iters: int = 30) -> dict[str, list[float]]:
+    """DGD on least squares, 16 agents as 2 machines of 8, with the cost model attached."""
+    out = {}
+    for mode in ("neighbor_allreduce", "hierarchical_neighbor_allreduce"):
+        fs.init(backend="sim", size=16, local_size=8, seed=0)
+        meter = H.attach_cost_model(H.Network.cluster(8, 2))
+        rng = np.random.default_rng(0)
+        A, b = rng.standard_normal((16, 20, 5)), rng.standard_normal((16, 20))
+        x = np.zeros((16, 5))
+        mix = getattr(fs, mode)
+        errors = []
+        for _ in range(iters):
+            grad = np.einsum("aij,aj->ai", A.transpose(0, 2, 1), np.einsum("aij,aj->ai", A, x) - b)
+            x = mix(x - 0.01 * grad)
+            meter.mark()
+            errors.append(float(np.sqrt(((x - x.mean(0)) ** 2).sum(1).mean())))
+        print(f"\n{mode}: modelled communication per iteration "
+              f"{1e6 * meter.iterations[-1]:.1f} us, total {1e3 * meter.total:.3f} ms")  # fmt: skip
+        for t in (0, iters // 2, iters - 1):
+            print(f"  iteration {t:>3}  consensus error {errors[t]:.3e}  "
+                  f"communication {1e6 * meter.iterations[t]:.1f} us")  # fmt: skip
+        out[mode] = meter.iterations
+        fs.shutdown()
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--gpus-per-machine", type=int, default=8)
+    p.add_argument("--mib", type=float, default=64.0, help="message size per GPU (MiB)")
+    p.add_argument("--out", default="cost_model.png", help="figure file ('' for none)")
+    args = p.parse_args(argv)
+    scaling(args.gpus_per_machine, args.mib, args.out or None)
+    simulated_run()
+
+
+if __name__ == "__main__":
+    main()
