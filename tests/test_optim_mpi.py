@@ -3,7 +3,8 @@
 Both distributed backends are checked, MPI and torch.distributed (gloo, selected with
 ``FOGSIM_BACKEND=torch``). This file is also the job: ``fogrun -np 4 python
 tests/test_optim_mpi.py OUT.npz`` (or ``job(OUT, backend="sim", size=4)``) trains a small
-float64 MLP for a few steps with each wrapper (SGD with momentum or Nesterov, Adam),
+float64 MLP for a few steps with each wrapper (SGD with momentum or Nesterov, Adam; one
+run mixes hierarchically, on two machines of two agents),
 starting from per-agent initializations equalized by broadcast_parameters, and the main
 process saves every agent's parameters. Distributed, the wrappers overlap communication
 with the backward pass from hooks; simulated, they do the whole step in ``step()``.
@@ -102,6 +103,8 @@ def _train_all(out: str, world: dict) -> None:
                                       broadcast_state="with None"),
         "gradient_allreduce_adam": lambda: train(fo.DistributedGradientAllreduceOptimizer, adam),
         "push_sum_sgd": lambda: train(fo.DistributedPushSumOptimizer, sgd),
+        "atc_hierarchical": lambda: train(fo.DistributedAdaptThenCombineOptimizer, sgd,
+                                          communication_type="hierarchical"),
     }  # fmt: skip
     saved = {}
     for run_name, run in runs.items():
@@ -120,8 +123,8 @@ def _train_all(out: str, world: dict) -> None:
 
 def fogrun(tmp_path: Path, backend: str, n: int) -> dict[str, np.ndarray]:
     out = tmp_path / f"optim-{backend}-{n}.npz"
-    cmd = [sys.executable, "-m", "fogsim.run", "-np", str(n), "--timeout", "120",
-           "python", str(Path(__file__).resolve()), str(out)]  # fmt: skip
+    cmd = [sys.executable, "-m", "fogsim.run", "-np", str(n), "--local-size", "2",
+           "--timeout", "120", "python", str(Path(__file__).resolve()), str(out)]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), str(HERE)]),
            "FOGSIM_BACKEND": backend}  # fmt: skip
     env.pop("FOGSIM_SIZE", None)
@@ -135,7 +138,7 @@ def fogrun(tmp_path: Path, backend: str, n: int) -> dict[str, np.ndarray]:
 def simulated(tmp_path_factory) -> dict[str, np.ndarray]:
     pytest.importorskip("torch")
     out = tmp_path_factory.mktemp("optim") / "sim.npz"
-    job(str(out), backend="sim", size=4)
+    job(str(out), backend="sim", size=4, local_size=2)
     with np.load(out) as saved:
         return dict(saved)
 
@@ -156,7 +159,7 @@ def test_distributed_runs_give_the_simulators_parameters(tmp_path, simulated, ba
     synchronous = {key for key in simulated if not key.startswith("async/")}
     assert set(distributed) - synchronous <= set(simulated) - synchronous
     assert synchronous <= set(distributed)
-    assert len({key.split(".")[0] for key in synchronous}) == 7
+    assert len({key.split(".")[0] for key in synchronous}) == 8
     if backend == "mpi":  # it has window ops
         assert set(distributed) == set(simulated)
     for key in distributed:

@@ -24,13 +24,14 @@ from .._base import Backend
 from ..mpi._plan import static_rank_plan
 from . import _world
 from ._agree import GroupComm, LocalError, agree, fingerprint
+from ._machines import MachineOps
 from ._neighbor import NeighborOps, as_bytes
 from ._values import Value, as_value
 
 __all__ = ["TorchBackend"]
 
 
-class TorchBackend(NeighborOps, Backend):
+class TorchBackend(MachineOps, NeighborOps, Backend):
     """One agent per process over torch.distributed (see the module docstring)."""
 
     name = "torch"
@@ -54,6 +55,7 @@ class TorchBackend(NeighborOps, Backend):
         self._comm = GroupComm(self.group, self._n)
         try:
             self._local_rank, self._local_size = self._machines(local_size)
+            self._init_machine_ops()
         except BaseException:
             self._destroy_groups()
             raise
