@@ -388,7 +388,8 @@ def test_public_namespace():
     assert sorted(_core.__all__) == sorted([
         "FusedBatch", "FusionQueue", "Handle", "HandleTable", "assemble_csr",
         "circulant_combine", "combine_rows", "compiled", "csr_combine", "dispatch", "fallback",
-        "fallback_dispatch", "kernels", "pack", "weighted_combine",
+        "fallback_dispatch", "format_trace_events", "kernels", "pack", "TraceOp", "TracePhase",
+        "trace_now_ns", "weighted_combine",
     ])  # fmt: skip
     assert isinstance(_core.compiled, bool)
     assert _core.fallback is _fallback
