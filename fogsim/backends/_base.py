@@ -13,6 +13,7 @@ import numbers
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+from .._arrays import check_name
 from .._handles import Handle
 from ..topology import Topology, as_topology
 
@@ -184,6 +185,28 @@ class Backend(abc.ABC):
             x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
         )
         return Handle.completed("hierarchical_neighbor_allreduce", result, name)
+
+    def _start_machine_op(self, op: str, name: Any, enable_topo_check: Any = True,
+                          average: Any = True) -> None:  # fmt: skip
+        """The checks a machine-level op starts with (the same outcome on every rank)."""
+        check_name(name)
+        if not isinstance(enable_topo_check, bool):
+            raise TypeError("enable_topo_check must be a bool")
+        if not isinstance(average, bool):
+            raise TypeError(f"average must be a bool, got {type(average).__name__}")
+        self.check_machines(op)
+
+    def _decomposition(self, factors: Any) -> tuple[tuple[int, ...] | None, Exception | None]:
+        """Return (factors, None) for the decomposed allreduce, or (None, the error)."""
+        from ..hierarchy._decomposed import check_factors, default_factors
+
+        try:
+            if factors is None:
+                self.check_machines("allreduce(algorithm='decomposed')")
+                return default_factors(self.size_int, self.local_size()), None
+            return check_factors(factors, self.size_int), None
+        except (TypeError, ValueError) as exc:
+            return None, exc
 
     def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
         """Return the average (or sum) of ``x`` over this agent's machine."""

@@ -51,6 +51,8 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "INFINIBAND_100G",
+    "NVLINK",
     "CostMeter",
     "CostModel",
     "Level",

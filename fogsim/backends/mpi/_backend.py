@@ -20,7 +20,7 @@ from ... import timeline as _timeline
 from ..._arrays import Kind, to_numpy, wrap_like
 from ..._handles import Handle
 from .._base import Backend
-from ...hierarchy._decomposed import check_factors, default_factors, digits, piece_bounds
+from ...hierarchy._decomposed import digits, piece_bounds
 from ...hierarchy._machines import layout_error
 from .._weights import machine_words
 from ._agree import LocalError, agree, fingerprint
@@ -284,10 +284,7 @@ class MPIBackend(NeighborOps, WindowOps, Backend):
     ) -> Any:  # fmt: skip
         """Gather and average on local rank 0; exchange among machines; broadcast back."""
         op = "hierarchical_neighbor_allreduce"
-        _arrays.check_name(name)
-        if not isinstance(enable_topo_check, bool):
-            raise TypeError("enable_topo_check must be a bool")
-        self.check_machines(op)
+        self._start_machine_op(op, name, enable_topo_check)
         self._flush()
         arr, kind = self._checked(op, x, averaging=True)
         root = self._is_machine_root()
@@ -325,10 +322,7 @@ class MPIBackend(NeighborOps, WindowOps, Backend):
         return wrap_like(out, kind)
 
     def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
-        _arrays.check_name(name)
-        if not isinstance(average, bool):
-            raise TypeError(f"average must be a bool, got {type(average).__name__}")
-        self.check_machines("allreduce(is_hierarchical_local=True)")
+        self._start_machine_op("allreduce(is_hierarchical_local=True)", name, average=average)
         self._flush()
         arr, kind = self._checked("allreduce-local", x, averaging=average)
         out = np.empty_like(arr)
@@ -342,17 +336,9 @@ class MPIBackend(NeighborOps, WindowOps, Backend):
         if not isinstance(average, bool):
             raise TypeError(f"average must be a bool, got {type(average).__name__}")
         self._flush()
-        error = None
-        try:
-            if factors is None:
-                self.check_machines("allreduce(algorithm='decomposed')")
-                factors = default_factors(self._n, self.local_comm.Get_size())
-            else:
-                factors = check_factors(factors, self._n)
-        except (TypeError, ValueError) as exc:
-            error, factors = LocalError(exc), None
-        arr, kind = self._checked("allreduce-decomposed", x, averaging=average,
-                                  extra=(factors,), error=error)  # fmt: skip
+        factors, error = self._decomposition(factors)
+        arr, kind = self._checked("allreduce-decomposed", x, averaging=average, extra=(factors,),
+                                  error=error and LocalError(error))  # fmt: skip
         comms = self._stage_comms.get(factors)
         if comms is None:
             comms = self._stage_comms[factors] = self._split_stages(factors)

@@ -15,7 +15,7 @@ import numpy as np
 import torch.distributed as dist
 
 from ... import _arrays
-from ...hierarchy._decomposed import check_factors, default_factors, digits, piece_bounds
+from ...hierarchy._decomposed import digits, piece_bounds
 from ...hierarchy._machines import layout_error
 from .._weights import is_matrix, machine_words
 from ._agree import LocalError
@@ -84,10 +84,7 @@ class MachineOps:
         dst_machine_weights: Any = None, enable_topo_check: bool = True, name: str | None = None,
     ) -> Any:  # fmt: skip
         op = "hierarchical_neighbor_allreduce"
-        _arrays.check_name(name)
-        if not isinstance(enable_topo_check, bool):
-            raise TypeError("enable_topo_check must be a bool")
-        self.check_machines(op)
+        self._start_machine_op(op, name, enable_topo_check)
         self._flush()
         value = self._checked(op, x, averaging=True)
         k = self._local_size
@@ -140,10 +137,7 @@ class MachineOps:
         return (self_weight, to_ranks(src), to_ranks(dst)), check
 
     def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
-        _arrays.check_name(name)
-        if not isinstance(average, bool):
-            raise TypeError(f"average must be a bool, got {type(average).__name__}")
-        self.check_machines("allreduce(is_hierarchical_local=True)")
+        self._start_machine_op("allreduce(is_hierarchical_local=True)", name, average=average)
         self._flush()
         value = self._checked("allreduce-local", x, averaging=average, summing=True)
         k = self._local_size
@@ -163,17 +157,9 @@ class MachineOps:
         if not isinstance(average, bool):
             raise TypeError(f"average must be a bool, got {type(average).__name__}")
         self._flush()
-        error = None
-        try:
-            if factors is None:
-                self.check_machines("allreduce(algorithm='decomposed')")
-                factors = default_factors(self._n, self._local_size)
-            else:
-                factors = check_factors(factors, self._n)
-        except (TypeError, ValueError) as exc:
-            error, factors = LocalError(exc), None
+        factors, error = self._decomposition(factors)
         value = self._checked("allreduce-decomposed", x, averaging=average, summing=True,
-                              extra=(factors,), error=error)  # fmt: skip
+                              extra=(factors,), error=error and LocalError(error))  # fmt: skip
         flat, flat_arr = value.empty((int(np.prod(value.shape, dtype=np.int64)),))
         flat.copy_(value.tensor.reshape(-1))
         buf = flat if flat_arr is None else flat_arr
