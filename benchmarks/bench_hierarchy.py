@@ -27,7 +27,7 @@ import subprocess
 import sys
 
 import numpy as np
-
+from _record import record, save
 from bench_mpi import per_call
 
 SIZES = [8, 1 << 10, 64 << 10, 512 << 10, 4 << 20]
@@ -58,9 +58,14 @@ def child(factors: tuple[int, ...] | None) -> None:
              lambda x=x: fs.hierarchical_neighbor_allreduce(x)], comm, rounds=9,
         )  # fmt: skip
         if main:
+            record("hierarchy", f"decomposed / flat allreduce, {x.nbytes} B", t_dec, t_flat)
+            record("hierarchy", f"hierarchical / flat neighbor_allreduce, {x.nbytes} B", t_h,
+                   t_nb)  # fmt: skip
             print(f"{x.nbytes:>9} {1e6 * t_flat:>9.1f} {1e6 * t_dec:>14.1f} "
                   f"{t_dec / t_flat:>6.2f} {1e6 * t_nb:>12.1f} {1e6 * t_h:>16.1f} "
                   f"{t_h / t_nb:>6.2f}", flush=True)  # fmt: skip
+    if main:
+        save()
     fs.shutdown()
 
 

@@ -23,6 +23,7 @@ import sys
 import time
 
 import numpy as np
+from _record import record, save
 
 SIZES = [8, 64, 1 << 10, 8 << 10, 64 << 10, 512 << 10, 4 << 20]
 
@@ -87,6 +88,16 @@ def child() -> None:
              lambda x=x: fs.neighbor_allreduce(x, enable_topo_check=False)], comm,
         )  # fmt: skip
         if main:
+            if x.nbytes >= 64 << 10:
+                record("mpi", f"neighbor_allreduce {x.nbytes} B, check on, vs raw", t_fs,
+                       t_raw, goal="<= 1.1")  # fmt: skip
+                record("mpi", f"neighbor_allreduce {x.nbytes} B, check off, vs raw", t_nc,
+                       t_raw, goal="<= 1.1")  # fmt: skip
+            elif x.nbytes == 8:
+                record("mpi", "neighbor_allreduce 8 B added, check on", 1e6 * (t_fs - t_raw),
+                       goal="<= 3", unit="us")  # fmt: skip
+                record("mpi", "neighbor_allreduce 8 B added, check off", 1e6 * (t_nc - t_raw),
+                       goal="<= 3", unit="us")  # fmt: skip
             print(f"{x.nbytes:>9} {1e6 * t_raw:>9.1f} {1e6 * t_fs:>10.1f} {t_fs / t_raw:>6.2f} "
                   f"{1e6 * (t_fs - t_raw):>9.1f} {1e6 * t_nc:>11.1f} {t_nc / t_raw:>6.2f} "
                   f"{1e6 * (t_nc - t_raw):>9.1f}", flush=True)  # fmt: skip
@@ -104,6 +115,9 @@ def child() -> None:
 
     t_one, t_fused = per_call([one_by_one, fused], comm)
     if main:
+        record("fusion", "100 x 1 KB: fused speed-up over one by one", t_one / t_fused,
+               goal=">= 10", unit="x")  # fmt: skip
+        save()
         print(f"100 tensors of 1 KB: one by one {1e3 * t_one:.2f} ms, fused {1e3 * t_fused:.2f} "
               f"ms, speed-up {t_one / t_fused:.1f}x")  # fmt: skip
     graph.Free()

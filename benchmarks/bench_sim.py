@@ -22,6 +22,7 @@ import argparse
 import time
 
 import numpy as np
+from _record import record, save
 
 import fogsim as fs
 from fogsim import _core
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(header)
     print("-" * len(header))
-    ratios = []
+    ratios, ratios_mb = [], []
     for topo_name in ("ring", "exp2", "one-peer"):
         for n in agents:
             for mb in sizes_mb:
@@ -115,6 +116,7 @@ def main(argv: list[str] | None = None) -> None:
                 r = bench_case(topo_name, n, d, repeat)
                 ratio = r["step"] / r["memcpy"]
                 ratios.append((topo_name, ratio))
+                ratios_mb.append((topo_name, ratio, mb))
                 print(
                     f"{topo_name:<9} {n:>9} {d:>8} {mb:>5} {1e3 * r['memcpy']:>10.3f} "
                     f"{1e3 * r['step']:>9.3f} {1e3 * r['scipy']:>9.3f} {ratio:>12.2f} "
@@ -123,6 +125,12 @@ def main(argv: list[str] | None = None) -> None:
                 )
     for name in ("ring", "exp2", "one-peer"):
         values = [v for t, v in ratios if t == name]
+        big = [v for t, v, mb in ratios_mb if t == name and mb >= 64]
+        record("sim", f"{name} step / memcpy, median over the grid", float(np.median(values)),
+               unit="x")  # fmt: skip
+        if big:  # the full grid: the memory-bound sizes the goal is about
+            record("sim", f"{name} step / memcpy, worst at >= 64 MB (memory-bound)", max(big),
+                   goal="<= 1.5", unit="x")  # fmt: skip
         print(f"{name}: step/memcpy median {np.median(values):.2f}, max {max(values):.2f}")
 
     n_dicts = 10_000 if args.quick else 1_000_000
@@ -131,7 +139,11 @@ def main(argv: list[str] | None = None) -> None:
         f"{1e3 * bench_dict_assembly(n_dicts, repeat):.1f} ms"
     )
     if not args.quick:
-        print(f"10^6 agents, one-peer exponential-2, d=8: {million_agents_rate(20):.1f} steps/s")
+        rate = million_agents_rate(20)
+        record("sim", "10^6 agents, one-peer exp-2, d=8: steps/s", rate, goal=">= 10",
+               unit="steps/s")  # fmt: skip
+        print(f"10^6 agents, one-peer exponential-2, d=8: {rate:.1f} steps/s")
+    save()
 
 
 if __name__ == "__main__":

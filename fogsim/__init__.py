@@ -18,7 +18,7 @@ import logging as _logging
 import typing as _typing
 
 if _typing.TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at run time they are lazy
-    from . import topology
+    from . import timeline, topology
     from ._api import (
         allgather,
         allgather_nonblocking,
@@ -78,7 +78,6 @@ if _typing.TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at ru
         win_update_then_collect,
         win_wait,
     )
-    from . import timeline
     from ._context import Context
     from ._handles import Handle
     from .timeline import timeline_context, timeline_end_activity, timeline_start_activity

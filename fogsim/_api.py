@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import _context, timeline as _timeline
+from . import _context
+from . import timeline as _timeline
 from ._context import Context
 from ._handles import Handle
 from .topology import Topology
@@ -309,7 +310,8 @@ def hierarchical_neighbor_allreduce_nonblocking(
         return _backend().hierarchical_neighbor_allreduce_nonblocking(
             x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
         )
-    with tl.op("ENQUEUE_HIERARCHICAL_NEIGHBOR_ALLREDUCE", name or "enqueue_hierarchical_neighbor_allreduce"):
+    with tl.op("ENQUEUE_HIERARCHICAL_NEIGHBOR_ALLREDUCE",
+               name or "enqueue_hierarchical_neighbor_allreduce"):  # fmt: skip
         return _backend().hierarchical_neighbor_allreduce_nonblocking(
             x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
         )

@@ -370,7 +370,9 @@ def _spans(events: list[dict[str, Any]]) -> list[tuple[int, str, float, float, i
     return spans
 
 
-def summarize(prefix: str, gantt: str | None = None, out: Any = None) -> dict[int, dict[str, float]]:
+def summarize(
+    prefix: str, gantt: str | None = None, out: Any = None
+) -> dict[int, dict[str, float]]:
     """Print the total time (ms) per span name per rank (or agent); return it.
 
     ``gantt``: also save a Gantt chart of the spans to this image file.
@@ -409,7 +411,7 @@ def plot_gantt(prefix: str, path: str | None = None, ax: Any = None) -> Any:
         _, ax = plt.subplots(figsize=(10, 1 + 0.5 * len(events)))
     colors: dict[str, Any] = {}
     cmap = plt.get_cmap("tab20")
-    for row, (pid, evs) in enumerate(sorted(events.items())):
+    for row, (_, evs) in enumerate(sorted(events.items())):
         for _, name, t0, t1, depth in _spans(evs):
             color = colors.setdefault(name, cmap(len(colors) % 20))
             height = 0.8 / (1 + depth)

@@ -523,21 +523,23 @@ def case_hierarchical_neighbor_allreduce_matches_reference_and_simulator():
         fs.set_machine_topology(W, is_weighted=True)
         assert fs.is_machine_topology_weighted()
         got = fs.hierarchical_neighbor_allreduce(x)
-        _same(got, fs.local(lambda r, ref=_machine_reference(data, k, W): ref[r]))
+        ref = _machine_reference(data, k, W)
+        _same(got, fs.local(lambda r, ref=ref: ref[r]))
 
         def weighted(d, W=W):
             fs.set_machine_topology(W, is_weighted=True)
             return fs.hierarchical_neighbor_allreduce(d)
 
-        _same(got, fs.local(lambda r, s=_sim_machine_reference(n, k, data, weighted): s[r]),
-              exact=True)  # fmt: skip
+        sim = _sim_machine_reference(n, k, data, weighted)
+        _same(got, fs.local(lambda r, s=sim: s[r]), exact=True)
         # a dynamic step: machine l sends to l + 1 (scaled by 2) and keeps 0.5 of its own
         src = fs.local(lambda r, m=m, k=k: {(r // k - 1) % m: 0.25} if m > 1 else {})
         dst = fs.local(lambda r, m=m, k=k: {(r // k + 1) % m: 2.0} if m > 1 else {})
         got = fs.hierarchical_neighbor_allreduce(x, self_weight=0.5, src_machine_weights=src,
                                                  dst_machine_weights=dst)  # fmt: skip
         Wd = 0.5 * np.eye(m) + (0.5 * np.roll(np.eye(m), -1, axis=1) if m > 1 else 0)
-        _same(got, fs.local(lambda r, ref=_machine_reference(data, k, Wd): ref[r]))
+        ref = _machine_reference(data, k, Wd)
+        _same(got, fs.local(lambda r, ref=ref: ref[r]))
         fs.shutdown()
 
 
@@ -550,10 +552,11 @@ def case_local_and_decomposed_allreduce():
         x = fs.local(lambda r: data[r])
         grid = data.reshape(n // k, k, 4, 3)
         local_mean = np.repeat(grid.mean(axis=1), k, axis=0)
-        _same(fs.allreduce(x, is_hierarchical_local=True), fs.local(lambda r: local_mean[r]))
+        _same(fs.allreduce(x, is_hierarchical_local=True),
+              fs.local(lambda r, m=local_mean: m[r]))  # fmt: skip
         local_sum = np.repeat(grid.sum(axis=1), k, axis=0)
         _same(fs.allreduce(x, average=False, is_hierarchical_local=True),
-              fs.local(lambda r: local_sum[r]))  # fmt: skip
+              fs.local(lambda r, s=local_sum: s[r]))  # fmt: skip
         for factors in [None, (n,), (k, n // k), (n // k, k), (1, n, 1)]:
             got = fs.allreduce(x, algorithm="decomposed", factors=factors)
             _same(got, fs.local(lambda r: data.mean(axis=0)))

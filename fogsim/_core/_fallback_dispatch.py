@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import time
-
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -365,7 +364,8 @@ def format_trace_events(events: list, t0: int, pids: list, quoted: dict) -> byte
             if ph == "X":
                 d = max(extra, 0)
                 parts.append(f'{{"name":{q.decode()},"ph":"X","ts":{ts},'
-                             f'"dur":{d // 1000}.{d % 1000:03d},"pid":{pid},"tid":{tid}}}')  # fmt: skip
+                             f'"dur":{d // 1000}.{d % 1000:03d},'
+                             f'"pid":{pid},"tid":{tid}}}')  # fmt: skip
             else:
                 tail = "}" if not extra else ',"args":' + json.dumps(extra) + "}"
                 parts.append(f'{{"name":{q.decode()},"ph":"B","ts":{ts},"pid":{pid},'

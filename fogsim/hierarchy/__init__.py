@@ -9,7 +9,6 @@
   is_hierarchical_local=True)`` and ``fogsim.allreduce(..., algorithm="decomposed")``.
 """
 
-from . import cost
 from .cost import (
     INFINIBAND_100G,
     NVLINK,
@@ -35,4 +34,27 @@ from .cost import (
     two_level_allreduce_time,
 )
 
-__all__ = list(cost.__all__)
+__all__ = [
+    "INFINIBAND_100G",
+    "NVLINK",
+    "CostMeter",
+    "CostModel",
+    "Level",
+    "Network",
+    "allreduce_time",
+    "attach_cost_model",
+    "best_time",
+    "broadcast_time",
+    "decomposed_allreduce_time",
+    "detach_cost_model",
+    "halving_doubling_time",
+    "hierarchical_neighbor_allreduce_time",
+    "neighbor_allreduce_time",
+    "one_level_allreduce_time",
+    "plot_allreduce_scaling",
+    "reduce_time",
+    "ring_time",
+    "scaling_table",
+    "schedule_time",
+    "two_level_allreduce_time",
+]

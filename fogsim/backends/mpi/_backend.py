@@ -19,9 +19,9 @@ from ... import _arrays, _settings
 from ... import timeline as _timeline
 from ..._arrays import Kind, to_numpy, wrap_like
 from ..._handles import Handle
-from .._base import Backend
 from ...hierarchy._decomposed import digits, piece_bounds
 from ...hierarchy._machines import layout_error
+from .._base import Backend
 from .._weights import machine_words
 from ._agree import LocalError, agree, fingerprint
 from ._neighbor import NeighborOps

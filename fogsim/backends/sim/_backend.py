@@ -17,8 +17,10 @@ import scipy.sparse as sp
 from ... import _arrays, _settings
 from ... import timeline as _timeline
 from ..._arrays import Kind, to_numpy, wrap_like
-from .._base import Backend
+from ...hierarchy._decomposed import check_factors, default_factors, staged_sum
 from ...topology import Topology, as_topology
+from .._base import Backend
+from .._weights import is_matrix, machine_words
 from ._plan import (
     CircPlan,
     apply_plan,
@@ -28,8 +30,6 @@ from ._plan import (
     static_plan,
     transpose,
 )
-from ...hierarchy._decomposed import check_factors, default_factors, staged_sum
-from .._weights import is_matrix, machine_words
 from ._pool import BufferPool
 from ._stack import stack_agents
 from ._windows import WindowOps

@@ -186,7 +186,8 @@ class MachineOps:
             ops = [dist.P2POp(dist.isend, as_bytes(mine), members[j], group)
                    for j in range(len(members)) if j != d]  # fmt: skip
             ops += [dist.P2POp(dist.irecv, as_bytes(flat[bounds[j] : bounds[j + 1]]),
-                               members[j], group) for j in range(len(members)) if j != d]  # fmt: skip
+                               members[j], group)
+                    for j in range(len(members)) if j != d]  # fmt: skip
             self._p2p(ops, value.cuda, blocking=True).Wait()
         if average:
             buf /= self._n

@@ -1,0 +1,1 @@
+"""fogsim's benchmark scripts; ``python -m benchmarks`` runs them all (see __main__)."""
