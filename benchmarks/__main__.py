@@ -96,13 +96,13 @@ def run(names: list[str], quick: bool) -> list[dict]:
 
 
 def table(rows: list[dict], old: dict | None = None) -> str:
-    lines = [f"{'benchmark':<10} {'measure':<66} {'value':>10} {'ratio':>7} {'goal':>8} "
+    lines = [f"{'benchmark':<10} {'measure':<66} {'value':>16} {'ratio':>7} {'goal':>8} "
              f"{'met':>4}" + ("  before" if old else "")]  # fmt: skip
     before = {(r["bench"], r["measure"]): r for r in (old or {}).get("rows", [])}
     for r in rows:
         ratio = "" if r.get("ratio") is None else f"{r['ratio']:.2f}"
         value = f"{r['value']:.4g}" + (f" {r['unit']}" if r.get("unit") else "")
-        line = (f"{r['bench']:<10} {r['measure'][:66]:<66} {value:>10} {ratio:>7} "
+        line = (f"{r['bench']:<10} {r['measure'][:66]:<66} {value:>16} {ratio:>7} "
                 f"{r.get('goal') or '':>8} {met(r):>4}")  # fmt: skip
         if old:
             b = before.get((r["bench"], r["measure"]))

@@ -129,8 +129,9 @@ def main(argv: list[str] | None = None) -> None:
         record("sim", f"{name} step / memcpy, median over the grid", float(np.median(values)),
                unit="x")  # fmt: skip
         if big:  # the full grid: the memory-bound sizes the goal is about
+            # exp-2 reads log2(n) + 1 rows per agent, memcpy one: no goal against memcpy
             record("sim", f"{name} step / memcpy, worst at >= 64 MB (memory-bound)", max(big),
-                   goal="<= 1.5", unit="x")  # fmt: skip
+                   goal=None if name == "exp2" else "<= 1.5", unit="x")  # fmt: skip
         print(f"{name}: step/memcpy median {np.median(values):.2f}, max {max(values):.2f}")
 
     n_dicts = 10_000 if args.quick else 1_000_000
