@@ -72,8 +72,9 @@ def test_other_examples_same_numbers_in_both_modes(tmp_path, example):
 
 def test_every_example_is_covered():
     # fish_school: test_fish_school.py; decentralized_training: test_optim.py;
-    # cost_model (simulator only, it models a cluster): test_cost_model.py
+    # cost_model (simulator only, it models a cluster): test_cost_model.py;
+    # fault_tolerance (simulated faults): test_faults.py
     tested = {"consensus", "dgd", *OTHERS, "fish_school", "decentralized_training",
-              "cost_model"}  # fmt: skip
+              "cost_model", "fault_tolerance"}  # fmt: skip
     examples = {p.stem for p in (ROOT / "examples").glob("*.py") if not p.stem.startswith("_")}
     assert examples <= tested, sorted(examples - tested)

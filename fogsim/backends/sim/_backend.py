@@ -75,6 +75,7 @@ class SimBackend(WindowOps, Backend):
         self._machine_plan: Any = None  # the static plan of _machine_plan_of
         self._machine_plan_of: Any = None
         self._cost: Any = None  # a cost meter charged by every communication op (or None)
+        self._faults: Any = None  # fogsim.faults.Faults applied to neighbor_allreduce
         self._init_windows()
 
     # -- world ----------------------------------------------------------------------------
@@ -246,12 +247,19 @@ class SimBackend(WindowOps, Backend):
         )
         flat = np.ascontiguousarray(arr.reshape(self._n, -1))
         out = self._pool.empty(flat.shape, arr.dtype)
-        if flat.shape[1]:
+        if self._faults is not None:  # fogsim.faults: this step's W, changed
+            out[...] = self._faults.apply(_plan_matrix(plan, self._n), flat)
+        elif flat.shape[1]:
             with _timeline.phase("COMPUTE_AVERAGE"):
                 apply_plan(plan, flat, out)
         if self._cost is not None:
             self._charge("neighbor_allreduce", arr, topology=_plan_topology(plan, self._n))
         return wrap_like(out.reshape(arr.shape), kind)
+
+    # -- fault injection (fogsim.faults) --------------------------------------------------
+    def set_faults(self, faults: Any) -> None:
+        """Apply ``faults`` to every neighbor_allreduce from now on (None: no faults)."""
+        self._faults = faults
 
     # -- modelled communication time --------------------------------------------------------
     def attach_cost_model(self, meter: Any) -> None:
@@ -373,20 +381,28 @@ class SimBackend(WindowOps, Backend):
 _PLAN_TOPOLOGY: list[Any] = [None, None]  # the last (plan, topology) converted
 
 
-def _plan_topology(plan: Any, n: int) -> Topology:
-    """The step's weight matrix as a Topology (for the cost model's message counts)."""
-    if _PLAN_TOPOLOGY[0] is plan:
-        return _PLAN_TOPOLOGY[1]
+def _plan_matrix(plan: Any, n: int) -> sp.csr_array:
+    """The step's weight matrix ``W`` (self weights on the diagonal) as CSR."""
     if isinstance(plan, CircPlan):
         f = plan.form
         rows = np.repeat(np.arange(n), len(f.offsets))
         cols = (rows + np.tile(np.asarray(f.offsets), n)) % n
         w = np.asarray(f.weights, dtype=np.float64)
         data = w.T.ravel() if w.ndim == 2 else np.tile(w, n)
+        self_weight = np.broadcast_to(np.asarray(f.self_weight, dtype=np.float64), (n,))
     else:
         rows = np.repeat(np.arange(n), np.diff(plan.indptr))
         cols, data = plan.indices, plan.data
-    topo = as_topology(sp.csr_array((data, (rows, cols)), shape=(n, n)))
+        self_weight = np.asarray(plan.self_weight, dtype=np.float64)
+    off = sp.csr_array((data, (rows, cols)), shape=(n, n))
+    return sp.csr_array(off + sp.diags_array(self_weight))
+
+
+def _plan_topology(plan: Any, n: int) -> Topology:
+    """The step's weight matrix as a Topology (for the cost model's message counts)."""
+    if _PLAN_TOPOLOGY[0] is plan:
+        return _PLAN_TOPOLOGY[1]
+    topo = as_topology(_plan_matrix(plan, n))
     _PLAN_TOPOLOGY[:] = [plan, topo]
     return topo
 
