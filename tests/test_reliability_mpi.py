@@ -1,0 +1,83 @@
+"""Randomized mismatched dynamic send/receive sets under MPI: every one is caught.
+
+One fogrun job of 4 ranks makes 200 dynamic neighbor_allreduce calls whose senders and
+receivers disagree somewhere (a drawn set of edges, then one edge removed from the
+receiver's side or added to the sender's); every rank must raise the same ValueError for
+each, and a valid call after each must still give the simulator's numbers. The job has
+a time bound: a hang fails the test instead of blocking the suite.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+PATTERNS = 200
+
+SCRIPT = """
+import sys
+import numpy as np
+from mpi4py import MPI
+import fogsim as fs
+
+fs.init()
+n, r = fs.size(), fs.rank()
+comm = MPI.COMM_WORLD
+rng = np.random.default_rng(12345)  # the same draws on every rank
+caught, messages = 0, set()
+for k in range({patterns}):
+    A = rng.random((n, n)) < 0.5
+    np.fill_diagonal(A, False)
+    edges = np.argwhere(A)  # A[i, j]: j sends to i
+    if rng.random() < 0.5 and len(edges):  # the receiver forgets one sender
+        i, j = edges[rng.integers(len(edges))]
+        recv = A.copy()
+        recv[i, j] = False
+        send = A
+    else:  # a sender sends to someone who does not expect it
+        i, j = rng.integers(n), rng.integers(n)
+        while i == j:
+            j = rng.integers(n)
+        recv, send = A.copy(), A.copy()
+        recv[i, j] = False
+        send[i, j] = True
+    src = {{int(s): 0.5 for s in np.flatnonzero(recv[r])}}
+    dst = {{int(d): 1.0 for d in np.flatnonzero(send[:, r])}}
+    try:
+        fs.neighbor_allreduce(np.full(3, float(r)), self_weight=0.5, src_weights=src,
+                              dst_weights=dst)
+    except ValueError as exc:
+        caught += 1
+        messages.add(str(exc).split(":")[0])
+    # a valid call right after: the world still works
+    ok = fs.neighbor_allreduce(np.full(2, float(r)), self_weight=0.5,
+                               src_weights={{(r - 1) % n: 0.5}}, dst_weights=[(r + 1) % n])
+    assert np.allclose(ok, 0.5 * r + 0.5 * ((r - 1) % n)), ok
+counts = comm.gather(caught, root=0)
+if r == 0:
+    print("caught", counts, sorted(messages)[:3])
+    sys.stdout.flush()
+fs.shutdown()
+"""
+
+
+@pytest.mark.mpi
+def test_random_mismatched_dynamic_patterns_all_raise_on_every_rank(tmp_path):
+    pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install 'fogsim[mpi]')")
+    if not (Path(sys.executable).parent / "mpiexec").exists():
+        pytest.skip("no mpiexec next to the interpreter (pip install 'fogsim[mpi]')")
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT.format(patterns=PATTERNS))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("FOGSIM_BACKEND", None)
+    cmd = [sys.executable, "-m", "fogsim.run", "-np", "4", "--timeout", "150", "python",
+           str(script)]  # fmt: skip
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=200, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    line = next(line for line in run.stdout.splitlines() if line.startswith("caught"))
+    assert f"caught [{PATTERNS}, {PATTERNS}, {PATTERNS}, {PATTERNS}]" in line, line
