@@ -15,6 +15,9 @@ is listed here with its meaning:
     Bytes up to which queued nonblocking tensors are fused into one message (0: off).
 ``FOGSIM_TIMELINE``
     File prefix of the per-rank Chrome-trace timeline (``PREFIX<rank>.json``).
+``FOGSIM_RANK_DIR``
+    Set by ``fogrun``: a directory where each rank records its process id, so that
+    ``fogrun`` can name the rank behind a process the MPI launcher reports dead.
 ``FOGSIM_TORCH_PORT``
     TCP port of the torch backend's rendezvous (wins over ``MASTER_PORT``).
 
@@ -67,6 +70,7 @@ class Settings:
     master_addr: str | None = None
     master_port: int | None = None
     torch_port: int | None = None  # FOGSIM_TORCH_PORT
+    rank_dir: str | None = None  # FOGSIM_RANK_DIR
     job_id: str | None = None
 
     @property
@@ -122,6 +126,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         master_addr=env.get("MASTER_ADDR", "").strip() or None,
         master_port=_port(env, "MASTER_PORT"),
         torch_port=_port(env, "FOGSIM_TORCH_PORT"),
+        rank_dir=env.get("FOGSIM_RANK_DIR", "").strip() or None,
         job_id=_job_id(env),
     )
 

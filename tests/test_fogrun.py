@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shlex
@@ -212,6 +213,7 @@ def test_run_passes_a_list_without_shell(monkeypatch):
         def __init__(self, args, **kwargs):
             calls.append((args, kwargs))
             self.pid, self.returncode = 12345, 7
+            self.stdout, self.stderr = io.BytesIO(b"out\n"), io.BytesIO(b"PID 12345 died\n")
 
         def wait(self, timeout=None):
             return 7
@@ -227,6 +229,19 @@ def test_run_passes_a_list_without_shell(monkeypatch):
     assert kwargs.get("shell", False) is False
     assert kwargs["start_new_session"] is True
     assert kwargs["env"]["OMP_NUM_THREADS"] == os.environ.get("OMP_NUM_THREADS", "1")
+    assert os.path.basename(kwargs["env"]["FOGSIM_RANK_DIR"]).startswith("fogrun-ranks-")
+
+
+def test_a_dead_process_is_named_by_its_rank(tmp_path, capsys):
+    (tmp_path / "4242").write_text("3")
+    dead: list[str] = []
+    out = io.StringIO()
+    _launch._relay(io.BytesIO(b"=   BAD TERMINATION\n=   PID 4242 RUNNING AT vm\n= EXIT"), out,
+                   dead)  # fmt: skip
+    assert out.getvalue().startswith("=   BAD TERMINATION") and dead == ["4242"]
+    _launch._name_dead_ranks(dead + ["999"], str(tmp_path))  # 999: not a rank, not named
+    err = capsys.readouterr().err
+    assert err == "fogrun: rank 3 (process 4242) died and ended the job\n"
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Randomized mismatched dynamic send/receive sets under MPI: every one is caught.
+"""Under MPI: randomized mismatched send/receive sets are all caught; dead ranks end the job.
 
 One fogrun job of 4 ranks makes 200 dynamic neighbor_allreduce calls whose senders and
 receivers disagree somewhere (a drawn set of edges, then one edge removed from the
@@ -81,3 +81,44 @@ def test_random_mismatched_dynamic_patterns_all_raise_on_every_rank(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     line = next(line for line in run.stdout.splitlines() if line.startswith("caught"))
     assert f"caught [{PATTERNS}, {PATTERNS}, {PATTERNS}, {PATTERNS}]" in line, line
+
+
+DIE = """
+import os, signal, sys, time
+import numpy as np
+import fogsim as fs
+fs.init()
+x = fs.neighbor_allreduce(np.ones(3))
+if fs.rank() == 1:
+    if sys.argv[1] == "raise":
+        raise RuntimeError("rank 1 gives up")
+    os.kill(os.getpid(), signal.SIGKILL)
+for _ in range(10_000):  # the others would go on for minutes
+    x = fs.neighbor_allreduce(x)
+    time.sleep(0.01)
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("how", ["raise", "kill"])
+def test_a_rank_that_dies_ends_the_job_naming_it(tmp_path, how):
+    pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install 'fogsim[mpi]')")
+    if not (Path(sys.executable).parent / "mpiexec").exists():
+        pytest.skip("no mpiexec next to the interpreter (pip install 'fogsim[mpi]')")
+    import time
+
+    script = tmp_path / "die.py"
+    script.write_text(DIE)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("FOGSIM_BACKEND", None)
+    cmd = [sys.executable, "-m", "fogsim.run", "-np", "3", "--timeout", "60", "python",
+           str(script), how]  # fmt: skip
+    start = time.monotonic()
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=90, env=env)
+    assert time.monotonic() - start < 30  # ended by the death, not by the timeout
+    assert run.returncode not in (0, 124)
+    said = run.stdout + run.stderr
+    if how == "raise":
+        assert "rank 1 gives up" in said and "(rank 1 in comm 0)" in said, said[-2000:]
+    else:
+        assert "fogrun: rank 1 (process" in said, said[-2000:]

@@ -5,12 +5,15 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import re
 import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from .. import _settings
 from . import _mpi
@@ -67,25 +70,72 @@ def run(argv: Sequence[str], env: Mapping[str, str], timeout: float | None = Non
 
     A child killed by signal ``s`` gives ``128 + s``, as in a shell. After ``timeout``
     seconds the child's whole process group is killed and `TIMEOUT_EXIT_CODE` returned.
+    When the job fails and the launcher names a dead process by its id, the rank that
+    process was is reported too (the ranks record their ids in ``FOGSIM_RANK_DIR``).
     """
     sys.stdout.flush()
     sys.stderr.flush()
-    try:
-        proc = subprocess.Popen(list(argv), env=dict(env), shell=False, start_new_session=True)
-    except FileNotFoundError:
-        print(f"fogrun: command not found: {argv[0]}", file=sys.stderr)
-        return _NOT_FOUND_EXIT_CODE
-    try:
-        with _forwarding_signals(proc):
-            code = proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        print(f"fogrun: timed out after {timeout:g} s; killed the job", file=sys.stderr)
-        return TIMEOUT_EXIT_CODE
-    finally:
-        if proc.poll() is None:  # fogrun itself is failing: take the job down with it
+    with tempfile.TemporaryDirectory(prefix="fogrun-ranks-") as rank_dir:
+        env = {**env, "FOGSIM_RANK_DIR": rank_dir}
+        try:
+            proc = subprocess.Popen(list(argv), env=env, shell=False, start_new_session=True,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        except FileNotFoundError:
+            print(f"fogrun: command not found: {argv[0]}", file=sys.stderr)
+            return _NOT_FOUND_EXIT_CODE
+        dead: list[str] = []  # MPICH's launcher reports dead processes on either stream
+        relays = [threading.Thread(target=_relay, args=(stream, to, dead), daemon=True)
+                  for stream, to in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))]
+        for relay in relays:
+            relay.start()
+        try:
+            with _forwarding_signals(proc):
+                code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
             _kill_group(proc)
+            for relay in relays:
+                relay.join(5)
+            print(f"fogrun: timed out after {timeout:g} s; killed the job", file=sys.stderr)
+            return TIMEOUT_EXIT_CODE
+        finally:
+            if proc.poll() is None:  # fogrun itself is failing: take the job down with it
+                _kill_group(proc)
+        for relay in relays:
+            relay.join(5)
+        if code != 0:
+            _name_dead_ranks(dead, rank_dir)
     return code if code >= 0 else 128 - code
+
+
+_DEAD_PID = re.compile(r"\bPID[ :]+(\d+)")
+
+
+def _relay(stream: Any, to: Any, dead: list[str]) -> None:
+    """Copy the job's output to ours as it comes (progress bars too); note the process
+    ids the launcher reports dead."""
+    out = getattr(to, "buffer", None)
+    tail = b""
+    for chunk in iter(lambda: stream.read1(1 << 16), b""):
+        if out is not None:
+            out.write(chunk)
+            out.flush()
+        else:  # a text-only stream (e.g. replaced by a test)
+            to.write(chunk.decode(errors="replace"))
+            to.flush()
+        *lines, tail = (tail + chunk).split(b"\n")
+        for line in lines:
+            dead += _DEAD_PID.findall(line.decode(errors="replace"))
+    dead += _DEAD_PID.findall(tail.decode(errors="replace"))
+
+
+def _name_dead_ranks(pids: list[str], rank_dir: str) -> None:
+    for pid in dict.fromkeys(pids):
+        try:
+            with open(os.path.join(rank_dir, pid)) as f:
+                rank = f.read().strip()
+        except OSError:
+            continue
+        print(f"fogrun: rank {rank} (process {pid}) died and ended the job", file=sys.stderr)
 
 
 def _check_mpi4py(options: Options, mpi: _mpi.MPIInfo | None) -> None:
