@@ -9,17 +9,11 @@ Factors that do not multiply to the number of processes must raise on every rank
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from _jobs import fogrun_script
 
 import fogsim as fs
-
-ROOT = Path(__file__).parent.parent
 
 SCRIPT = """
 import sys
@@ -76,18 +70,10 @@ def _simulated(n: int, factors: tuple[int, ...]) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("factors", [(3, 2, 2), (2, 2, 2), (3, 2)],
                          ids=lambda f: "x".join(map(str, f)))  # fmt: skip
 def test_decomposed_and_hierarchical_ops_under_mpi_match_the_simulator(factors, tmp_path):
-    pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install 'fogsim[mpi]')")
-    if not (Path(sys.executable).parent / "mpiexec").exists():
-        pytest.skip("no mpiexec next to the interpreter (pip install 'fogsim[mpi]')")
     n = int(np.prod(factors))
-    script, out = tmp_path / "job.py", tmp_path / "out.npz"
-    script.write_text(SCRIPT)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("FOGSIM_BACKEND", None)
-    tag = "x".join(map(str, factors))
-    cmd = [sys.executable, "-m", "fogsim.run", "-np", str(n), "--local-size", str(factors[0]),
-           "--timeout", "150", "python", str(script), str(out), tag]  # fmt: skip
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=200, env=env)
+    out = tmp_path / "out.npz"
+    run = fogrun_script(tmp_path, SCRIPT, n, str(out), "x".join(map(str, factors)),
+                        options=("--local-size", str(factors[0])))  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     got, sim = np.load(out), _simulated(n, factors)
     for key in ("decomposed", "reversed", "machines", "local", "hierarchical"):

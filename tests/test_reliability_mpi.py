@@ -9,14 +9,11 @@ a time bound: a hang fails the test instead of blocking the suite.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
+import time
 
 import pytest
+from _jobs import fogrun_script
 
-ROOT = Path(__file__).parent.parent
 PATTERNS = 200
 
 SCRIPT = """
@@ -68,16 +65,7 @@ fs.shutdown()
 
 @pytest.mark.mpi
 def test_random_mismatched_dynamic_patterns_all_raise_on_every_rank(tmp_path):
-    pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install 'fogsim[mpi]')")
-    if not (Path(sys.executable).parent / "mpiexec").exists():
-        pytest.skip("no mpiexec next to the interpreter (pip install 'fogsim[mpi]')")
-    script = tmp_path / "job.py"
-    script.write_text(SCRIPT.format(patterns=PATTERNS))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("FOGSIM_BACKEND", None)
-    cmd = [sys.executable, "-m", "fogsim.run", "-np", "4", "--timeout", "150", "python",
-           str(script)]  # fmt: skip
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=200, env=env)
+    run = fogrun_script(tmp_path, SCRIPT.format(patterns=PATTERNS), 4)
     assert run.returncode == 0, run.stderr[-3000:]
     line = next(line for line in run.stdout.splitlines() if line.startswith("caught"))
     assert f"caught [{PATTERNS}, {PATTERNS}, {PATTERNS}, {PATTERNS}]" in line, line
@@ -102,19 +90,8 @@ for _ in range(10_000):  # the others would go on for minutes
 @pytest.mark.mpi
 @pytest.mark.parametrize("how", ["raise", "kill"])
 def test_a_rank_that_dies_ends_the_job_naming_it(tmp_path, how):
-    pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install 'fogsim[mpi]')")
-    if not (Path(sys.executable).parent / "mpiexec").exists():
-        pytest.skip("no mpiexec next to the interpreter (pip install 'fogsim[mpi]')")
-    import time
-
-    script = tmp_path / "die.py"
-    script.write_text(DIE)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("FOGSIM_BACKEND", None)
-    cmd = [sys.executable, "-m", "fogsim.run", "-np", "3", "--timeout", "60", "python",
-           str(script), how]  # fmt: skip
     start = time.monotonic()
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=90, env=env)
+    run = fogrun_script(tmp_path, DIE, 3, how, timeout=60)
     assert time.monotonic() - start < 30  # ended by the death, not by the timeout
     assert run.returncode not in (0, 124)
     said = run.stdout + run.stderr

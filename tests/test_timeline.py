@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _jobs import fogrun_script
 
 import fogsim as fs
 from fogsim import timeline as TL
@@ -202,17 +203,9 @@ def test_an_exception_still_leaves_a_closed_valid_file(tmp_path):
 
 @pytest.mark.mpi
 def test_every_rank_writes_its_file_with_every_op(tmp_path):
-    pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install 'fogsim[mpi]')")
-    if not (Path(sys.executable).parent / "mpiexec").exists():
-        pytest.skip("no mpiexec next to the interpreter (pip install 'fogsim[mpi]')")
-    script = tmp_path / "job.py"
-    script.write_text(SCRIPT.format(ending=""))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("FOGSIM_BACKEND", None)
     prefix = tmp_path / "trace" / "t"
-    cmd = [sys.executable, "-m", "fogsim.run", "-np", "3", "--timeline-filename", str(prefix),
-           "--timeout", "100", "python", str(script)]  # fmt: skip
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=150, env=env)
+    run = fogrun_script(tmp_path, SCRIPT.format(ending=""), 3,
+                        options=("--timeline-filename", str(prefix)), timeout=100)  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
     for rank in range(3):
         events = check_trace(f"{prefix}{rank}.json")
