@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+from _jobs import fogrun_script
 
-ROOT = Path(__file__).parent.parent
 SCRIPT = """
 import torch
 import fogsim.compat.bluefog as bf
@@ -39,14 +34,7 @@ bf.barrier()
 @pytest.mark.mpi
 def test_bluefog_listing_runs_under_fogrun(tmp_path):
     pytest.importorskip("torch", reason="the listing uses torch tensors")
-    if not (Path(sys.executable).parent / "mpiexec").exists():
-        pytest.skip("no mpiexec next to the interpreter (pip install 'fogsim[mpi]')")
-    script = tmp_path / "listing.py"
-    script.write_text(SCRIPT)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "fogsim.run", "-np", "4", "--timeout", "120",
-           "python", str(script)]  # fmt: skip
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
+    run = fogrun_script(tmp_path, SCRIPT, 4, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     words = run.stdout.split()
     spread, average = float(words[words.index("spread") + 1]), float(words[-1])
