@@ -132,7 +132,8 @@ class Faults:
     def apply(self, W: sp.csr_array, x: np.ndarray) -> np.ndarray:
         """One faulty step ``x <- W' x`` on stacked ``x`` of shape (n, m)."""
         Wf = self.weights(W)
-        self._history.append(x)
+        if self.stragglers:  # a copy: the caller may change x in place later
+            self._history.append(x.copy())
         stale = x
         if self.stragglers:
             stale = x.copy()
