@@ -1,16 +1,18 @@
 """What communication would cost on a cluster: the alpha-beta models, and a simulated run.
 
-    python examples/cost_model.py                         # saves cost_model.png
+    python examples/cost_model.py                         # saves cost_model.png here
     python examples/cost_model.py --gpus-per-machine 4 --mib 100 --out scaling.png
 
 Part 1 prints and plots the modelled time of one op against the number of GPUs (machines
-of ``--gpus-per-machine`` GPUs, NVLink-class inside, 100 Gb/s InfiniBand between):
-ring, two-level and decomposed (BlueConnect) all-reduce, neighbor allreduce on the
-exponential-2 graph, and the average step of the one-peer exponential-2 schedule.
+of ``--gpus-per-machine`` GPUs, NVLink-class inside, 100 Gb/s InfiniBand between; the
+figures are illustrative): ring, two-level and decomposed (BlueConnect) all-reduce,
+neighbor allreduce on the exponential-2 graph, the average step of the one-peer
+exponential-2 schedule, and hierarchical neighbor allreduce over the exponential-2 graph
+of machines. Every GPU of a machine shares the machine's uplink (``fogsim.hierarchy.cost``).
 
 Part 2 attaches the model to a simulated run of decentralized gradient descent on 16
 agents (2 machines of 8) and prints the modelled communication time per iteration next to
-the iterates' consensus error, for a flat and a hierarchical neighbor allreduce.
+the consensus error, for a flat and a hierarchical neighbor allreduce.
 """
 
 from __future__ import annotations
@@ -22,19 +24,21 @@ import numpy as np
 import fogsim as fs
 from fogsim import hierarchy as H
 
+COLUMNS = ["ring", "two_level", "decomposed", "neighbor_exp2", "one_peer", "hierarchical"]
+
 
 def scaling(gpus_per_machine: int, mib: float, out: str | None) -> list[dict]:
+    """Print the modelled time per op by number of GPUs; save the figure to ``out``."""
     machines = [1, 2, 4, 8, 16, 32, 64]
     rows = H.scaling_table(gpus_per_machine, machines, mib * 2**20)
     print(f"modelled ms per op, {mib:g} MiB per GPU, {gpus_per_machine} GPUs per machine")
-    keys = ["ring", "two_level", "decomposed", "neighbor_exp2", "one_peer"]
-    print(f"{'GPUs':>6} " + " ".join(f"{k:>14}" for k in keys))
+    print(f"{'GPUs':>6} " + " ".join(f"{k:>13}" for k in COLUMNS))
     for row in rows:
-        print(f"{row['gpus']:>6} " + " ".join(f"{1e3 * row[k]:>14.3f}" for k in keys))
+        print(f"{row['gpus']:>6} " + " ".join(f"{1e3 * row[k]:>13.3f}" for k in COLUMNS))
     if out:
         import matplotlib
 
-        matplotlib.use("Agg")
+        matplotlib.use("Agg")  # files only: works without a display
         ax = H.plot_allreduce_scaling(gpus_per_machine, machines, mib * 2**20)
         ax.figure.tight_layout()
         ax.figure.savefig(out, dpi=120)
@@ -42,20 +46,20 @@ def scaling(gpus_per_machine: int, mib: float, out: str | None) -> list[dict]:
     return rows
 
 
-def simulated_run(iters: int = 30) -> dict[str, list[float]]:
-    """DGD on least squares, 16 agents as 2 machines of 8, with the cost model attached."""
+def simulated_run(dim: int, iters: int = 30) -> dict[str, list[float]]:
+    """Run DGD on least squares, 16 agents as 2 machines of 8, with the cost model attached."""
     out = {}
     for mode in ("neighbor_allreduce", "hierarchical_neighbor_allreduce"):
         fs.init(backend="sim", size=16, local_size=8, seed=0)
         meter = H.attach_cost_model(H.Network.cluster(8, 2))
         rng = np.random.default_rng(0)
-        A, b = rng.standard_normal((16, 20, 5)), rng.standard_normal((16, 20))
-        x = np.zeros((16, 5))
+        A, b = rng.standard_normal((16, 20, dim)) / np.sqrt(dim), rng.standard_normal((16, 20))
+        x = np.zeros((16, dim))
         mix = getattr(fs, mode)
         errors = []
         for _ in range(iters):
-            grad = np.einsum("aij,aj->ai", A.transpose(0, 2, 1), np.einsum("aij,aj->ai", A, x) - b)
-            x = mix(x - 0.01 * grad)
+            residual = np.einsum("aij,aj->ai", A, x) - b
+            x = mix(x - 0.1 * np.einsum("aij,ai->aj", A, residual))
             meter.mark()
             errors.append(float(np.sqrt(((x - x.mean(0)) ** 2).sum(1).mean())))
         print(f"\n{mode}: modelled communication per iteration "
@@ -72,10 +76,11 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--gpus-per-machine", type=int, default=8)
     p.add_argument("--mib", type=float, default=64.0, help="message size per GPU (MiB)")
+    p.add_argument("--dim", type=int, default=2000, help="model size of the simulated run")
     p.add_argument("--out", default="cost_model.png", help="figure file ('' for none)")
     args = p.parse_args(argv)
     scaling(args.gpus_per_machine, args.mib, args.out or None)
-    simulated_run()
+    simulated_run(args.dim)
 
 
 if __name__ == "__main__":

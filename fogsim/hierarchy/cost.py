@@ -1,54 +1,56 @@
 """The alpha-beta cost model of collective and neighbor communication on a hierarchical network.
 
 A message of ``n`` bytes over a link of latency ``alpha`` (s) and bandwidth ``w`` (B/s)
-takes ``alpha + n / w``. The BlueConnect paper's models (equation numbers refer to it):
+takes ``alpha + n / w``. The BlueConnect paper's models (its equation numbers):
+ring reduce-scatter or all-gather among p processes, Eq. (1), ``T_r = (p - 1) alpha +
+(p - 1)/p n/w``; recursive halving/doubling, Eq. (2), ``T_c = lg(p) alpha + (p - 1)/p
+n/w``; ``T_r/c``, Eq. (3), halving/doubling for powers of two, else the ring; reduce and
+broadcast, Eq. (4), ``T_c + T_r`` (``lg p`` as written, also for other p, as Eq. (7) uses
+it inside a machine). An all-reduce is a reduce-scatter then an all-gather: twice those.
 
-* ring reduce-scatter or all-gather among p processes, Eq. (1):
-  ``T_r(p, n) = (p - 1) alpha + (p - 1)/p * n / w``;
-* recursive halving/doubling, Eq. (2): ``T_c(p, n) = lg(p) alpha + (p - 1)/p * n / w``;
-* ``T_r/c`` picks halving/doubling for powers of two, else the ring, Eq. (3);
-* reduce and broadcast, Eq. (4): ``T_c + T_r``.
+A :class:`Network` lists levels from the inside out: level 0 joins the processes of a
+machine (e.g. NVLink), level l joins ``size_l`` groups of level l - 1 (e.g. machines under
+a switch). Ranks fill it in order, rank r's digits in the mixed radix of the level sizes,
+innermost fastest (``rank = machine * local_size + local_rank``). A message crosses the
+levels 0 .. L, L the outermost level at which its two ranks' digits differ. Level 0's
+link belongs to one process; level l's link (l >= 1) is, on a fat tree, the uplink of a
+level l - 1 group, shared by its ``p_0 ... p_{l-1}`` processes, and on a torus a link of
+the machine, shared by its ``p_0`` processes (the paper's assumptions for Eq. 9 and 10).
+Concurrent messages share links: ``c`` of them on one link in one direction get ``w / c``.
 
-An all-reduce is a reduce-scatter then an all-gather, so twice those. On a
-:class:`Network` (levels from the inside out, e.g. NVLink in a machine, then switches):
+* A ring (or one stage of an all-reduce) runs at the narrowest share ``min_l w_l / c_l``
+  of the links its hops use and pays the largest of their latencies. This gives the
+  one-level ring, Eq. (5, 6), at ``min W``; the two-level scheme, Eq. (7), its masters'
+  ring at ``min W``; and the decomposed (BlueConnect) all-reduce, whose stage i among
+  ``p_i`` processes moves ``N / (p_0 ... p_{i-1})`` bytes at ``min_{j <= i} w_j / (p_0 ...
+  p_{j-1})`` on a fat tree, Eq. (9), and at ``min(w_0, min_{1 <= j <= i} w_j / p_0)`` on a
+  torus, Eq. (10) (the paper's sums read ``j < i``; its expanded Eq. (9) includes
+  ``j = i``, as here). Any factorization of P works: each stage's hops are counted.
+* A neighbor exchange sends ``N`` bytes to every out-neighbor at once and lasts as long
+  as its busiest link, ``max_l alpha_l + c_l N / w_l``; a dynamic schedule (e.g. one-peer
+  exponential-2) costs the average of its steps. ``hierarchical_neighbor_allreduce`` is
+  BlueFog's all-reduce inside each machine (level 0), exchange among the local ranks 0
+  over the machine topology, and broadcast inside each machine (the local combine is free).
 
-* one-level ring, Eq. (5, 6): ``2 T_r(P, N, alpha, min w)``;
-* two-level, Eq. (7): reduce to a master and broadcast back inside level 0, and a ring or
-  halving/doubling all-reduce among the ``P / p0`` masters at the narrowest bandwidth;
-* decomposed (BlueConnect) on a fat tree, Eq. (9): stage i all-reduces among ``p_i``
-  processes on the chunk ``N / (p_0 ... p_{i-1})`` at bandwidth
-  ``min_{j <= i} w_j / (p_0 ... p_{j-1})`` (the uplink of level j is shared by the
-  ``p_0 ... p_{j-1}`` processes under it); on a torus, Eq. (10), at
-  ``min(w_0, min_{1 <= j <= i} w_j / p_0)`` (dedicated links between hosts).
-
-The paper uses one latency; here each level has its own, and a stage among the processes
-of level i pays level i's (with equal latencies the paper's equations come out exactly).
-
-Neighbor ops (fogsim's, BlueFog's): every process sends its ``N`` bytes to each
-out-neighbor and receives from each in-neighbor at once. A message between two ranks
-crosses the outermost level at which they differ (ranks fill machines in order: rank
-``r``'s digits in the mixed radix of the level sizes, innermost fastest). Messages
-through the same level share the process's link there: per process and level
-``alpha_l + max(sent_l, received_l) * N / w_l``; a process takes its slowest level, and
-the op takes its slowest process. A dynamic schedule (e.g. one-peer exponential-2) costs
-the average over its steps. ``hierarchical_neighbor_allreduce`` is an all-reduce inside
-each machine (level 0), the neighbor exchange among machines over the outer levels, and
-a broadcast inside each machine.
-
-:class:`CostModel` gives any op's time; :class:`CostMeter` adds them up per op and per
-iteration, and :func:`attach_cost_model` charges every op of a simulated run to one
-(see also :mod:`fogsim.timeline`, whose COMMUNICATE spans then show the modelled times).
+The paper has one latency; here each level has its own (equal latencies give the paper's
+equations exactly). Arithmetic is free, as in the paper. :class:`CostModel` gives any op's
+time; :class:`CostMeter` adds them up per op and per iteration; :func:`attach_cost_model`
+charges every op of a simulated run to one (and :mod:`fogsim.timeline` shows the times).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
+
+from ..topology import as_topology, exponential_two_graph, one_peer_exponential_two
 
 __all__ = [
     "INFINIBAND_100G",
@@ -75,16 +77,24 @@ __all__ = [
     "two_level_allreduce_time",
 ]
 
-#: Illustrative link figures: NVLink-class inside a machine, 100 Gb/s InfiniBand between.
-NVLINK = {"alpha": 2e-6, "bandwidth": 32e9}
-INFINIBAND_100G = {"alpha": 5e-6, "bandwidth": 12.5e9}
+#: Illustrative link figures (``Level(size, **NVLINK)``), not measurements: an NVLink-class
+#: link inside a machine (32 GB/s per lane, as the paper's Fig. 1) and 100 Gb/s InfiniBand.
+NVLINK = MappingProxyType({"alpha": 2e-6, "bandwidth": 32e9})
+INFINIBAND_100G = MappingProxyType({"alpha": 5e-6, "bandwidth": 12.5e9})
+
+
+def _check_n(n: Any) -> float:
+    if isinstance(n, bool) or not isinstance(n, numbers.Real) or not n >= 0:
+        raise ValueError(f"n (bytes) must be a number >= 0, got {n!r}")
+    return float(n)
 
 
 def _check(p: Any, n: Any, alpha: Any, w: Any) -> None:
-    if isinstance(p, bool) or not isinstance(p, numbers.Integral) or p < 1:
-        raise ValueError(f"p must be an integer >= 1, got {p!r}")
-    if not n >= 0:
-        raise ValueError(f"n (bytes) must be >= 0, got {n!r}")
+    if isinstance(p, bool) or not isinstance(p, numbers.Integral):
+        raise TypeError(f"p must be an integer, got {type(p).__name__}")
+    if p < 1:
+        raise ValueError(f"p must be >= 1, got {p}")
+    _check_n(n)
     if not alpha >= 0:
         raise ValueError(f"alpha (s) must be >= 0, got {alpha!r}")
     if not w > 0:
@@ -92,31 +102,32 @@ def _check(p: Any, n: Any, alpha: Any, w: Any) -> None:
 
 
 def ring_time(p: int, n: float, alpha: float, w: float) -> float:
-    """Eq. (1): ring reduce-scatter (or all-gather) of n bytes among p processes."""
+    """Return Eq. (1), a ring reduce-scatter (or all-gather) of n bytes among p processes."""
     _check(p, n, alpha, w)
     return (p - 1) * alpha + (p - 1) / p * n / w
 
 
 def halving_doubling_time(p: int, n: float, alpha: float, w: float) -> float:
-    """Eq. (2): recursive halving (or doubling) of n bytes among p processes."""
+    """Return Eq. (2), recursive halving (or doubling) of n bytes among p processes."""
     _check(p, n, alpha, w)
     return math.log2(p) * alpha + (p - 1) / p * n / w
 
 
 def best_time(p: int, n: float, alpha: float, w: float) -> float:
-    """Eq. (3): halving/doubling when p is a power of two, else the ring."""
-    if p >= 1 and p & (p - 1) == 0:
+    """Return Eq. (3): halving/doubling when p is a power of two, else the ring."""
+    _check(p, n, alpha, w)
+    if p & (p - 1) == 0:
         return halving_doubling_time(p, n, alpha, w)
     return ring_time(p, n, alpha, w)
 
 
 def reduce_time(p: int, n: float, alpha: float, w: float) -> float:
-    """Eq. (4): reduce of n bytes to one of p processes, ``T_c + T_r``."""
+    """Return Eq. (4), a reduce of n bytes to one of p processes: ``T_c + T_r``."""
     return halving_doubling_time(p, n, alpha, w) + ring_time(p, n, alpha, w)
 
 
 def broadcast_time(p: int, n: float, alpha: float, w: float) -> float:
-    """Eq. (4): broadcast of n bytes from one of p processes, ``T_c + T_r``."""
+    """Return Eq. (4), a broadcast of n bytes from one of p processes: ``T_c + T_r``."""
     return reduce_time(p, n, alpha, w)
 
 
@@ -147,7 +158,7 @@ class Level:
 
 @dataclass(frozen=True)
 class Network:
-    """Levels from the inside out; ``kind`` is ``"fat_tree"`` or ``"torus"``.
+    """Levels from the inside out; ``kind`` is ``"fat_tree"`` or ``"torus"`` (module doc).
 
     ``Network([Level(3, **NVLINK), Level(2, **IB), Level(2, **IB2)])`` is the paper's
     Fig. 1: 12 learners, 3 per node, nodes in pairs under a switch, two switches.
@@ -166,132 +177,148 @@ class Network:
         object.__setattr__(self, "kind", kind)
 
     @classmethod
-    def cluster(cls, gpus_per_machine: int, machines: int, intra: dict | None = None,
-                inter: dict | None = None, kind: str = "fat_tree") -> Network:  # fmt: skip
-        """Machines of ``gpus_per_machine`` joined by one switch level (figures: dicts of
-        ``alpha`` and ``bandwidth``; defaults NVLink-class inside, 100 Gb/s between)."""
+    def cluster(cls, gpus_per_machine: int, machines: int, intra: Any = None,
+                inter: Any = None, kind: str = "fat_tree") -> Network:  # fmt: skip
+        """Return machines of ``gpus_per_machine`` processes joined by one switch level.
+
+        ``intra``/``inter``: mappings of ``alpha`` and ``bandwidth``; by default
+        :data:`NVLINK` inside a machine and :data:`INFINIBAND_100G` between machines.
+        """
         return cls([Level(gpus_per_machine, name="intra", **(intra or NVLINK)),
                     Level(machines, name="inter", **(inter or INFINIBAND_100G))], kind)  # fmt: skip
 
     @property
     def size(self) -> int:
-        """The number of processes, the product of the level sizes."""
+        """Return the number of processes P, the product of the level sizes."""
         return math.prod(level.size for level in self.levels)
 
     @property
     def sizes(self) -> tuple[int, ...]:
+        """Return the level sizes, innermost first."""
         return tuple(level.size for level in self.levels)
 
-    @property
-    def links(self) -> tuple[Level, ...]:
-        """The levels a message can cross: those joining more than one group (else level 0)."""
-        return tuple(level for level in self.levels if level.size > 1) or self.levels[:1]
 
-    def level_between(self, i: int, j: int) -> int:
-        """The outermost level at which ranks i and j differ (-1 when i == j)."""
-        out, k = -1, 0
-        for p in self.sizes:
-            if i % p != j % p:
-                out = k
-            i, j, k = i // p, j // p, k + 1
-        return out
+def _link_loads(network: Network, src: Any, dst: Any) -> np.ndarray:
+    """Return, per level, the most of the messages ``src -> dst`` one link carries one way."""
+    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    sizes = np.array(network.sizes, dtype=np.int64)
+    strides = np.concatenate([[1], np.cumprod(sizes)[:-1]])
+    differ = (src[:, None] // strides) % sizes != (dst[:, None] // strides) % sizes
+    crossed = np.where(differ.any(axis=1), differ.shape[1] - 1 - np.argmax(differ[:, ::-1], 1), -1)
+    loads = np.zeros(sizes.shape[0], dtype=np.int64)
+    sharers = 1  # processes under one link of the level
+    for level in range(sizes.shape[0]):
+        use = crossed >= level
+        if not use.any():  # a message crossing level l + 1 crosses level l too
+            break
+        loads[level] = max(np.bincount(src[use] // sharers).max(),
+                           np.bincount(dst[use] // sharers).max())  # fmt: skip
+        if network.kind == "fat_tree" or level == 0:
+            sharers *= int(sizes[level])
+    return loads
 
 
-def _stage_bandwidth(network: Network, i: int, factors: Sequence[int]) -> float:
-    w = [level.bandwidth for level in network.levels]
-    if network.kind == "torus":  # Eq. (10)
-        return min([w[0]] + [w[j] / factors[0] for j in range(1, i + 1)])
-    return min(w[j] / math.prod(factors[:j]) for j in range(i + 1))  # Eq. (9)
+def _used_links(network: Network, src: Any, dst: Any) -> list[tuple[Level, int]]:
+    """Return the levels whose links the messages ``src -> dst`` use, with their loads."""
+    loads = _link_loads(network, src, dst)
+    return [(level, int(c)) for level, c in zip(network.levels, loads, strict=True) if c]
 
 
-# -- all-reduce -------------------------------------------------------------------------------
+def _ring_link(network: Network, src: Any, dst: Any) -> tuple[float, float]:
+    """Return (alpha, w) of a ring's concurrent hops: the largest latency, narrowest share."""
+    used = _used_links(network, src, dst)
+    if not used:
+        return 0.0, math.inf
+    return max(level.alpha for level, _ in used), min(level.bandwidth / c for level, c in used)
+
+
+def _exchange_time(network: Network, n: float, src: Any, dst: Any) -> float:
+    """Return how long concurrent messages of n bytes take: their busiest link's time."""
+    used = _used_links(network, src, dst)
+    return max((level.alpha + c * n / level.bandwidth for level, c in used), default=0.0)
+
+
+def _edges(topology: Any, size: int, argname: str, unit: str) -> tuple[np.ndarray, np.ndarray]:
+    """Return the senders and receivers of ``topology``'s messages."""
+    topo = as_topology(topology, argname=argname)
+    if topo.size != size:
+        raise ValueError(f"{argname} has {topo.size} agents, but the network has {size} {unit}")
+    indptr, senders, _ = topo.offdiag_csr()  # row i: the agents i receives from
+    return senders.astype(np.int64), np.repeat(np.arange(size), np.diff(indptr))
+
+
+# -- all-reduce -----------------------------------------------------------------------------
+_ALGORITHMS = ("ring", "flat", "two_level", "decomposed")
+
+
 def one_level_allreduce_time(network: Network, n: float) -> float:
-    """Eq. (6): one ring over all P processes, at the narrowest bandwidth it crosses."""
-    alpha = max(level.alpha for level in network.links)
-    w = min(level.bandwidth for level in network.links)
-    return 2 * ring_time(network.size, n, alpha, w)
+    """Return Eq. (6): one ring through all P processes, at the narrowest bandwidth it uses."""
+    n, ranks = _check_n(n), np.arange(network.size)
+    if network.size == 1:
+        return 0.0
+    return 2 * ring_time(network.size, n, *_ring_link(network, ranks, np.roll(ranks, -1)))
 
 
 def two_level_allreduce_time(network: Network, n: float) -> float:
-    """Eq. (7): reduce to a master per level-0 group, all-reduce among masters, broadcast."""
-    inner = network.levels[0]
-    p0 = inner.size
-    outer = tuple(level for level in network.levels[1:] if level.size > 1) or (inner,)
-    alpha = max(level.alpha for level in outer)
-    w = min(level.bandwidth for level in network.links)
-    masters = network.size // p0
-    return (reduce_time(p0, n, inner.alpha, inner.bandwidth)
-            + broadcast_time(p0, n, inner.alpha, inner.bandwidth)
-            + 2 * best_time(masters, n, alpha, w))  # fmt: skip
+    """Return Eq. (7): reduce to a master per machine, all-reduce the masters, broadcast."""
+    n, inner = _check_n(n), network.levels[0]
+    p0, masters = inner.size, network.size // inner.size
+    total = (reduce_time(p0, n, inner.alpha, inner.bandwidth)
+             + broadcast_time(p0, n, inner.alpha, inner.bandwidth))  # fmt: skip
+    if masters > 1:
+        ranks = np.arange(masters) * p0
+        total += 2 * best_time(masters, n, *_ring_link(network, ranks, np.roll(ranks, -1)))
+    return total
+
+
+def _check_factors(network: Network, factors: Any) -> tuple[int, ...]:
+    from ._decomposed import check_factors  # the runtimes' rule, so both refuse alike
+
+    return network.sizes if factors is None else check_factors(factors, network.size)
 
 
 def decomposed_allreduce_time(network: Network, n: float,
                               factors: Sequence[int] | None = None) -> float:  # fmt: skip
-    """Eq. (9) (fat tree) or (10) (torus): the stages of the decomposed all-reduce.
+    """Return Eq. (9) (fat tree) or (10) (torus): the decomposed all-reduce's stages.
 
-    ``factors`` (one per level, product P) default to the level sizes.
+    ``factors`` (product P; default the level sizes): stage i all-reduces among the
+    ``factors[i]`` ranks that differ only in digit i of the ranks' mixed radix over
+    ``factors``, as ``fogsim.allreduce(..., algorithm="decomposed", factors=...)`` does.
     """
-    sizes = network.sizes if factors is None else tuple(factors)
-    if len(sizes) != len(network.levels):
-        raise ValueError(
-            f"factors {sizes} must give one size per network level ({len(network.levels)})"
-        )
-    if math.prod(sizes) != network.size:
-        raise ValueError(
-            f"factors {sizes} multiply to {math.prod(sizes)}, but the network has "
-            f"{network.size} processes"
-        )
-    total = 0.0
-    for i, (p, level) in enumerate(zip(sizes, network.levels, strict=True)):
-        chunk = n / math.prod(sizes[:i])
-        total += 2 * best_time(p, chunk, level.alpha, _stage_bandwidth(network, i, sizes))
+    n, factors = _check_n(n), _check_factors(network, factors)
+    ranks = np.arange(network.size)
+    total, chunk, stride = 0.0, n, 1
+    for p in factors:
+        if p > 1:
+            digit = (ranks // stride) % p
+            successor = ranks + ((digit + 1) % p - digit) * stride
+            total += 2 * best_time(p, chunk, *_ring_link(network, ranks, successor))
+        chunk, stride = chunk / p, stride * p
     return total
 
 
 def allreduce_time(network: Network, n: float, algorithm: str = "ring",
                    factors: Sequence[int] | None = None) -> float:  # fmt: skip
-    """The all-reduce of n bytes: ``"ring"`` (one level), ``"two_level"``, ``"decomposed"``."""
+    """Return the all-reduce of n bytes by ``algorithm`` (``"flat"``, fogsim's name: ring)."""
     if algorithm in ("ring", "flat"):
         return one_level_allreduce_time(network, n)
     if algorithm == "two_level":
         return two_level_allreduce_time(network, n)
     if algorithm == "decomposed":
         return decomposed_allreduce_time(network, n, factors)
-    raise ValueError(
-        f"algorithm must be 'ring', 'two_level' or 'decomposed', got {algorithm!r}"
-    )
+    raise ValueError(f"algorithm must be one of {_ALGORITHMS}, got {algorithm!r}")
 
 
 # -- neighbor ops ---------------------------------------------------------------------------
 def neighbor_allreduce_time(network: Network, n: float, topology: Any) -> float:
-    """One neighbor exchange of n bytes per message over ``topology`` (see module doc)."""
-    from ..topology import as_topology
-
-    topo = as_topology(topology)
-    if topo.size != network.size:
-        raise ValueError(
-            f"the topology has {topo.size} agents but the network {network.size} processes"
-        )
-    levels = network.levels
-    sent = np.zeros((topo.size, len(levels)), dtype=np.int64)
-    received = np.zeros_like(sent)
-    indptr, indices, _ = topo.offdiag_csr()
-    for i in range(topo.size):  # row i: the ranks agent i receives from
-        for j in indices[indptr[i]:indptr[i + 1]]:
-            level = network.level_between(i, int(j))
-            received[i, level] += 1
-            sent[int(j), level] += 1
-    busiest = np.maximum(sent, received)
-    worst = 0.0
-    for row in busiest:
-        for level, count in zip(levels, row, strict=True):
-            if count:
-                worst = max(worst, level.alpha + int(count) * n / level.bandwidth)
-    return worst
+    """Return one exchange of n bytes to every out-neighbor of ``topology`` (module doc)."""
+    return _exchange_time(
+        network, _check_n(n), *_edges(topology, network.size, "topology", "processes")
+    )
 
 
 def schedule_time(network: Network, n: float, steps: Iterable[Any]) -> float:
-    """The average neighbor exchange time over the steps of a dynamic schedule.
+    """Return the average neighbor exchange time over the steps of a dynamic schedule.
 
     ``steps``: topologies or schedule steps (with ``.weights``), e.g.
     ``itertools.islice(fogsim.topology.one_peer_exponential_two(P), period)``.
@@ -304,20 +331,29 @@ def schedule_time(network: Network, n: float, steps: Iterable[Any]) -> float:
 
 def hierarchical_neighbor_allreduce_time(network: Network, n: float,
                                          machine_topology: Any) -> float:  # fmt: skip
-    """Machine all-reduce (level 0), exchange among machines, broadcast in each machine."""
-    inner = network.levels[0]
-    outer = network.levels[1:]
-    intra = 2 * best_time(inner.size, n, inner.alpha, inner.bandwidth)
-    bcast = broadcast_time(inner.size, n, inner.alpha, inner.bandwidth)
-    if not outer:
-        return intra + bcast
-    between = neighbor_allreduce_time(Network(outer, network.kind), n, machine_topology)
-    return intra + between + bcast
+    """Return a machine all-reduce, the exchange among local ranks 0, a machine broadcast.
+
+    ``machine_topology`` has one agent per machine (a level-0 group of the network).
+    """
+    n, inner = _check_n(n), network.levels[0]
+    p0 = inner.size
+    senders, receivers = _edges(
+        machine_topology, network.size // p0, "machine_topology", "machines"
+    )
+    return (2 * best_time(p0, n, inner.alpha, inner.bandwidth)
+            + _exchange_time(network, n, senders * p0, receivers * p0)
+            + broadcast_time(p0, n, inner.alpha, inner.bandwidth))  # fmt: skip
 
 
 # -- per op, per run ------------------------------------------------------------------------
 class CostModel:
-    """The time of any fogsim op on ``network``; ``allreduce`` is the default algorithm."""
+    """The time of any fogsim op on ``network``; ``allreduce`` names the default algorithm.
+
+    ``allgather`` is a ring all-gather of ``size * nbytes`` (Eq. 1), ``broadcast`` Eq. (4)
+    and ``barrier`` ``ceil(lg P)`` latencies (dissemination), all at the latency and
+    bandwidth of the one-level ring; ``neighbor_allgather`` moves what
+    ``neighbor_allreduce`` moves.
+    """
 
     OPS = ("allreduce", "allgather", "broadcast", "neighbor_allreduce", "neighbor_allgather",
            "hierarchical_neighbor_allreduce", "barrier")  # fmt: skip
@@ -325,32 +361,30 @@ class CostModel:
     def __init__(self, network: Network, allreduce: str = "ring") -> None:
         if not isinstance(network, Network):
             raise TypeError(f"CostModel needs a Network, got {type(network).__name__}")
-        allreduce_time(network, 0.0, allreduce)  # checks the name
+        if allreduce not in _ALGORITHMS:
+            raise ValueError(f"allreduce must be one of {_ALGORITHMS}, got {allreduce!r}")
         self.network, self.allreduce = network, allreduce
+        ranks = np.arange(network.size)
+        self._flat = _ring_link(network, ranks, np.roll(ranks, -1))
 
     def op_time(self, op: str, nbytes: float, *, size: int, topology: Any = None,
                 machine_topology: Any = None, algorithm: str | None = None,
                 factors: Sequence[int] | None = None) -> float:  # fmt: skip
-        """Seconds for ``op`` on ``nbytes`` per process among ``size`` processes."""
+        """Return the seconds ``op`` takes on ``nbytes`` per process among ``size``."""
         net = self.network
         if size != net.size:
-            raise ValueError(f"the run has {size} agents but the network {net.size} processes")
+            raise ValueError(f"the run has size={size} processes but the network {net.size}")
         if op not in self.OPS:
             raise ValueError(f"unknown op {op!r}; the cost model knows {', '.join(self.OPS)}")
-        slow = min(level.bandwidth for level in net.links)
-        alpha = max(level.alpha for level in net.links)
+        nbytes, (alpha, w) = _check_n(nbytes), self._flat
         if op == "allreduce":
-            if algorithm == "decomposed" and factors is not None and len(factors) != len(
-                net.levels
-            ):  # a decomposition other than the network's: charge it as the ring would
-                return one_level_allreduce_time(net, nbytes)
             return allreduce_time(net, nbytes, algorithm or self.allreduce, factors)
-        if op == "allgather":  # a ring all-gather of size * nbytes
-            return ring_time(size, size * nbytes, alpha, slow)
+        if op == "allgather":
+            return ring_time(size, size * nbytes, alpha, w)
         if op == "broadcast":
-            return broadcast_time(size, nbytes, alpha, slow)
+            return broadcast_time(size, nbytes, alpha, w)
         if op == "barrier":
-            return math.ceil(math.log2(size)) * alpha if size > 1 else 0.0
+            return math.ceil(math.log2(size)) * alpha
         if op == "hierarchical_neighbor_allreduce":
             if machine_topology is None:
                 raise ValueError("hierarchical_neighbor_allreduce needs machine_topology=")
@@ -363,8 +397,8 @@ class CostModel:
 class CostMeter:
     """Adds up the modelled time of the ops :meth:`record` is told about.
 
-    ``total`` (s), ``per_op`` (s by op), ``iterations`` (s per iteration closed with
-    :meth:`mark`; the ops since then are ``current``).
+    ``total`` (s), ``per_op`` (s by op), ``calls`` (count by op), ``iterations`` (s per
+    iteration closed with :meth:`mark`; the ops since then make ``current``).
     """
 
     def __init__(self, model: CostModel | Network) -> None:
@@ -378,17 +412,20 @@ class CostMeter:
         self.per_op: dict[str, float] = {}
         self.calls: dict[str, int] = {}
         self.iterations: list[float] = []
-        self._cache: dict[tuple, float] = {}
+        self._cache: dict[tuple, tuple[float, list]] = {}
 
     def record(self, op: str, nbytes: float, **info: Any) -> float:
-        """Charge one op (see :meth:`CostModel.op_time`); return its modelled seconds."""
-        key = (op, nbytes, *(id(v) if not isinstance(v, (int, str, tuple, type(None))) else v
-                             for _, v in sorted(info.items())))  # fmt: skip
-        seconds = self._cache.get(key)
-        if seconds is None:
-            seconds = self._cache[key] = self.model.op_time(op, nbytes, **info)
-            if len(self._cache) > 4096:
+        """Charge one op (arguments of :meth:`CostModel.op_time`); return its seconds."""
+        values = [v for _, v in sorted(info.items())]
+        # Topologies are keyed by identity; the cache holds them, so no id is reused.
+        key = (op, nbytes, *(v if isinstance(v, int | str | tuple | None) else id(v)
+                             for v in values))  # fmt: skip
+        hit = self._cache.get(key)
+        if hit is None:
+            if len(self._cache) >= 4096:
                 self._cache.clear()
+            hit = self._cache[key] = (self.model.op_time(op, nbytes, **info), values)
+        seconds = hit[0]
         self.total += seconds
         self.current += seconds
         self.per_op[op] = self.per_op.get(op, 0.0) + seconds
@@ -417,15 +454,11 @@ def attach_cost_model(model: CostModel | Network | CostMeter) -> CostMeter:
     meter = model if isinstance(model, CostMeter) else CostMeter(model)
     backend = fs._api._backend()
     if not hasattr(backend, "attach_cost_model"):
-        raise ValueError(
-            f"attach_cost_model: the {backend.name} backend runs real communication; "
-            "the cost model attaches to the simulator (init(backend='sim'))"
-        )
+        raise ValueError(f"attach_cost_model: the {backend.name} backend communicates for "
+                         "real; the cost model attaches to init(backend='sim')")  # fmt: skip
     if meter.model.network.size != backend.size_int:
-        raise ValueError(
-            f"the network has {meter.model.network.size} processes but the world "
-            f"{backend.size_int} agents"
-        )
+        raise ValueError(f"the network has {meter.model.network.size} processes but the "
+                         f"world {backend.size_int} agents")  # fmt: skip
     backend.attach_cost_model(meter)
     return meter
 
@@ -439,47 +472,27 @@ def detach_cost_model() -> None:
         backend.attach_cost_model(None)
 
 
-# -- plots ----------------------------------------------------------------------------------
-def plot_allreduce_scaling(gpus_per_machine: int, machine_counts: Sequence[int], nbytes: float,
-                           intra: dict | None = None, inter: dict | None = None,
-                           ax: Any = None) -> Any:  # fmt: skip
-    """Plot modelled times against the number of GPUs: ring, two-level and decomposed
-    all-reduce, neighbor allreduce on the exponential-2 graph and one-peer exponential-2.
-    """
-    import matplotlib.pyplot as plt
-
-    rows = scaling_table(gpus_per_machine, machine_counts, nbytes, intra, inter)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(7, 4.5))
-    gpus = [row["gpus"] for row in rows]
-    for key, label in (("ring", "ring all-reduce (Eq. 6)"),
-                       ("two_level", "two-level all-reduce (Eq. 7)"),
-                       ("decomposed", "decomposed all-reduce (Eq. 9)"),
-                       ("neighbor_exp2", "neighbor allreduce, exponential-2"),
-                       ("one_peer", "one-peer exponential-2 (average step)")):  # fmt: skip
-        ax.plot(gpus, [1e3 * row[key] for row in rows], marker="o", label=label)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("GPUs")
-    ax.set_ylabel("modelled time per op (ms)")
-    ax.set_title(f"{nbytes / 2**20:.0f} MiB per GPU, {gpus_per_machine} GPUs per machine")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize="small")
-    return ax
+# -- scaling --------------------------------------------------------------------------------
+_CURVES = {"ring": "ring all-reduce (Eq. 6)", "two_level": "two-level all-reduce (Eq. 7)",
+           "decomposed": "decomposed all-reduce (Eq. 9)",
+           "neighbor_exp2": "neighbor allreduce, exponential-2",
+           "one_peer": "one-peer exponential-2 (average step)",
+           "hierarchical": "hierarchical neighbor allreduce, exp-2 machines"}  # fmt: skip
 
 
 def scaling_table(gpus_per_machine: int, machine_counts: Sequence[int], nbytes: float,
-                  intra: dict | None = None, inter: dict | None = None) -> list[dict]:  # fmt: skip
-    """The rows of :func:`plot_allreduce_scaling`: seconds per op by machine count."""
-    import itertools
+                  intra: Any = None, inter: Any = None,
+                  kind: str = "fat_tree") -> list[dict]:  # fmt: skip
+    """Return seconds per op on :meth:`Network.cluster` for each machine count.
 
-    from ..topology import exponential_two_graph, one_peer_exponential_two
-
+    Each row holds ``gpus`` and the time of every curve of :func:`plot_allreduce_scaling`:
+    ``ring``, ``two_level``, ``decomposed``, ``neighbor_exp2``, ``one_peer``, ``hierarchical``.
+    """
     rows = []
     for machines in machine_counts:
-        net = Network.cluster(gpus_per_machine, machines, intra, inter)
+        net = Network.cluster(gpus_per_machine, machines, intra, inter, kind)
         p = net.size
-        period = max(1, (p - 1).bit_length())
+        period = max(1, (p - 1).bit_length())  # one cycle of the one-peer schedule
         rows.append({
             "gpus": p,
             "ring": one_level_allreduce_time(net, nbytes),
@@ -488,5 +501,34 @@ def scaling_table(gpus_per_machine: int, machine_counts: Sequence[int], nbytes: 
             "neighbor_exp2": neighbor_allreduce_time(net, nbytes, exponential_two_graph(p)),
             "one_peer": schedule_time(net, nbytes,
                                       itertools.islice(one_peer_exponential_two(p), period)),
+            "hierarchical": hierarchical_neighbor_allreduce_time(
+                net, nbytes, exponential_two_graph(machines)),
         })  # fmt: skip
     return rows
+
+
+def plot_allreduce_scaling(gpus_per_machine: int, machine_counts: Sequence[int], nbytes: float,
+                           intra: Any = None, inter: Any = None, kind: str = "fat_tree",
+                           ax: Any = None) -> Any:  # fmt: skip
+    """Plot the modelled time of one op against the number of GPUs; return the axes.
+
+    Ring, two-level and decomposed all-reduce, neighbor allreduce on the exponential-2
+    graph, the one-peer exponential-2 schedule's average step, and hierarchical neighbor
+    allreduce over the exponential-2 graph of machines (:func:`scaling_table`).
+    """
+    import matplotlib.pyplot as plt
+
+    rows = scaling_table(gpus_per_machine, machine_counts, nbytes, intra, inter, kind)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7.5, 4.8))
+    gpus = [row["gpus"] for row in rows]
+    for key, label in _CURVES.items():
+        ax.plot(gpus, [1e3 * row[key] for row in rows], marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel("modelled time per op (ms)")
+    ax.set_title(f"{nbytes / 2**20:g} MiB per GPU, {gpus_per_machine} GPUs per machine ({kind})")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="small")
+    return ax
