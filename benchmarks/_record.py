@@ -1,8 +1,19 @@
 """Machine-readable rows of the benchmark scripts, for ``python -m benchmarks``.
 
-A script calls :func:`record` where it prints a claim's figures; when the environment
-variable ``FOGSIM_BENCH_JSON`` names a file (the suite sets it), :func:`save` appends the
-rows there as JSON lines. Without it nothing is written, so the scripts print as before.
+A script calls :func:`record` where it prints a claim's figures and :func:`save` at the
+end (under MPI: on the main rank only). When the environment variable ``FOGSIM_BENCH_JSON``
+names a file, :func:`save` appends the rows there, one JSON object per line:
+
+    {"bench": "mpi", "measure": "...", "value": 1.9e-4, "baseline": 2.5e-4, "ratio": 0.76,
+     "unit": "s", "goal": "<= 1.1", "note": ""}
+
+``value`` and ``baseline`` are in ``unit`` (times in seconds, rates such as ``steps/s``);
+``ratio`` is ``value / baseline``, or for a row without a single baseline the ratio the
+measure names (e.g. a median of per-size ratios, with ``value`` null). ``goal`` is checked
+against the ratio when there is one, else against the value; ``"added <= 3 us"`` is
+checked against ``value - baseline``. Without the variable nothing is written, so the
+scripts print exactly as they do alone. ``python benchmarks/bench_mpi.py`` with
+``FOGSIM_BENCH_JSON=rows.jsonl`` set gives one script's rows.
 """
 
 from __future__ import annotations
@@ -16,17 +27,15 @@ _ROWS: list[dict] = []
 
 
 def record(
-    bench: str, measure: str, value: float, baseline: float | None = None,
-    ratio: float | None = None, goal: str | None = None, unit: str = "",
+    bench: str, measure: str, value: float | None, baseline: float | None = None,
+    ratio: float | None = None, goal: str | None = None, unit: str = "s", note: str = "",
 ) -> None:  # fmt: skip
-    """Keep one row: ``value`` (and its in-run ``baseline``, ``ratio``, ``goal`` such as
-    ``"<= 1.1"``) of ``measure`` in benchmark ``bench``."""
-    if ratio is None and baseline:
+    """Keep one row: ``value`` of ``measure`` in benchmark ``bench`` against its in-run
+    ``baseline`` (same unit), with a ``goal`` such as ``"<= 1.1"`` or ``"added <= 3 us"``."""
+    if ratio is None and baseline and value is not None:
         ratio = value / baseline
-    if baseline is not None and not unit:
-        unit = "s"  # a time against a time measured in the same run
     _ROWS.append({"bench": bench, "measure": measure, "value": value, "baseline": baseline,
-                  "ratio": ratio, "goal": goal, "unit": unit})  # fmt: skip
+                  "ratio": ratio, "unit": unit, "goal": goal, "note": note})  # fmt: skip
 
 
 def save() -> None:
