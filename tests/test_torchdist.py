@@ -224,6 +224,76 @@ def case_torch_errors_raise_on_every_rank():
     fs.shutdown()
 
 
+def case_torch_machine_level_errors_found_on_local_ranks_0_raise_everywhere():
+    """Errors only the machines' world sees reach every rank, named by machine (k > 1)."""
+    n = fs.init().backend.size_int
+    fs.shutdown()
+    for k in dual_cases._divisors(n):
+        m = n // k
+        fs.init(local_size=k)
+        mr = fs.machine_rank()
+        x = np.full(3, float(fs.rank()))
+        too_big = np.eye(m + 1)
+        _raises(ValueError, f"src_machine_weights has {m + 1} machines but the world has {m}",
+                fs.hierarchical_neighbor_allreduce, x, src_machine_weights=too_big)  # fmt: skip
+        for check in (True, False):  # unchecked: local ranks 0 raise, and tell their machine
+            message = _raises(ValueError, f"machine {m} is out of range for {m} machines",
+                              fs.hierarchical_neighbor_allreduce, x, self_weight=0.5,
+                              src_machine_weights={m: 0.5}, dst_machine_weights={m: 1.0},
+                              enable_topo_check=check)  # fmt: skip
+            assert "rank" not in message, message
+        _raises(TypeError, "machine True is not an integer", fs.hierarchical_neighbor_allreduce,
+                x, self_weight=0.5, src_machine_weights={True: 0.5})  # fmt: skip
+        ranks = np.repeat(np.arange(float(n))[:, None], 3, axis=1)
+        W = T.exponential_two_graph(m).uniform().to_dense()
+        ref = dual_cases._machine_reference(ranks, k, W)
+        _same(fs.hierarchical_neighbor_allreduce(x), ref[fs.rank()], exact=False)  # usable
+        if m > 1:  # machine lists as src_machine_weights, as the simulator takes them
+            data = np.random.default_rng(k).standard_normal((n, 2))
+            got = fs.hierarchical_neighbor_allreduce(
+                data[fs.rank()], self_weight=0.5, src_machine_weights=[(mr - 1) % m]
+            )
+            lists = [[(r // k - 1) % m] for r in range(n)]
+            sim = dual_cases._sim_machine_reference(
+                n, k, data, lambda d, s=lists: fs.hierarchical_neighbor_allreduce(
+                    d, self_weight=np.full(n, 0.5), src_machine_weights=s))  # fmt: skip
+            _same(got, sim[fs.rank()])
+        fs.shutdown()
+
+
+def case_torch_machine_level_values_keep_type_and_edge_shapes():
+    import torch
+    import torch.distributed.distributed_c10d as c10d
+
+    n = fs.init().backend.size_int
+    fs.shutdown()
+    groups = len(c10d._world.pg_map)
+    for k in dual_cases._divisors(n):
+        fs.init(local_size=k)
+        r, m = fs.rank(), n // k
+        calls = [
+            fs.hierarchical_neighbor_allreduce,
+            lambda v: fs.allreduce(v, is_hierarchical_local=True),
+            lambda v: fs.allreduce(v, algorithm="decomposed"),
+            lambda v, f=(k, m): fs.allreduce(v, average=False, factors=f),
+        ]
+        for dtype in (np.float32, np.float64):
+            x = (np.arange(6, dtype=dtype).reshape(2, 3) + r) / 3
+            for call in calls:
+                a, b = call(x), call(torch.from_numpy(x.copy()))
+                assert isinstance(a, np.ndarray) and a.dtype == dtype and a.shape == x.shape
+                assert isinstance(b, torch.Tensor) and b.dtype == torch.from_numpy(x).dtype
+                _same(b.numpy(), a)
+        for x in (float(r), np.float32(r), np.empty((0, 2)), np.arange(3.0) + r):
+            for call in calls:  # pieces of a 0-d value or fewer elements than ranks: empty
+                got = call(x)
+                assert np.shape(got) == np.shape(x), (np.shape(got), np.shape(x))
+        ones = np.ones(1)
+        _same(fs.allreduce(ones, average=False, factors=(1, n, 1)), np.full(1, float(n)))
+        fs.shutdown()
+    assert len(c10d._world.pg_map) == groups  # the machines' groups are destroyed
+
+
 def case_torch_combine_of_cuda_tensors_has_combine_rows_bits():
     """The torch combine CUDA tensors go through, run on CPU tensors: combine_rows' bits."""
     import torch
@@ -272,6 +342,30 @@ def case_cuda_ops_match_the_simulator():
     mixed = torch.ones(2, dtype=torch.float64, device="cuda" if r else "cpu")
     _raises(ValueError, "ranks disagree", fs.neighbor_allreduce, mixed)
     fs.shutdown()
+
+
+def case_cuda_machine_level_ops_match_the_simulator():
+    import torch
+
+    n = fs.init().backend.size_int
+    fs.shutdown()
+    data = np.random.default_rng(8).standard_normal((n, 5))
+    for k in dual_cases._divisors(n):
+        fs.init(local_size=k)
+        r = fs.rank()
+        calls = [
+            fs.hierarchical_neighbor_allreduce,
+            lambda v: fs.allreduce(v, is_hierarchical_local=True),
+            lambda v: fs.allreduce(v, algorithm="decomposed"),
+        ]
+        for dtype in (np.float32, np.float64):
+            d = data.astype(dtype)
+            for call in calls:
+                got = call(torch.from_numpy(d[r].copy()).cuda())
+                assert got.is_cuda and got.dtype == torch.from_numpy(d).dtype
+                sim = dual_cases._sim_machine_reference(n, k, d, call)
+                _same(got.cpu().numpy(), sim[r])
+        fs.shutdown()
 
 
 TORCH_CASES = sorted(name for name in dir() if name.startswith("case_torch_"))

@@ -41,17 +41,30 @@ class TorchBackend(MachineOps, NeighborOps, Backend):
         size: int | None = None,
         local_size: int | None = None,
         settings: _settings.Settings | None = None,
+        groups: tuple[int, int, Any, Any] | None = None,
     ) -> None:
+        """``groups``: ``(rank, size, gloo group, NCCL group or None)`` of a world on part
+        of the job (the machines' world of the hierarchical ops), which it then owns;
+        None: a world of the whole job, on groups of its own.
+        """
         super().__init__()
         self._agreed: tuple | None = None  # the last topology every rank agreed on
         self._settings = settings or _settings.Settings()
-        self._rank, self._n = _world.start(self._settings)
-        if size is not None and size != self._n:
-            raise ValueError(
-                f"init(size={size}) with backend 'torch': the job has {self._n} processes; "
-                "the size comes from the launcher (torchrun --nproc-per-node N, fogrun -np N)"
-            )
-        self.group, self.nccl_group = _world.new_groups(self._rank, self._n)
+        if groups is not None:
+            self._rank, self._n, self.group, self.nccl_group = groups
+        else:
+            self._rank, self._n = _world.start(self._settings)
+            if size is not None and size != self._n:
+                raise ValueError(
+                    f"init(size={size}) with backend 'torch': the job has {self._n} "
+                    "processes; the size comes from the launcher (torchrun "
+                    "--nproc-per-node N, fogrun -np N)"
+                )
+            self.group, self.nccl_group = _world.new_groups(self._rank, self._n)
+            if self._settings.rank_dir:  # for fogrun's report of a dead rank
+                from ...run._liveness import record
+
+                record(self._settings.rank_dir, self._rank)
         self._comm = GroupComm(self.group, self._n)
         try:
             self._local_rank, self._local_size = self._machines(local_size)
@@ -59,7 +72,7 @@ class TorchBackend(MachineOps, NeighborOps, Backend):
         except BaseException:
             self._destroy_groups()
             raise
-        if self.nccl_group is not None:
+        if self.nccl_group is not None and groups is None:
             torch.cuda.set_device(self._local_rank % torch.cuda.device_count())
         self._fusion_threshold = self._settings.fusion_threshold
         self._init_neighbor_ops()
@@ -106,6 +119,7 @@ class TorchBackend(MachineOps, NeighborOps, Backend):
             except Exception as exc:  # noqa: BLE001 - re-raised once the world is closed
                 error = error or exc
         self._close_neighbor_ops()
+        self._close_machine_ops()
         self._destroy_groups()
         if error is not None:
             raise error
@@ -244,8 +258,8 @@ class TorchBackend(MachineOps, NeighborOps, Backend):
         out.copy_(value.tensor)
         work = None
         if out.numel():
-            work = dist.broadcast(as_bytes(out), src=root, group=self._data_group(value),
-                                  async_op=True)  # fmt: skip
+            work = dist.broadcast(as_bytes(out), group=self._data_group(value), async_op=True,
+                                  group_src=root)  # fmt: skip
         result = out if out_arr is None else out_arr
         return self._start("broadcast", work, lambda: value.wrap(result), name)
 

@@ -1,10 +1,13 @@
-"""Machine-level ops of the torch.distributed runtime, on point-to-point transfers.
+"""Machine-level ops of the torch.distributed runtime, as the MPI runtime runs them.
 
-Inside a machine, values move by ``batch_isend_irecv`` between its local ranks; the
-exchange among machines is a rank-level dynamic ``neighbor_allreduce`` in which only each
-machine's local rank 0 sends and receives, so the usual agreement (the same error on
-every rank, never a hang) covers the machine weights too. The additions are those of the
-simulator and the MPI runtime, in the same order, so all three give the same bits.
+Inside a machine, values move by point-to-point transfers between its local ranks. The
+exchange among machines runs on a second torch world, one process per machine (the local
+ranks 0, on process groups of their own, made on the first hierarchical call): there a
+machine is a rank, so the machine-level arguments get the rank-level checks and
+agreement of ``neighbor_allreduce`` and their errors name machines, as under MPI. Each
+local rank 0 then tells its machine the outcome (an error report, or the result), so
+an error raises on every rank instead of leaving one waiting. The additions are those of
+the simulator and the MPI runtime, in the same order, so all three give the same bits.
 """
 
 from __future__ import annotations
@@ -12,17 +15,21 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 import torch.distributed as dist
 
 from ... import _arrays
 from ...hierarchy._decomposed import digits, piece_bounds
 from ...hierarchy._machines import layout_error
-from .._weights import is_matrix, machine_words
+from .._weights import machine_words
+from . import _world
 from ._agree import LocalError
-from ._neighbor import as_bytes
+from ._neighbor import as_bytes, p2p
 from ._values import Value
 
 __all__ = ["MachineOps"]
+
+_UNSET = object()  # the machines' groups are made on the first hierarchical call
 
 
 def _sum_rows(rows: Any, k: int) -> Any:
@@ -44,10 +51,26 @@ class MachineOps:
     def _init_machine_ops(self) -> None:
         self._machine_error = layout_error(self._comm.allgather((self._local_size,
                                                                  self._local_rank)))  # fmt: skip
+        self._roots_groups: Any = _UNSET  # (gloo, NCCL) of the local ranks 0; None elsewhere
+        self._machines_world: Any = None  # the local ranks 0 as one world (on first use)
+
+    def _close_machine_ops(self) -> None:
+        # The machines' world owns the roots' groups: closing it destroys them.
+        world, groups = self._machines_world, self._roots_groups
+        self._machines_world, self._roots_groups = None, _UNSET
+        if world is not None:
+            world.close()
+        elif groups is not _UNSET and groups is not None and dist.is_initialized():
+            for group in groups:
+                if group is not None:
+                    dist.destroy_process_group(group)
 
     def check_machines(self, op: str) -> None:
         if self._machine_error is not None:
             raise ValueError(f"{op}: {self._machine_error}")
+
+    def _on_machine_topology(self) -> None:
+        """Nothing to do now: the machines' world re-wires on its next op."""
 
     # -- within a machine -----------------------------------------------------------------
     def _gather_to_root(self, value: Value) -> Any:
@@ -57,11 +80,11 @@ class MachineOps:
         if self._local_rank == 0:
             buf, buf_arr = value.empty((k, *value.shape))
             buf[0].copy_(value.tensor)
-            ops = [dist.P2POp(dist.irecv, as_bytes(buf[j]), base + j, group) for j in range(1, k)]
-            self._p2p(ops, value.cuda, blocking=True).Wait()
+            ops = [p2p(dist.irecv, as_bytes(buf[j]), base + j, group) for j in range(1, k)]
+            self._p2p(ops if buf.numel() else [], value.cuda, blocking=True).Wait()
             return buf if buf_arr is None else buf_arr
-        ops = [dist.P2POp(dist.isend, as_bytes(value.tensor), base, group)]
-        self._p2p(ops, value.cuda, blocking=True).Wait()
+        ops = [p2p(dist.isend, as_bytes(value.tensor), base, group)]
+        self._p2p(ops if value.nbytes else [], value.cuda, blocking=True).Wait()
         return None
 
     def _broadcast_from_root(self, value: Value, out: Any) -> Any:
@@ -69,90 +92,127 @@ class MachineOps:
         k, base = self._local_size, self._rank - self._local_rank
         group = self._data_group(value)
         if self._local_rank == 0:
-            tensor = out if value.arr is None else _as_tensor(out)
-            ops = [dist.P2POp(dist.isend, as_bytes(tensor), base + j, group) for j in range(1, k)]
-            self._p2p(ops, value.cuda, blocking=True).Wait()
+            tensor = out if value.arr is None else torch.from_numpy(np.ascontiguousarray(out))
+            ops = [p2p(dist.isend, as_bytes(tensor), base + j, group) for j in range(1, k)]
+            self._p2p(ops if value.nbytes else [], value.cuda, blocking=True).Wait()
             return out
         buf, buf_arr = value.empty(value.shape)
-        self._p2p([dist.P2POp(dist.irecv, as_bytes(buf), base, group)], value.cuda,
-                  blocking=True).Wait()  # fmt: skip
+        ops = [p2p(dist.irecv, as_bytes(buf), base, group)] if value.nbytes else []
+        self._p2p(ops, value.cuda, blocking=True).Wait()
         return buf if buf_arr is None else buf_arr
+
+    def _tell_machine(self, report: tuple[str, str] | None) -> None:
+        """Local rank 0: send its error ``report`` (None: none) to the machine; all raise it.
+
+        On the gloo group whatever the data's device: a length, then the message.
+        """
+        k, base = self._local_size, self._rank - self._local_rank
+        if self._local_rank == 0:
+            text = b"" if report is None else "\n".join(report).encode()
+            length = torch.tensor([len(text)], dtype=torch.int64)
+            ops = [p2p(dist.isend, length, base + j, self.group) for j in range(1, k)]
+            if text:
+                payload = torch.frombuffer(bytearray(text), dtype=torch.uint8)
+                ops += [p2p(dist.isend, payload, base + j, self.group) for j in range(1, k)]
+            self._p2p(ops, False, blocking=True).Wait()
+        else:
+            length = torch.zeros(1, dtype=torch.int64)
+            self._p2p([p2p(dist.irecv, length, base, self.group)], False, True).Wait()
+            if length.item():
+                payload = torch.empty(int(length.item()), dtype=torch.uint8)
+                self._p2p([p2p(dist.irecv, payload, base, self.group)], False, True).Wait()
+                kind, message = bytes(payload.numpy()).decode().split("\n", 1)
+                report = (kind, message)
+        if report is not None:
+            raise (TypeError if report[0] == "TypeError" else ValueError)(report[1])
+
+    # -- among machines -------------------------------------------------------------------
+    def _is_machine_root(self) -> bool:
+        """Return whether this is its machine's local rank 0.
+
+        Collective over the job on the first call, which makes the local ranks 0's groups.
+        """
+        if self._roots_groups is _UNSET:
+            roots = list(range(0, self._n, self._local_size))
+            self._roots_groups = _world.new_subgroups(roots, self.nccl_group is not None)
+        return self._local_rank == 0
+
+    def _machine_world(self) -> Any:
+        """The local ranks 0, one per machine, as one world with the machine topology.
+
+        Collective over those ranks only (built on first use, after :meth:`_is_machine_root`).
+        """
+        topo = self.load_machine_topology()
+        if self._machines_world is None:
+            gloo, nccl = self._roots_groups
+            rank, size = self._rank // self._local_size, self._n // self._local_size
+            self._machines_world = type(self)(local_size=1, settings=self._settings,
+                                              groups=(rank, size, gloo, nccl))  # fmt: skip
+            self._roots_groups = None  # owned by the machines' world now
+        world = self._machines_world
+        if world._topology is not topo or world._is_weighted != self._machine_weighted:
+            world.set_topology(topo, self._machine_weighted)
+        return world
 
     # -- the ops --------------------------------------------------------------------------
     def hierarchical_neighbor_allreduce(
         self, x: Any, self_weight: Any = None, src_machine_weights: Any = None,
         dst_machine_weights: Any = None, enable_topo_check: bool = True, name: str | None = None,
     ) -> Any:  # fmt: skip
+        """Gather and average on local rank 0; exchange among machines; broadcast back."""
         op = "hierarchical_neighbor_allreduce"
         self._start_machine_op(op, name, enable_topo_check)
         self._flush()
         value = self._checked(op, x, averaging=True)
+        root = self._is_machine_root()
         k = self._local_size
         mean = value.tensor if value.arr is None else value.arr
         if k > 1:
             rows = self._gather_to_root(value)
-            if rows is not None:
+            if root:
                 mean = _sum_rows(rows, k)
                 mean /= k
-        args, check = self._machine_args(self_weight, src_machine_weights, dst_machine_weights,
-                                         enable_topo_check)  # fmt: skip
-        with machine_words():
-            mixed = self.neighbor_allreduce(mean, *args, enable_topo_check=check)
-        out = self._broadcast_from_root(value, mixed if self._local_rank == 0 else None) if (
-            k > 1
-        ) else mixed
-        return value.wrap(out)
-
-    def _machine_args(self, self_weight, src, dst, check) -> tuple[tuple, bool]:
-        """This rank's arguments of the rank-level exchange among local ranks 0."""
-        k = self._local_size
-        static = src is None and dst is None and self_weight is None
-        # the same on every rank: the senders of a static step follow from the topology
-        check = False if static else check
-        if self._local_rank != 0:  # takes no part: keeps its value, sends nothing
-            return (1.0, {}, {}), check
-        topo = self.load_machine_topology()
-        m = self._rank // k
-        if static:  # the machine topology's weights
-            w = (topo if self._machine_weighted else topo.uniform()).to_dense()
-            return (float(w[m, m]), {int(j) * k: float(w[m, j]) for j in topo.in_neighbors(m)},
-                    {int(j) * k: 1.0 for j in topo.out_neighbors(m)}), False  # fmt: skip
-        if is_matrix(src):  # one machine-level matrix for the step
-            w = np.asarray(src.to_dense() if hasattr(src, "to_dense") else src, dtype=float)
-            if w.shape != (topo.size, topo.size):
-                raise ValueError(
-                    f"src_machine_weights is a {w.shape} matrix; expected one row and column "
-                    f"per machine ({topo.size} x {topo.size})"
-                )
-            sw = float(w[m, m]) if self_weight is None else self_weight
-            srcs = {int(j) * k: float(w[m, j]) for j in np.flatnonzero(w[m]) if j != m}
-            dsts = {int(i) * k: 1.0 for i in np.flatnonzero(w[:, m]) if i != m}
-            return (sw, srcs, dsts), check
-        to_ranks = _to_ranks(k)
-        if dst is None and isinstance(src, dict):  # senders: the machine topology's
-            full = {int(j): 0.0 for j in topo.in_neighbors(m)}
-            full.update(src)
-            return (self_weight, to_ranks(full),
-                    {int(j) * k: 1.0 for j in topo.out_neighbors(m)}), check  # fmt: skip
-        return (self_weight, to_ranks(src), to_ranks(dst)), check
+        out, report = None, None
+        if root:  # every machine's local rank 0 runs the exchange, then tells its machine
+            # shapes were agreed above and the machine topology when it was set
+            static = all(a is None for a in (self_weight, src_machine_weights,
+                                             dst_machine_weights))  # fmt: skip
+            try:
+                with machine_words():
+                    out = self._machine_world().neighbor_allreduce(
+                        mean, self_weight, src_machine_weights, dst_machine_weights,
+                        enable_topo_check and not static,
+                    )  # fmt: skip
+            except (TypeError, ValueError) as exc:  # raised on every machine's rank 0
+                if k == 1:
+                    raise
+                report = (type(exc).__name__, str(exc))
+        if k == 1:
+            return value.wrap(out)
+        self._tell_machine(report)
+        return value.wrap(self._broadcast_from_root(value, out))
 
     def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
         self._start_machine_op("allreduce(is_hierarchical_local=True)", name, average=average)
         self._flush()
         value = self._checked("allreduce-local", x, averaging=average, summing=True)
         k = self._local_size
-        total = (value.tensor.clone() if value.arr is None else value.arr.copy())
-        if k > 1:
-            rows = self._gather_to_root(value)
-            total = None
-            if rows is not None:
-                total = _sum_rows(rows, k)
-                if average:
-                    total /= k
-            total = self._broadcast_from_root(value, total)
-        return value.wrap(total)
+        if k == 1:
+            return value.wrap(value.tensor.clone() if value.arr is None else value.arr.copy())
+        rows = self._gather_to_root(value)
+        total = None
+        if rows is not None:
+            total = _sum_rows(rows, k)
+            if average:
+                total /= k
+        return value.wrap(self._broadcast_from_root(value, total))
 
     def decomposed_allreduce(self, x, average, name, factors):
+        """Reduce-scatter then all-gather over stages of ranks differing in one digit.
+
+        Point-to-point on the job's groups: a stage's members are known from the factors,
+        so no group is made per stage.
+        """
         _arrays.check_name(name)
         if not isinstance(average, bool):
             raise TypeError(f"average must be a bool, got {type(average).__name__}")
@@ -168,52 +228,25 @@ class MachineOps:
         for p, d in zip(factors, digits(self._rank, factors), strict=True):  # reduce-scatter
             members = [self._rank + (j - d) * stride for j in range(p)]
             bounds = piece_bounds(lo, hi, p)
-            size = int(bounds[d + 1] - bounds[d])
-            recv, recv_arr = value.empty((p, size))
-            recv[d].copy_(flat[bounds[d] : bounds[d + 1]])
-            ops = [dist.P2POp(dist.irecv, as_bytes(recv[j]), members[j], group)
-                   for j in range(p) if j != d]  # fmt: skip
-            ops += [dist.P2POp(dist.isend, as_bytes(flat[bounds[j] : bounds[j + 1]].clone()),
-                               members[j], group) for j in range(p) if j != d]  # fmt: skip
+            pieces = [flat[bounds[j] : bounds[j + 1]] for j in range(p)]
+            recv, recv_arr = value.empty((p, pieces[d].numel()))
+            recv[d].copy_(pieces[d])
+            # every member knows every piece's length: empty ones do not move
+            ops = [p2p(dist.irecv, as_bytes(recv[j]), members[j], group)
+                   for j in range(p) if j != d and recv.numel()]  # fmt: skip
+            ops += [p2p(dist.isend, as_bytes(pieces[j]), members[j], group)
+                    for j in range(p) if j != d and pieces[j].numel()]  # fmt: skip
             self._p2p(ops, value.cuda, blocking=True).Wait()
             lo, hi = int(bounds[d]), int(bounds[d + 1])
-            rows = recv if recv_arr is None else recv_arr
-            buf[lo:hi] = _sum_rows(rows, p) if p > 1 else rows[0]
-            stages.append((members, bounds, d))
+            buf[lo:hi] = _sum_rows(recv if recv_arr is None else recv_arr, p)
+            stages.append((members, pieces, d))
             stride *= p
-        for members, bounds, d in reversed(stages):  # all-gather
-            mine = flat[bounds[d] : bounds[d + 1]].clone()
-            ops = [dist.P2POp(dist.isend, as_bytes(mine), members[j], group)
-                   for j in range(len(members)) if j != d]  # fmt: skip
-            ops += [dist.P2POp(dist.irecv, as_bytes(flat[bounds[j] : bounds[j + 1]]),
-                               members[j], group)
-                    for j in range(len(members)) if j != d]  # fmt: skip
+        for members, pieces, d in reversed(stages):  # all-gather, into the pieces of flat
+            ops = [p2p(dist.isend, as_bytes(pieces[d]), members[j], group)
+                   for j in range(len(members)) if j != d and pieces[d].numel()]  # fmt: skip
+            ops += [p2p(dist.irecv, as_bytes(pieces[j]), members[j], group)
+                    for j in range(len(members)) if j != d and pieces[j].numel()]  # fmt: skip
             self._p2p(ops, value.cuda, blocking=True).Wait()
         if average:
             buf /= self._n
         return value.wrap(buf.reshape(value.shape))
-
-
-def _as_tensor(arr: np.ndarray) -> Any:
-    import torch
-
-    return torch.from_numpy(np.ascontiguousarray(arr))
-
-
-def _to_ranks(k: int):
-    """Map a machine-level ``{machine: weight}`` (or machine list) to local ranks 0."""
-
-    def convert(weights: Any) -> Any:
-        if weights is None:
-            return None
-        if isinstance(weights, dict):
-            return {_machine(j) * k: w for j, w in weights.items()}
-        if isinstance(weights, list | tuple):
-            return [_machine(j) * k for j in weights]
-        return weights  # anything else: the rank-level checks word the error
-
-    return convert
-
-
-def _machine(j: Any) -> Any:
-    return int(j) if isinstance(j, int | np.integer) and not isinstance(j, bool) else j

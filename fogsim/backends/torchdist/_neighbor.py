@@ -27,15 +27,22 @@ from ..mpi._plan import RankPlan, check_senders, rank_plan, rank_weights, send_t
 from ._agree import LocalError, agree, fingerprint
 from ._values import Value
 
-__all__ = ["NeighborOps", "as_bytes"]
+__all__ = ["NeighborOps", "as_bytes", "p2p"]
 
 _FP_CACHE_SIZE = 1024  # (dtype, shape, device, plan) fingerprints remembered per backend
 
 
 def as_bytes(tensor: Any) -> Any:
     """Return a contiguous tensor's bytes as a flat uint8 view (gloo moves any dtype so)."""
+    if not tensor.numel():  # torch will not view every empty layout as bytes
+        return torch.empty(0, dtype=torch.uint8, device=tensor.device)
     flat = tensor.reshape(-1)
     return flat if flat.dtype == torch.uint8 else flat.view(torch.uint8)
+
+
+def p2p(op: Any, tensor: Any, peer: int, group: Any) -> Any:
+    """Return one transfer with ``peer``, a rank of ``group`` (not of the whole job)."""
+    return dist.P2POp(op, tensor, group=group, group_peer=int(peer))
 
 
 def _wait_all(works: list) -> None:
@@ -233,10 +240,10 @@ class NeighborOps:
         recv, recv_arr = value.empty((len(srcs), *value.shape))
         ops = []
         if value.nbytes:
-            ops = [dist.P2POp(dist.irecv, recv[k], int(j), group) for k, j in enumerate(srcs)]
+            ops = [p2p(dist.irecv, recv[k], j, group) for k, j in enumerate(srcs)]
             sends = plan.send_weights if scale else np.ones(len(dsts))
             for j, s in zip(dsts, sends, strict=True):
-                ops.append(dist.P2POp(dist.isend, self._scaled(value, s), int(j), group))
+                ops.append(p2p(dist.isend, self._scaled(value, s), j, group))
         transfer = self._p2p(ops, value.cuda, blocking)
         select = plan.select if plan.static else None
 
@@ -280,8 +287,8 @@ class NeighborOps:
         srcs, dsts = self._static.srcs, self._static_dsts
         recv = np.empty((len(srcs), total), np.uint8)
         rt, st = torch.from_numpy(recv), torch.from_numpy(send)
-        ops = [dist.P2POp(dist.irecv, rt[k], int(j), self.group) for k, j in enumerate(srcs)]
-        ops += [dist.P2POp(dist.isend, st, int(j), self.group) for j in dsts]
+        ops = [p2p(dist.irecv, rt[k], j, self.group) for k, j in enumerate(srcs)]
+        ops += [p2p(dist.isend, st, j, self.group) for j in dsts]
         _core.FusedBatch(entries, send, recv, self._p2p(ops if total else [], False, False))
 
     # -- neighbor_allgather ---------------------------------------------------------------
@@ -321,10 +328,10 @@ class NeighborOps:
         group = self.nccl_group if value.cuda else self.group
         ops = []
         if out.numel():  # every rank knows whether anything moves: the row counts agree
-            ops = [dist.P2POp(dist.irecv, as_bytes(out[starts[k] : starts[k + 1]]), int(j), group)
+            ops = [p2p(dist.irecv, as_bytes(out[starts[k] : starts[k + 1]]), j, group)
                    for k, j in enumerate(srcs) if rows[k]]  # fmt: skip
         if value.nbytes:
-            ops += [dist.P2POp(dist.isend, as_bytes(value.tensor), int(j), group) for j in dsts]
+            ops += [p2p(dist.isend, as_bytes(value.tensor), j, group) for j in dsts]
         transfer = self._p2p(ops, value.cuda, blocking)
 
         def finish() -> Any:
@@ -347,9 +354,9 @@ class NeighborOps:
         """Return the first-dimension length of each source's value (they may differ)."""
         rows = torch.empty(len(srcs), dtype=torch.int64)
         sent = torch.tensor([mine], dtype=torch.int64)
-        ops = [dist.P2POp(dist.irecv, rows[k : k + 1], int(j), self.group)
+        ops = [p2p(dist.irecv, rows[k : k + 1], j, self.group)
                for k, j in enumerate(srcs)]  # fmt: skip
-        ops += [dist.P2POp(dist.isend, sent, int(j), self.group) for j in dsts]
+        ops += [p2p(dist.isend, sent, j, self.group) for j in dsts]
         self._p2p(ops, False, True).Wait()
         return rows.numpy()
 

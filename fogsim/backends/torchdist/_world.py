@@ -4,7 +4,8 @@ The default process group is torch's, process-wide: it is created by the first
 ``init(backend="torch")`` (unless the script created it already) and kept until the
 interpreter exits, so ``shutdown()`` then ``init()`` needs no second rendezvous. Each
 fogsim world makes its own groups on top of it (:func:`new_groups`) and frees them on
-``shutdown()``.
+``shutdown()``; so does the world of machines the hierarchical ops run on
+(:func:`new_subgroups`).
 
 Rank and size come from torchrun (``RANK``/``WORLD_SIZE``) or an MPI launcher
 (``PMI_RANK``/``PMI_SIZE``, ``OMPI_COMM_WORLD_*``, ...); a process started alone is a
@@ -34,7 +35,7 @@ from typing import Any
 
 from ... import _settings
 
-__all__ = ["BASE_PORT", "Endpoint", "default_port", "new_groups", "start"]
+__all__ = ["BASE_PORT", "Endpoint", "default_port", "new_groups", "new_subgroups", "start"]
 
 #: First port of the derived range (torch's customary MASTER_PORT).
 BASE_PORT = 29500
@@ -176,3 +177,17 @@ def new_groups(rank: int, size: int) -> tuple[Any, Any]:
     if not flag.item():
         return group, None
     return group, dist.new_group(backend="nccl")
+
+
+def new_subgroups(ranks: list[int], nccl: bool) -> tuple[Any, Any]:
+    """Return the gloo group of ``ranks`` and its NCCL group (if ``nccl``); None outside.
+
+    Collective over the whole job: every process calls it, in the same order.
+    """
+    import torch.distributed as dist
+
+    group = dist.new_group(ranks=ranks, backend="gloo")
+    nccl_group = dist.new_group(ranks=ranks, backend="nccl") if nccl else None
+    if dist.get_rank() not in ranks:
+        return None, None
+    return group, nccl_group
