@@ -244,6 +244,40 @@ def test_a_dead_process_is_named_by_its_rank(tmp_path, capsys):
     assert err == "fogrun: rank 3 (process 4242) died and ended the job\n"
 
 
+def _rank_process(rank_dir, rank, then):
+    code = (f"from fogsim.run import _liveness; import os, sys, time\n"
+            f"_liveness.report_alive({str(rank_dir)!r}, {rank})\n{then}\n")  # fmt: skip
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+@pytest.mark.skipif(not hasattr(__import__("socket"), "AF_UNIX"), reason="needs Unix sockets")
+def test_the_watch_names_the_rank_that_vanished_first_without_a_goodbye(tmp_path):
+    from fogsim.run import _liveness
+
+    watch = _liveness.Watch(str(tmp_path))
+    try:
+        fine = _rank_process(tmp_path, 0, "sys.exit(3)")  # exits through atexit: a goodbye
+        assert fine.wait(30) == 3
+        first = _rank_process(tmp_path, 2, "time.sleep(0.5); os._exit(1)")  # no goodbye
+        later = _rank_process(tmp_path, 1, "time.sleep(60)")
+        assert first.wait(30) == 1
+        time.sleep(0.3)
+        later.kill()
+        later.wait(30)
+    finally:
+        watch.close()
+    assert watch.first_dead() == [(2, first.pid)]
+
+
+def test_ranks_gone_at_once_are_told_apart_by_the_launchers_report(tmp_path, capsys):
+    _launch._name_dead_ranks(["20"], str(tmp_path), [(0, 10), (1, 20)])
+    assert capsys.readouterr().err == "fogrun: rank 1 (process 20) died and ended the job\n"
+    _launch._name_dead_ranks([], str(tmp_path), [(0, 10), (1, 20)])
+    assert capsys.readouterr().err == (
+        "fogrun: ranks 0, 1 died at the same moment and ended the job\n"
+    )
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [

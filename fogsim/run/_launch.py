@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from .. import _settings
-from . import _mpi
+from . import _liveness, _mpi
 from ._cli import Options, parse_args
 from ._command import NO_MPI_MESSAGE, LaunchError, build_command, env_changes
 
@@ -70,17 +70,21 @@ def run(argv: Sequence[str], env: Mapping[str, str], timeout: float | None = Non
 
     A child killed by signal ``s`` gives ``128 + s``, as in a shell. After ``timeout``
     seconds the child's whole process group is killed and `TIMEOUT_EXIT_CODE` returned.
-    When the job fails and the launcher names a dead process by its id, the rank that
-    process was is reported too (the ranks record their ids in ``FOGSIM_RANK_DIR``).
+    When the job fails, the rank that died first is named: the ranks keep a socket to
+    fogrun open while they live (`fogsim.run._liveness`); failing that, the rank of a
+    process id the MPI launcher reports dead (the ranks record their ids in
+    ``FOGSIM_RANK_DIR``).
     """
     sys.stdout.flush()
     sys.stderr.flush()
     with tempfile.TemporaryDirectory(prefix="fogrun-ranks-") as rank_dir:
         env = {**env, "FOGSIM_RANK_DIR": rank_dir}
+        watch = _liveness.Watch(rank_dir)
         try:
             proc = subprocess.Popen(list(argv), env=env, shell=False, start_new_session=True,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
         except FileNotFoundError:
+            watch.close()
             print(f"fogrun: command not found: {argv[0]}", file=sys.stderr)
             return _NOT_FOUND_EXIT_CODE
         dead: list[str] = []  # MPICH's launcher reports dead processes on either stream
@@ -95,6 +99,7 @@ def run(argv: Sequence[str], env: Mapping[str, str], timeout: float | None = Non
             _kill_group(proc)
             for relay in relays:
                 relay.join(5)
+            watch.close()
             print(f"fogrun: timed out after {timeout:g} s; killed the job", file=sys.stderr)
             return TIMEOUT_EXIT_CODE
         finally:
@@ -102,8 +107,9 @@ def run(argv: Sequence[str], env: Mapping[str, str], timeout: float | None = Non
                 _kill_group(proc)
         for relay in relays:
             relay.join(5)
+        watch.close()
         if code != 0:
-            _name_dead_ranks(dead, rank_dir)
+            _name_dead_ranks(dead, rank_dir, watch.first_dead())
     return code if code >= 0 else 128 - code
 
 
@@ -128,8 +134,23 @@ def _relay(stream: Any, to: Any, dead: list[str]) -> None:
     dead += _DEAD_PID.findall(tail.decode(errors="replace"))
 
 
-def _name_dead_ranks(pids: list[str], rank_dir: str) -> None:
-    for pid in dict.fromkeys(pids):
+def _name_dead_ranks(pids: list[str], rank_dir: str,
+                     first: Sequence[tuple[int, int]] = ()) -> None:
+    """Name the rank that died first: ``first`` (from the sockets) if it is one rank, or
+    the one of them the launcher's ``pids`` name too; else the launcher's ``pids``."""
+    reported = list(dict.fromkeys(pids))
+    if len(first) > 1:
+        first = [(r, p) for r, p in first if str(p) in reported] or first
+    if len(first) == 1:
+        [(rank, pid)] = first
+        print(f"fogrun: rank {rank} (process {pid}) died and ended the job", file=sys.stderr)
+        return
+    if first:
+        ranks = ", ".join(str(r) for r, _ in first)
+        print(f"fogrun: ranks {ranks} died at the same moment and ended the job",
+              file=sys.stderr)  # fmt: skip
+        return
+    for pid in reported:
         try:
             with open(os.path.join(rank_dir, pid)) as f:
                 rank = f.read().strip()

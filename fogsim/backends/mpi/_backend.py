@@ -31,15 +31,6 @@ from ._windows import WindowOps
 __all__ = ["MPIBackend"]
 
 
-def _record_pid(directory: str, rank: int) -> None:
-    """Write this process's rank to ``directory/<pid>`` (best effort)."""
-    import contextlib
-    import os
-
-    with contextlib.suppress(OSError), open(os.path.join(directory, str(os.getpid())), "w") as f:
-        f.write(str(rank))
-
-
 class MPIBackend(NeighborOps, WindowOps, Backend):
     """One agent per MPI process (see the module docstring)."""
 
@@ -63,7 +54,9 @@ class MPIBackend(NeighborOps, WindowOps, Backend):
                 "the size comes from the launcher (fogrun -np N)"
             )
         if comm is None and self._settings.rank_dir:  # for fogrun's report of a dead rank
-            _record_pid(self._settings.rank_dir, self._rank)
+            from ...run._liveness import record
+
+            record(self._settings.rank_dir, self._rank)
         self.local_comm = self._split_machines(local_size)
         self._machine_error = self._check_machine_layout()
         self._machines: Any = None  # the local ranks 0 as one world of machines (on use)
