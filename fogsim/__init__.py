@@ -80,6 +80,7 @@ if _typing.TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at ru
     )
     from ._context import Context
     from ._handles import Handle
+    from ._stall import StallError
     from .timeline import timeline_context, timeline_end_activity, timeline_start_activity
 
 __version__ = "0.1.0"
@@ -127,6 +128,7 @@ __all__ = [
     "set_topology",
     "set_win_ops_with_associated_p",
     "shutdown",
+    "StallError",
     "size",
     "timeline",
     "timeline_context",
@@ -155,7 +157,8 @@ __all__ = [
 # The public names are imported on first use (PEP 562), so that ``import fogsim.run`` (the
 # fogrun launcher) and ``import fogsim._settings`` do not pay for numpy, scipy and networkx.
 _MODULE_OF = {name: "._api" for name in __all__}
-_MODULE_OF.update(Context="._context", Handle="._handles", topology=".topology",
+_MODULE_OF.update(Context="._context", Handle="._handles", StallError="._stall",
+                  topology=".topology",
                   timeline=".timeline", timeline_context=".timeline",
                   timeline_end_activity=".timeline", timeline_start_activity=".timeline")
 del _MODULE_OF["__version__"]

@@ -18,6 +18,12 @@ is listed here with its meaning:
 ``FOGSIM_RANK_DIR``
     Set by ``fogrun``: a directory where each rank records its process id, so that
     ``fogrun`` can name the rank behind a process the MPI launcher reports dead.
+``FOGSIM_STALL_TIMEOUT``
+    Seconds a rank may wait in a collective before it reports which ranks have not
+    reached it (default 60; ``0``: never, and waits block without polling).
+``FOGSIM_STALL_ACTION``
+    ``raise`` (default: report, then raise `fogsim.StallError`) or ``warn`` (report
+    once and keep waiting).
 ``FOGSIM_TORCH_PORT``
     TCP port of the torch backend's rendezvous (wins over ``MASTER_PORT``).
 
@@ -34,12 +40,21 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_FUSION_THRESHOLD", "DEFAULT_SIM_SIZE", "Settings", "environ", "load"]
+__all__ = [
+    "DEFAULT_FUSION_THRESHOLD",
+    "DEFAULT_SIM_SIZE",
+    "DEFAULT_STALL_TIMEOUT",
+    "Settings",
+    "environ",
+    "load",
+]
 
 #: Agents simulated when neither ``size=`` nor ``FOGSIM_SIZE`` says otherwise.
 DEFAULT_SIM_SIZE = 16
 #: Default fusion buffer: neighbor ops have O(1) latency, so a small buffer pays off.
 DEFAULT_FUSION_THRESHOLD = 8 << 20
+#: Seconds a rank waits in a collective before it reports a stall.
+DEFAULT_STALL_TIMEOUT = 60.0
 
 _BACKENDS = ("sim", "mpi", "torch")
 # (size variable, rank variable) pairs set by common MPI launchers.
@@ -71,6 +86,8 @@ class Settings:
     master_port: int | None = None
     torch_port: int | None = None  # FOGSIM_TORCH_PORT
     rank_dir: str | None = None  # FOGSIM_RANK_DIR
+    stall_timeout: float | None = DEFAULT_STALL_TIMEOUT  # None: never
+    stall_warn_only: bool = False
     job_id: str | None = None
 
     @property
@@ -127,8 +144,30 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         master_port=_port(env, "MASTER_PORT"),
         torch_port=_port(env, "FOGSIM_TORCH_PORT"),
         rank_dir=env.get("FOGSIM_RANK_DIR", "").strip() or None,
+        stall_timeout=_stall_timeout(env),
+        stall_warn_only=_stall_action(env) == "warn",
         job_id=_job_id(env),
     )
+
+
+def _stall_timeout(environ: Mapping[str, str]) -> float | None:
+    text = environ.get("FOGSIM_STALL_TIMEOUT", "").strip()
+    if not text:
+        return DEFAULT_STALL_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"FOGSIM_STALL_TIMEOUT={text!r} is not a number of seconds") from None
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"FOGSIM_STALL_TIMEOUT={text} must be a finite number >= 0 (0: never)")
+    return value or None
+
+
+def _stall_action(environ: Mapping[str, str]) -> str:
+    action = environ.get("FOGSIM_STALL_ACTION", "").strip().lower() or "raise"
+    if action not in ("raise", "warn"):
+        raise ValueError(f"FOGSIM_STALL_ACTION={action!r} is not 'raise' or 'warn'")
+    return action
 
 
 def _port(environ: Mapping[str, str], name: str) -> int | None:

@@ -266,15 +266,32 @@ def test_the_watch_names_the_rank_that_vanished_first_without_a_goodbye(tmp_path
         later.wait(30)
     finally:
         watch.close()
-    assert watch.first_dead() == [(2, first.pid)]
+    assert watch.first_dead() == [(2, first.pid, "died")]
+
+
+@pytest.mark.skipif(not hasattr(__import__("socket"), "AF_UNIX"), reason="needs Unix sockets")
+def test_a_rank_that_raises_is_named_before_the_ranks_its_abort_takes_down(tmp_path):
+    from fogsim.run import _liveness
+
+    watch = _liveness.Watch(str(tmp_path))
+    try:
+        raising = _rank_process(tmp_path, 1, "time.sleep(0.3); raise RuntimeError('no')")
+        waiting = _rank_process(tmp_path, 0, "time.sleep(60)")
+        assert raising.wait(30) == 1
+        time.sleep(0.3)
+        waiting.kill()  # as the launcher's clean-up would, once the other rank aborted
+        waiting.wait(30)
+    finally:
+        watch.close()
+    assert watch.first_dead() == [(1, raising.pid, "failed")]
 
 
 def test_ranks_gone_at_once_are_told_apart_by_the_launchers_report(tmp_path, capsys):
-    _launch._name_dead_ranks(["20"], str(tmp_path), [(0, 10), (1, 20)])
+    _launch._name_dead_ranks(["20"], str(tmp_path), [(0, 10, "died"), (1, 20, "died")])
     assert capsys.readouterr().err == "fogrun: rank 1 (process 20) died and ended the job\n"
-    _launch._name_dead_ranks([], str(tmp_path), [(0, 10), (1, 20)])
+    _launch._name_dead_ranks([], str(tmp_path), [(0, 10, "died"), (1, 20, "failed")])
     assert capsys.readouterr().err == (
-        "fogrun: ranks 0, 1 died at the same moment and ended the job\n"
+        "fogrun: ranks 0, 1 ended at the same moment, and with them the job\n"
     )
 
 

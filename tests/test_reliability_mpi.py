@@ -97,5 +97,6 @@ def test_a_rank_that_dies_ends_the_job_naming_it(tmp_path, how):
     said = run.stdout + run.stderr
     if how == "raise":
         assert "rank 1 gives up" in said and "(rank 1 in comm 0)" in said, said[-2000:]
+        assert "fogrun: rank 1 (process" in said and ") failed and ended" in said, said[-2000:]
     else:
-        assert "fogrun: rank 1 (process" in said, said[-2000:]
+        assert "fogrun: rank 1 (process" in said and ") died and ended" in said, said[-2000:]

@@ -135,19 +135,19 @@ def _relay(stream: Any, to: Any, dead: list[str]) -> None:
 
 
 def _name_dead_ranks(pids: list[str], rank_dir: str,
-                     first: Sequence[tuple[int, int]] = ()) -> None:
-    """Name the rank that died first: ``first`` (from the sockets) if it is one rank, or
-    the one of them the launcher's ``pids`` name too; else the launcher's ``pids``."""
+                     first: Sequence[tuple[int, int, str]] = ()) -> None:
+    """Name the rank that ended the job: ``first`` (from the sockets) if it is one rank,
+    or the one of them the launcher's ``pids`` name too; else the launcher's ``pids``."""
     reported = list(dict.fromkeys(pids))
     if len(first) > 1:
-        first = [(r, p) for r, p in first if str(p) in reported] or first
+        first = [f for f in first if str(f[1]) in reported] or first
     if len(first) == 1:
-        [(rank, pid)] = first
-        print(f"fogrun: rank {rank} (process {pid}) died and ended the job", file=sys.stderr)
+        [(rank, pid, how)] = first
+        print(f"fogrun: rank {rank} (process {pid}) {how} and ended the job", file=sys.stderr)
         return
     if first:
-        ranks = ", ".join(str(r) for r, _ in first)
-        print(f"fogrun: ranks {ranks} died at the same moment and ended the job",
+        ranks = ", ".join(str(f[0]) for f in first)
+        print(f"fogrun: ranks {ranks} ended at the same moment, and with them the job",
               file=sys.stderr)  # fmt: skip
         return
     for pid in reported:

@@ -3,10 +3,12 @@
 When one rank dies, MPI's launcher kills the others, so its own report ("PID n, exit
 code 9") may name a process that was only cleaned up. Instead each rank, once it knows
 its rank, connects to a Unix socket fogrun listens on (in ``FOGSIM_RANK_DIR``) and sends
-``"<rank> <pid>\\n"``; at a normal interpreter exit it sends ``"bye\\n"``. The kernel
-closes a dead process's socket at the moment it dies, so the first connection that ends
-without a goodbye is the rank that died first. Connections ending in the same wake-up of
-the watcher cannot be ordered; :meth:`Watch.first_dead` then returns all of them.
+``"<rank> <pid>\\n"``; at interpreter exit it sends ``"bye\\n"``, or ``"failed\\n"`` after
+an uncaught exception (which ``python -m mpi4py`` turns into an abort of the job). The
+kernel closes a dead process's socket at the moment it dies, so the first connection
+that fails or ends without a goodbye is the rank that ended the job. Events seen in the
+same wake-up of the watcher cannot be ordered; :meth:`Watch.first_dead` then returns
+all of them.
 
 Best effort throughout: a rank that cannot connect runs on, and fogrun falls back on the
 process ids the MPI launcher reports.
@@ -19,13 +21,14 @@ import contextlib
 import os
 import selectors
 import socket
+import sys
 import threading
 from typing import Any
 
 __all__ = ["SOCKET_NAME", "Watch", "record", "report_alive"]
 
 SOCKET_NAME = "alive"
-_BYE = b"bye\n"
+_BYE, _FAILED = b"bye\n", b"failed\n"
 _kept: list[socket.socket] = []  # the rank's connection, open until the process ends
 
 
@@ -56,8 +59,9 @@ def report_alive(rank_dir: str, rank: int) -> None:
 
 
 def _goodbye(sock: socket.socket) -> None:
+    failed = getattr(sys, "last_value", None) is not None  # set by an uncaught exception
     with contextlib.suppress(OSError):
-        sock.sendall(_BYE)
+        sock.sendall(_FAILED if failed else _BYE)
     _forget(sock)
 
 
@@ -72,7 +76,7 @@ class Watch:
     """Listen on ``rank_dir/alive`` in a thread; note the order in which ranks vanish."""
 
     def __init__(self, rank_dir: str) -> None:
-        self._rounds: list[list[tuple[int, int]]] = []  # (rank, pid) ended per wake-up
+        self._rounds: list[list[tuple[int, int, str]]] = []  # (rank, pid, how) per wake-up
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._server: socket.socket | None = None
@@ -95,7 +99,7 @@ class Watch:
         buffers: dict[socket.socket, bytes] = {}
         stop = False
         while not stop:
-            ended: list[tuple[int, int] | None] = []
+            ended: list[tuple[int, int, str] | None] = []
             for key, _ in self._selector.select():
                 sock: Any = key.fileobj
                 if sock is self._wake_r:
@@ -116,7 +120,7 @@ class Watch:
                 self._rounds.append(sorted(known))
 
     def _read(self, sock: socket.socket, buffers: dict[socket.socket, bytes],
-              ended: list[tuple[int, int] | None], stop_at_eof: bool) -> None:
+              ended: list[tuple[int, int, str] | None], stop_at_eof: bool) -> None:
         while True:
             try:
                 chunk = sock.recv(4096)
@@ -131,13 +135,16 @@ class Watch:
                 said = buffers.pop(sock)
                 self._selector.unregister(sock)
                 sock.close()
-                if not said.endswith(_BYE):
-                    ended.append(_parse(said))
+                if not said.endswith((_BYE, _FAILED)):
+                    ended.append(_parse(said, "died"))
                 return
             buffers[sock] += chunk
+            if buffers[sock].endswith(_FAILED):  # noted now: its abort ends the others
+                ended.append(_parse(buffers[sock], "failed"))
 
-    def first_dead(self) -> list[tuple[int, int]]:
-        """Return ``(rank, pid)`` of the rank(s) that vanished first without a goodbye."""
+    def first_dead(self) -> list[tuple[int, int, str]]:
+        """Return ``(rank, pid, how)`` of the rank(s) that ended the job: ``how`` is
+        ``"failed"`` (an uncaught exception) or ``"died"`` (gone without a goodbye)."""
         return list(self._rounds[0]) if self._rounds else []
 
     def close(self) -> None:
@@ -151,9 +158,9 @@ class Watch:
         self._selector.close()
 
 
-def _parse(said: bytes) -> tuple[int, int] | None:
+def _parse(said: bytes, how: str) -> tuple[int, int, str] | None:
     first = said.split(b"\n", 1)[0].split()
     try:
-        return int(first[0]), int(first[1])
+        return int(first[0]), int(first[1]), how
     except (IndexError, ValueError):
         return None

@@ -18,7 +18,10 @@ import numpy as np
 
 from ... import timeline as _timeline
 
-__all__ = ["fingerprint", "agree", "LocalError"]
+__all__ = ["GUARDS", "fingerprint", "agree", "LocalError"]
+
+#: Stall guards of the worlds' communicators, by ``id(comm)`` (see `fogsim._stall`).
+GUARDS: dict[int, Any] = {}
 
 
 class LocalError:
@@ -56,7 +59,12 @@ def agree(
 def _agree(comm: Any, mpi: Any, fp: int, error: LocalError | None,
            describe: str | Callable[[], str]) -> None:  # fmt: skip
     flags = np.array([fp, -fp, 0 if error is None else 1], dtype=np.int64)
-    comm.Allreduce(mpi.IN_PLACE, flags, op=mpi.MAX)
+    guard = GUARDS.get(id(comm))
+    if guard is None:
+        comm.Allreduce(mpi.IN_PLACE, flags, op=mpi.MAX)
+    else:  # a rank that never comes is reported, not waited for forever
+        req = comm.Iallreduce(mpi.IN_PLACE, flags, op=mpi.MAX)
+        guard.wait(req.Test, req.Wait)
     if flags[0] == -flags[1] and flags[2] == 0:
         return
     reports = comm.allgather((error.kind, error.message) if error else None)

@@ -10,6 +10,7 @@ call raises the same error on every rank instead of hanging (see ``_agree``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -19,12 +20,14 @@ from ... import _arrays, _settings
 from ... import timeline as _timeline
 from ..._arrays import Kind, to_numpy, wrap_like
 from ..._handles import Handle
+from ..._stall import Guard
 from ...hierarchy._decomposed import digits, piece_bounds
 from ...hierarchy._machines import layout_error
 from .._base import Backend
 from .._weights import machine_words
-from ._agree import LocalError, agree, fingerprint
+from ._agree import GUARDS, LocalError, agree, fingerprint
 from ._neighbor import NeighborOps
+from ._peers import MPIPeers
 from ._plan import static_rank_plan
 from ._windows import WindowOps
 
@@ -53,6 +56,7 @@ class MPIBackend(NeighborOps, WindowOps, Backend):
                 f"init(size={size}) under MPI: the job has {self._n} processes; "
                 "the size comes from the launcher (fogrun -np N)"
             )
+        self.stall = self._stall_guard(comm is None)
         if comm is None and self._settings.rank_dir:  # for fogrun's report of a dead rank
             from ...run._liveness import record
 
@@ -67,6 +71,15 @@ class MPIBackend(NeighborOps, WindowOps, Backend):
         self._fusion_threshold = self._settings.fusion_threshold
         self._init_neighbor_ops()
         self._init_window_ops()
+
+    def _stall_guard(self, world: bool) -> Guard:
+        """The world's stall guard (sub-worlds wait without one: the world reports)."""
+        timeout = self._settings.stall_timeout if world else None
+        peers = MPIPeers(self.comm.Dup(), MPI) if timeout is not None and self._n > 1 else None
+        guard = Guard(self._rank, self._n, timeout, self._settings.stall_warn_only, peers)
+        if peers is not None:
+            GUARDS[id(self.comm)] = guard
+        return guard
 
     def _split_machines(self, local_size: int | None) -> Any:
         if local_size is None:
@@ -116,6 +129,8 @@ class MPIBackend(NeighborOps, WindowOps, Backend):
                 comm.Free()
         self._stage_comms.clear()
         self._roots_comm = None
+        if GUARDS.pop(id(self.comm), None) is not None:
+            self.stall.peers.close()
         for comm in (self.graph_comm, self.local_comm, self.comm):
             if comm is not None and comm != MPI.COMM_NULL:
                 comm.Free()
@@ -204,7 +219,7 @@ class MPIBackend(NeighborOps, WindowOps, Backend):
 
         def finish() -> Any:
             with _timeline.phase("COMMUNICATE"):
-                req.Wait()
+                self.stall.wait(req.Test, req.Wait)
             if average:
                 np.divide(out, self._n, out=out)
             return wrap_like(out, kind)
@@ -223,7 +238,7 @@ class MPIBackend(NeighborOps, WindowOps, Backend):
         req = self.comm.Ibcast(out, root=root)
 
         def finish() -> Any:
-            req.Wait()
+            self.stall.wait(req.Test, req.Wait)
             return wrap_like(out, kind)
 
         return self.handles.start("broadcast", finish, req.Test, name)
@@ -243,19 +258,21 @@ class MPIBackend(NeighborOps, WindowOps, Backend):
         req = self.comm.Iallgatherv(arr, [out, (counts, displs)])
 
         def finish() -> Any:
-            req.Wait()
+            self.stall.wait(req.Test, req.Wait)
             return wrap_like(out, kind)
 
         return self.handles.start("allgather", finish, req.Test, name)
 
     def barrier(self) -> None:
         self._flush()
-        self.comm.Barrier()
+        req = self.comm.Ibarrier()
+        self.stall.wait(req.Test, req.Wait)
 
     def barrier_nonblocking(self) -> Handle:
         self._flush()
         req = self.comm.Ibarrier()
-        return self.handles.start("barrier", req.Wait, req.Test)
+        return self.handles.start("barrier", partial(self.stall.wait, req.Test, req.Wait),
+                                  req.Test)  # fmt: skip
 
     # -- machine level ----------------------------------------------------------------------
     def _on_machine_topology(self) -> None:

@@ -1,0 +1,166 @@
+"""Stall detection: a rank that waits too long in a collective says who is missing.
+
+A decentralized program hangs when one rank never reaches a collective the others wait
+in (a skipped call, a different number of iterations, a rank stuck computing). Instead
+of blocking forever, a rank's wait polls its request; after ``FOGSIM_STALL_TIMEOUT``
+seconds (default 60) it asks every other rank where it is, prints which ranks have not
+reached the op and what they are doing, and raises :class:`StallError` (or, with
+``FOGSIM_STALL_ACTION=warn``, only prints, once, and keeps waiting).
+
+Ranks answer such questions while they wait themselves, so the report can say "rank 2
+waits in neighbor_allreduce" or "rank 3 did not answer" (computing outside fogsim, hung
+in another library, or dead). The op and its ``name=`` are read from the call stack
+when a report is made, so a wait that completes costs nothing for them.
+
+The backend supplies the side channel (:class:`Peers`); :class:`Guard` is the wait loop.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+__all__ = ["Guard", "Peers", "StallError", "State", "where"]
+
+#: What a rank says about itself: (op, name or None, seconds it has waited).
+State = tuple[str, str | None, float]
+
+_SPIN = 0.05  # seconds of polling (yielding the core) before the loop sleeps between tests
+_MAX_SLEEP = 1e-3  # longest sleep between two tests (bounds the added latency)
+_SERVE_EVERY = 0.05  # seconds between two looks for other ranks' questions
+_ANSWER_WAIT = 5.0  # longest wait for the other ranks' answers (a quarter of the timeout,
+# at least a second)
+_yield = getattr(os, "sched_yield", lambda: time.sleep(0))
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+_PUBLIC = (os.path.join(_PACKAGE, "_api.py"), os.path.join(_PACKAGE, "compat"))
+
+
+class StallError(RuntimeError):
+    """A rank waited in a collective longer than ``FOGSIM_STALL_TIMEOUT`` seconds.
+
+    The message names the op, the ranks that have not reached it and what they were
+    doing. Under ``fogrun`` the exception ends the whole job.
+    """
+
+
+class Peers(Protocol):
+    """The side channel over which waiting ranks ask each other where they are."""
+
+    def serve(self, state: Callable[[], State]) -> None:
+        """Answer the questions other ranks have sent (``state()`` says where we are)."""
+
+    def ask(self, state: Callable[[], State], seconds: float) -> dict[int, State]:
+        """Ask every other rank; return the answers that came within ``seconds``."""
+
+
+def where() -> tuple[str, str | None]:
+    """Return the fogsim op the calling thread is in and its ``name=`` (from the stack).
+
+    The outermost frame of fogsim's public functions (`fogsim._api`, `fogsim.compat`)
+    names the op; without one, the outermost frame inside the package does.
+    """
+    frame: Any = sys._getframe(1)
+    public = inner = None
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if path.startswith(_PACKAGE):
+            inner = frame
+            if path.startswith(_PUBLIC):
+                public = frame
+        frame = frame.f_back
+    found = public or inner
+    if found is None:
+        return "an op", None
+    name = found.f_locals.get("name")
+    return found.f_code.co_name, name if isinstance(name, str) else None
+
+
+class Guard:
+    """Wait on one rank's requests with a time limit; report stalls (see module doc).
+
+    ``timeout`` None makes :meth:`wait` block in the backend's own wait (no polling).
+    """
+
+    def __init__(self, rank: int, size: int, timeout: float | None, warn_only: bool,
+                 peers: Peers | None) -> None:  # fmt: skip
+        self.rank, self.size = rank, size
+        self.timeout = timeout
+        self.warn_only = warn_only
+        self.peers = peers
+        self.answer_wait = min(_ANSWER_WAIT, max(1.0, (timeout or 0) / 4))
+
+    def wait(self, test: Callable[[], bool], block: Callable[[], Any]) -> None:
+        """Return once ``test()`` is true; ``block()`` waits without a limit."""
+        if self.timeout is None or self.size == 1:
+            block()
+            return
+        if test():
+            return
+        start = time.monotonic()
+        deadline, serve_at, reported = start + self.timeout, start + _SERVE_EVERY, False
+        here: list[tuple[str, str | None]] = []
+
+        def state() -> State:
+            if not here:
+                here.append(where())
+            return (*here[0], time.monotonic() - start)
+
+        pause = 0.0
+        while not test():
+            now = time.monotonic()
+            if now >= serve_at and self.peers is not None:
+                self.peers.serve(state)
+                serve_at = now + _SERVE_EVERY
+            if not reported and now >= deadline:
+                reported = True
+                message = self.report(state)
+                if not self.warn_only:
+                    raise StallError(message)
+                print(message, file=sys.stderr, flush=True)
+            if now - start > _SPIN:
+                pause = min(2 * pause or 1e-5, _MAX_SLEEP)
+                time.sleep(pause)
+            else:  # other ranks on the same cores get to run, as in MPI's own waits
+                _yield()
+
+    def report(self, state: Callable[[], State]) -> str:
+        """Ask the other ranks where they are and word the stall report."""
+        op, name, waited = state()
+        answers = {} if self.peers is None else self.peers.ask(state, self.answer_wait)
+        return stall_message(self.rank, self.size, (op, name, waited), answers)
+
+
+def _label(op: str, name: str | None) -> str:
+    return op if name is None else f"{op} (name {name!r})"
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+def stall_message(rank: int, size: int, mine: State, answers: dict[int, State]) -> str:
+    """Word the report of ``rank`` stalled in ``mine`` given the others' ``answers``."""
+    op, name, waited = mine
+    same = sorted(r for r, (o, n, _) in answers.items() if (o, n) == (op, name))
+    elsewhere = sorted(r for r in answers if r not in same)
+    silent = [r for r in range(size) if r != rank and r not in answers]
+    missing = sorted(elsewhere + silent)
+    lines = [f"fogsim: rank {rank} has waited {waited:.0f} s in {_label(op, name)}; "
+             + (f"{_ranks(missing)} {'has' if len(missing) == 1 else 'have'} not reached it"
+                if missing
+                else "every rank has reached it (a transfer is stuck)")]  # fmt: skip
+    for r in elsewhere:
+        o, n, w = answers[r]
+        lines.append(f"  rank {r} waits in {_label(o, n)} (for {w:.0f} s)")
+    if silent:
+        lines.append(f"  {_ranks(silent)} did not answer: computing outside fogsim, hung "
+                     "elsewhere, or dead")  # fmt: skip
+    if same:
+        verb = "waits" if len(same) == 1 else "wait"
+        lines.append(f"  {_ranks(same)} {verb} in {_label(op, name)} too")
+    lines.append("Set FOGSIM_STALL_TIMEOUT (seconds; 0: never) to change the limit, "
+                 "FOGSIM_STALL_ACTION=warn to only warn.")  # fmt: skip
+    return "\n".join(lines)

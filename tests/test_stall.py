@@ -1,0 +1,133 @@
+"""Stall detection: a rank that waits too long in a collective names who is missing."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from _jobs import fogrun_script
+
+from fogsim import StallError, _settings, _stall
+
+
+class FakePeers:
+    """Answers as given; records how often the guard served and asked."""
+
+    def __init__(self, answers):
+        self.answers, self.served, self.asked = answers, 0, 0
+
+    def serve(self, state):
+        self.served += 1
+        op, name, waited = state()
+        assert isinstance(op, str) and waited >= 0
+
+    def ask(self, state, seconds):
+        self.asked += 1
+        return dict(self.answers)
+
+
+def test_the_report_names_missing_silent_and_waiting_ranks():
+    answers = {1: ("allreduce", "w", 5.0), 3: ("neighbor_allreduce", None, 4.2)}
+    text = _stall.stall_message(0, 5, ("allreduce", "w", 61.0), answers)
+    first, *rest = text.splitlines()
+    assert first == "fogsim: rank 0 has waited 61 s in allreduce (name 'w'); ranks 2, 3, 4 " \
+                    "have not reached it"  # fmt: skip
+    assert "  rank 3 waits in neighbor_allreduce (for 4 s)" in rest
+    assert "  ranks 2, 4 did not answer: computing outside fogsim, hung elsewhere, or dead" in rest
+    assert "  rank 1 waits in allreduce (name 'w') too" in rest
+    assert rest[-1].startswith("Set FOGSIM_STALL_TIMEOUT")
+    everyone = _stall.stall_message(1, 2, ("barrier", None, 9.0), {0: ("barrier", None, 9.0)})
+    assert "every rank has reached it" in everyone and "rank 0 waits in barrier too" in everyone
+
+
+def test_the_guard_raises_after_the_timeout_and_serves_meanwhile():
+    peers = FakePeers({1: ("barrier", None, 0.1)})
+    guard = _stall.Guard(0, 3, timeout=0.3, warn_only=False, peers=peers)
+    start = time.monotonic()
+    with pytest.raises(StallError, match=r"rank 0 has waited 0 s in \w+; ranks 1, 2 have not "
+                                         r"reached it\n  rank 1 waits in barrier \(for 0 s\)"):
+        guard.wait(lambda: False, lambda: pytest.fail("must not block"))
+    assert 0.3 <= time.monotonic() - start < 5
+    assert peers.asked == 1 and peers.served >= 2
+
+
+def test_warn_only_reports_once_and_keeps_waiting(capsys):
+    peers = FakePeers({})
+    guard = _stall.Guard(1, 2, timeout=0.1, warn_only=True, peers=peers)
+    end = time.monotonic() + 0.5
+    guard.wait(lambda: time.monotonic() > end, lambda: pytest.fail("must not block"))
+    err = capsys.readouterr().err
+    assert err.count("fogsim: rank 1 has waited") == 1 and "rank 0 did not answer" in err
+    assert time.monotonic() >= end and peers.asked == 1
+
+
+def test_without_a_timeout_the_guard_blocks_in_the_backends_wait():
+    blocked = []
+    _stall.Guard(0, 4, None, False, None).wait(lambda: pytest.fail("no polling"),
+                                                lambda: blocked.append(1))  # fmt: skip
+    assert blocked == [1]
+
+
+@pytest.mark.parametrize(
+    ("value", "timeout"), [("", 60.0), ("2.5", 2.5), ("0", None), (" 10 ", 10.0)]
+)
+def test_stall_timeout_setting(value, timeout):
+    assert _settings.load({"FOGSIM_STALL_TIMEOUT": value}).stall_timeout == timeout
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "inf", "nan"])
+def test_bad_stall_timeouts_are_named(value):
+    with pytest.raises(ValueError, match="FOGSIM_STALL_TIMEOUT"):
+        _settings.load({"FOGSIM_STALL_TIMEOUT": value})
+
+
+def test_stall_action_setting():
+    assert _settings.load({"FOGSIM_STALL_ACTION": "WARN"}).stall_warn_only
+    assert not _settings.load({}).stall_warn_only
+    with pytest.raises(ValueError, match="FOGSIM_STALL_ACTION='ignore' is not 'raise' or 'warn'"):
+        _settings.load({"FOGSIM_STALL_ACTION": "ignore"})
+
+
+STALL = """
+import sys, time
+import numpy as np
+import fogsim as fs
+fs.init()
+fs.allreduce(np.ones(3), name="warmup")
+if fs.rank() == 2:
+    time.sleep(float(sys.argv[1]))  # rank 2 computes for too long
+elif fs.rank() == 3 and sys.argv[2] == "astray":
+    fs.neighbor_allreduce(np.ones(2))  # rank 3 is in another op
+if fs.rank() != 3 or sys.argv[2] != "astray":
+    print("rank", fs.rank(), "got", fs.allreduce(np.full(3, 1.0), name="w")[0], flush=True)
+fs.shutdown()
+"""
+
+
+@pytest.mark.mpi
+def test_a_stalled_job_names_the_missing_ranks_and_ends(tmp_path):
+    start = time.monotonic()
+    run = fogrun_script(tmp_path, STALL, 4, "600", "astray", env={"FOGSIM_STALL_TIMEOUT": "2"},
+                        timeout=90)  # fmt: skip
+    assert time.monotonic() - start < 60  # the stall report ended it, not the timeout
+    said = run.stdout + run.stderr
+    assert run.returncode not in (0, 124), said[-3000:]
+    assert "StallError: fogsim: rank 0 has waited 2 s in allreduce (name 'w'); ranks 2, 3 " \
+           "have not reached it" in said, said[-3000:]  # fmt: skip
+    assert "  rank 3 waits in neighbor_allreduce" in said
+    assert "  rank 2 did not answer" in said
+    assert re.search(r"fogrun: ranks? [\d, ]+ ", said)  # fogrun names who ended the job
+
+
+@pytest.mark.mpi
+def test_warn_only_reports_a_late_rank_and_the_job_completes(tmp_path):
+    run = fogrun_script(tmp_path, STALL, 4, "4", "all", timeout=90,
+                        env={"FOGSIM_STALL_TIMEOUT": "1", "FOGSIM_STALL_ACTION": "warn"})
+    said = run.stdout + run.stderr
+    assert run.returncode == 0, said[-3000:]
+    assert sorted(line for line in run.stdout.splitlines() if line.startswith("rank")) == [
+        f"rank {r} got 1.0" for r in range(4)
+    ]
+    assert "fogsim: rank 0 has waited 1 s in allreduce (name 'w'); rank 2 has not reached it" \
+        in run.stderr, run.stderr[-3000:]  # fmt: skip
