@@ -1,4 +1,5 @@
-"""Under MPI: randomized mismatched send/receive sets are all caught; dead ranks end the job.
+"""Under MPI: randomized mismatched send/receive sets are all caught; dead ranks end the job;
+mutex-protected window accumulates under random timing keep every bit of mass.
 
 One fogrun job of 4 ranks makes 200 dynamic neighbor_allreduce calls whose senders and
 receivers disagree somewhere (a drawn set of edges, then one edge removed from the
@@ -100,3 +101,52 @@ def test_a_rank_that_dies_ends_the_job_naming_it(tmp_path, how):
         assert "fogrun: rank 1 (process" in said and ") failed and ended" in said, said[-2000:]
     else:
         assert "fogrun: rank 1 (process" in said and ") died and ended" in said, said[-2000:]
+
+
+WINDOWS = """
+import time
+import numpy as np
+import fogsim as fs
+from fogsim import topology as T
+
+fs.init(topology=T.exponential_two_graph)
+n, r = fs.size(), fs.rank()
+rng = np.random.default_rng(100 + r)  # each rank its own timing
+topo = T.exponential_two_graph(n)
+outs = topo.out_neighbors(r)
+share = 1.0 / (len(outs) + 1)
+start = np.random.default_rng(7).standard_normal((n, 3))
+x = start[r].copy()
+fs.set_win_ops_with_associated_p(True)
+fs.win_create(x, "mass", zero_init=True)
+accumulated = collected = 0
+for step in range({rounds}):
+    if rng.random() < 0.6:  # push a share of the mass to a random subset of out-neighbors
+        dst = {{int(j): share for j in outs if rng.random() < 0.7}}
+        keep = 1.0 - share * len(dst)
+        fs.win_accumulate(x, "mass", self_weight=keep, dst_weights=dst, require_mutex=True)
+        accumulated += 1
+    else:
+        fs.win_update_then_collect("mass")
+        collected += 1
+    if rng.random() < 0.3:
+        time.sleep(rng.random() * 0.003)  # random timing: ranks drift apart
+fs.barrier()  # everything pushed has arrived: collect the rest
+fs.win_update_then_collect("mass")
+p = np.asarray(fs.win_associated_p("mass"), dtype=float).reshape(1)
+total_x = fs.allreduce(x, average=False)
+total_p = fs.allreduce(p, average=False)
+assert np.allclose(total_x, start.sum(axis=0), rtol=1e-12, atol=1e-12), (total_x, start.sum(0))
+assert abs(total_p[0] - n) < 1e-12 * n, total_p
+if r == 0:
+    print("mass kept", accumulated, collected, flush=True)
+fs.win_free()
+fs.shutdown()
+"""
+
+
+@pytest.mark.mpi
+def test_mutex_protected_window_mass_survives_random_timing(tmp_path):
+    run = fogrun_script(tmp_path, WINDOWS.format(rounds=1000), 4, timeout=120)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    assert "mass kept" in run.stdout
