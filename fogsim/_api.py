@@ -101,6 +101,9 @@ def init(
     ``FOGSIM_LOCAL_SIZE``, else: simulated, one machine; distributed, the real hosts).
     Calling ``init`` again replaces the current context (the old one is shut down).
     """
+    agent = _context.spmd_agent()
+    if agent is not None:  # fogsim.spmd: an agent thread (re)starts its own view of the run
+        return agent.init(backend, size, topology, seed, local_size)
     old = _context.peek()
     ctx = Context(backend=backend, size=size, topology=topology, seed=seed,
                   local_size=local_size)  # fmt: skip
@@ -115,6 +118,9 @@ def init(
 
 def shutdown() -> None:
     """Shut the current context down; ``init()`` may be called again afterwards."""
+    agent = _context.spmd_agent()
+    if agent is not None:  # fogsim.spmd: an agent thread closes its own view only
+        return agent.shutdown()
     _timeline.stop()
     ctx = _context.peek()
     if ctx is not None:

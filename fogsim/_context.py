@@ -26,6 +26,7 @@ class _ThreadState(threading.local):
 
     def __init__(self) -> None:
         self.stack: list[Context] = []
+        self.spmd_agent: Any = None  # fogsim.spmd: the agent this thread runs, if any
 
 
 _thread = _ThreadState()
@@ -115,6 +116,20 @@ def peek() -> Context | None:
         return current()
     except RuntimeError:
         return None
+
+
+def spmd_agent() -> Any:
+    """Return the :mod:`fogsim.spmd` agent the running thread runs (None outside SPMD mode).
+
+    ``init()`` and ``shutdown()`` in an agent thread start and close that agent's own view
+    of the run instead of a world of their own.
+    """
+    return _thread.spmd_agent
+
+
+def set_spmd_agent(agent: Any) -> None:
+    """Mark the running thread as running ``agent`` of an SPMD run (None: no longer)."""
+    _thread.spmd_agent = agent
 
 
 def set_current(ctx: Context | None) -> None:

@@ -16,6 +16,7 @@ _REGISTRY: dict[str, str | Callable[..., Backend]] = {
     "sim": "fogsim.backends.sim:SimBackend",
     "mpi": "fogsim.backends.mpi:MPIBackend",
     "torch": "fogsim.backends.torchdist:TorchBackend",
+    "spmd": "fogsim.spmd._backend:SpmdBackend",  # the agent threads of fogsim.spmd.run
 }
 
 

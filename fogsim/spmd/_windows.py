@@ -1,0 +1,262 @@
+"""Window ops of an SPMD agent, run by the simulator's windows at each rendezvous.
+
+At ``win_create`` the agents' registered arrays (or tensors) are stacked into one array
+that the simulator's window owns. Before each op that reads it the agents' arrays are
+copied in (an agent may change its own in place between ops, as under MPI), and after an
+op that changes it (``win_update``, a put or accumulate with ``self_weight``) the rows are
+copied back into the agents' own arrays, in place, so a tensor registered with
+``win_create`` holds what the MPI runtime would leave in it. Every op meets all agents,
+so the agents run their window ops in lock step: the simulator's default schedule, which
+equals an MPI run with a barrier after every window op. Mutexes hold nothing (every op
+runs atomically); versions, ``p`` and window names are read without a rendezvous.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .._arrays import Kind, is_tensor, to_numpy
+from ..backends._windows import check_flag, check_update_args
+from ._collect import agree, arrays, check_alike, label, per_agent_weights, rows, self_weights
+
+__all__ = ["WindowOps"]
+
+
+class Registered:
+    """The agents' registered values of one window and the stacked copy the simulator owns."""
+
+    __slots__ = ("objs", "arrs", "kinds", "stacked")
+
+    def __init__(self, objs: list[Any], arrs: list[np.ndarray], kinds: list[Kind],
+                 stacked: np.ndarray) -> None:  # fmt: skip
+        self.objs, self.arrs, self.kinds, self.stacked = objs, arrs, kinds, stacked
+
+    def copy_in(self) -> None:
+        """Take the agents' current values (they may have changed them in place)."""
+        np.stack(self.arrs, out=self.stacked)
+
+    def copy_out(self, ranks: Sequence[int] | None = None) -> None:
+        """Write the simulator's values back into the agents' own arrays, in place."""
+        for i in range(len(self.arrs)) if ranks is None else ranks:
+            self.arrs[i][...] = self.stacked[i]
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    return a is b or (a.ctypes.data == b.ctypes.data and a.shape == b.shape
+                      and a.strides == b.strides)  # fmt: skip
+
+
+class WindowOps:
+    """Mixin of :class:`SpmdBackend`: the window ops (see the module docstring)."""
+
+    _rank: int
+    _n: int
+    _sim: Any  # provided by SpmdBackend, as is _meet
+
+    # -- create, free -----------------------------------------------------------------------
+    def win_create(self, x: Any, name: str, zero_init: bool = False) -> bool:
+        return self._meet(label("win_create", name), (x, name, zero_init), _win_create)
+
+    def win_free(self, name: str | None = None) -> bool:
+        return self._meet(label("win_free", name), name, _win_free)
+
+    def win_names(self) -> list[str]:
+        return self._sim.win_names()
+
+    # -- put, accumulate, get ---------------------------------------------------------------
+    def win_put(self, x, name, self_weight=None, dst_weights=None, require_mutex=False):
+        check_flag(require_mutex, "require_mutex", "win_put")
+        return self._meet(label("win_put", name), (x, name, self_weight, dst_weights),
+                          _win_put)  # fmt: skip
+
+    def win_accumulate(self, x, name, self_weight=None, dst_weights=None, require_mutex=False):
+        check_flag(require_mutex, "require_mutex", "win_accumulate")
+        return self._meet(label("win_accumulate", name), (x, name, self_weight, dst_weights),
+                          _win_accumulate)  # fmt: skip
+
+    def win_get(self, name, src_weights=None, require_mutex=False):
+        check_flag(require_mutex, "require_mutex", "win_get")
+        return self._meet(label("win_get", name), (name, src_weights), _win_get)
+
+    # -- update -----------------------------------------------------------------------------
+    def win_update(self, name, self_weight=None, neighbor_weights=None, reset=False,
+                   clone=False, require_mutex=False):  # fmt: skip
+        check_update_args(self_weight, neighbor_weights, reset, clone, require_mutex)
+        args = (name, self_weight, neighbor_weights, reset, clone)
+        return self._meet(label("win_update", name), args, _win_update)
+
+    def win_update_then_collect(self, name: str, require_mutex: bool = True) -> Any:
+        check_flag(require_mutex, "require_mutex", "win_update_then_collect")
+        return self._meet(label("win_update_then_collect", name), name, _win_collect)
+
+    # -- mutexes, versions, p ---------------------------------------------------------------
+    def win_mutex(self, name: str, for_self: bool = False, ranks: Any = None):
+        """Return a context manager that holds nothing: every op runs atomically for all."""
+        return self._sim.win_mutex(name, for_self, ranks)
+
+    def get_win_version(self, name: str) -> dict[int, int]:
+        return self._sim.get_win_version(name)[self._rank]
+
+    def win_associated_p(self, name: str) -> float:
+        return float(self._sim.win_associated_p(name)[self._rank])
+
+    def set_win_ops_with_associated_p(self, enabled: bool) -> None:
+        self._meet("set_win_ops_with_associated_p", enabled, _set_with_p)
+
+
+# -- what runs once per rendezvous ------------------------------------------------------------
+def _registered(world, name: Any, op: str) -> Registered:
+    reg = world.windows.get(name) if isinstance(name, str) else None
+    if reg is None:
+        world.sim._win(name, op)  # raises the simulator's error: a bad name or no such window
+    return reg
+
+
+def _win_create(world, args: Sequence[Any]) -> list[bool]:
+    op = "win_create"
+    xs, names, zero_inits = zip(*args, strict=True)
+    name = names[0]
+    zero_init = agree(op, list(zero_inits), "zero_init")
+    for rank, x in enumerate(xs):
+        if not isinstance(x, np.ndarray) and not is_tensor(x):
+            raise TypeError(
+                f"win_create: x must be a numpy array or a CPU tensor (updated in place), "
+                f"but agent {rank} passed {type(x).__name__}"
+            )
+    arrs, kinds = arrays(op, xs)
+    check_alike(op, arrs)
+    for rank, arr in enumerate(arrs):
+        if not arr.flags.c_contiguous or not arr.flags.writeable:
+            raise ValueError(f"win_create: x must be C-contiguous and writeable (agent {rank})")
+    stacked = np.stack(arrs)
+    world.sim.win_create(stacked, name, zero_init)
+    world.windows[name] = Registered(list(xs), arrs, kinds, stacked)
+    return [True] * world.size
+
+
+def _win_free(world, names: Sequence[Any]) -> list[bool]:
+    name = names[0]
+    world.sim.win_free(name)
+    if name is None:
+        world.windows.clear()
+    else:
+        world.windows.pop(name, None)
+    return [True] * world.size
+
+
+def _fill(values: Sequence[Any], neighbors) -> list[Any]:
+    """Per-agent weights where an agent's None means every neighbor, weight 1."""
+    if all(v is None for v in values) or all(v is not None for v in values):
+        return list(values)
+    return [neighbors(i) if v is None else v for i, v in enumerate(values)]
+
+
+def _push(world, args: Sequence[Any], op: str, send) -> list[bool]:
+    xs, names, sws, dsts = zip(*args, strict=True)
+    name = names[0]
+    reg = _registered(world, name, op)
+    for rank, x in enumerate(xs):
+        if not isinstance(x, np.ndarray) and not is_tensor(x):
+            raise TypeError(
+                f"{op}: x must be a numpy array or a CPU tensor (scaled in place), but agent "
+                f"{rank} passed {type(x).__name__}"
+            )
+    arrs, _ = arrays(op, xs)
+    want = reg.arrs[0]
+    for rank, arr in enumerate(arrs):
+        if arr.dtype != want.dtype or arr.shape != want.shape:
+            raise ValueError(
+                f"{op}: agent {rank}'s x is {arr.dtype} {arr.shape} but window {name!r} holds "
+                f"{want.dtype} {want.shape}"
+            )
+    sw = self_weights(op, sws, default=1.0)
+    topo = world.sim.load_topology()
+    dst = per_agent_weights(op, _fill(dsts, topo.out_neighbors), "dst_weights", world.size,
+                            allow_matrix=False)  # fmt: skip
+    own = [_same_memory(a, r) for a, r in zip(arrs, reg.arrs, strict=True)]
+    reg.copy_in()
+    if all(own):  # the usual call: each agent passes its registered value
+        send(reg.stacked, name, sw, dst, False)
+        if sw is not None:
+            reg.copy_out()
+        return [True] * world.size
+    target = np.stack(arrs)
+    send(target, name, sw, dst, False)
+    if sw is not None:  # x was scaled in place
+        for arr, row in zip(arrs, target, strict=True):
+            arr[...] = row
+        mine = [i for i, o in enumerate(own) if o]
+        if mine:  # a registered x that was scaled is what these agents expose now
+            reg.stacked[mine] = target[mine]
+            world.sim.window(name).expose(np.asarray(mine))
+    return [True] * world.size
+
+
+def _win_put(world, args):
+    return _push(world, args, "win_put", world.sim.win_put)
+
+
+def _win_accumulate(world, args):
+    return _push(world, args, "win_accumulate", world.sim.win_accumulate)
+
+
+def _win_get(world, args: Sequence[Any]) -> list[bool]:
+    names, srcs = zip(*args, strict=True)
+    name = names[0]
+    _registered(world, name, "win_get")
+    topo = world.sim.load_topology()
+    src = per_agent_weights("win_get", _fill(srcs, topo.in_neighbors), "src_weights",
+                            world.size, allow_matrix=False)  # fmt: skip
+    world.sim.win_get(name, src, False)
+    return [True] * world.size
+
+
+def _default_weights(world, i: int) -> tuple[float, dict[int, float]]:
+    """Agent i's weights of ``win_update`` without weights (the topology's, as used)."""
+    topo = world.sim.load_topology()
+    used = topo if world.sim.is_topology_weighted() else topo.uniform()
+    indptr, indices, data = used.offdiag_csr()
+    lo, hi = indptr[i], indptr[i + 1]
+    return float(used.self_weights[i]), dict(zip(indices[lo:hi].tolist(),
+                                                 data[lo:hi].tolist(), strict=True))  # fmt: skip
+
+
+def _win_update(world, args: Sequence[Any]) -> list[Any]:
+    op = "win_update"
+    names, sws, nws, resets, clones = zip(*args, strict=True)
+    name = names[0]
+    reg = _registered(world, name, op)
+    reset = agree(op, list(resets), "reset")
+    clone = agree(op, list(clones), "clone")
+    sws, nws = list(sws), list(nws)
+    if any(s is None for s in sws) and not all(s is None for s in sws):
+        for i, s in enumerate(sws):  # these agents use the topology's weights
+            if s is None:
+                sws[i], nws[i] = _default_weights(world, i)
+    sw = self_weights(op, sws)
+    nw = per_agent_weights(op, nws, "neighbor_weights", world.size, allow_matrix=False)
+    reg.copy_in()
+    out = world.sim.win_update(name, sw, nw, reset, clone, False)
+    if clone:
+        return rows(to_numpy(out)[0], reg.kinds)
+    reg.copy_out()
+    return list(reg.objs)
+
+
+def _win_collect(world, names: Sequence[Any]) -> list[Any]:
+    name = names[0]
+    reg = _registered(world, name, "win_update_then_collect")
+    reg.copy_in()
+    world.sim.win_update_then_collect(name, True)
+    reg.copy_out()
+    return list(reg.objs)
+
+
+def _set_with_p(world, values: Sequence[Any]) -> list[None]:
+    enabled = agree("set_win_ops_with_associated_p", list(values), "enabled")
+    world.sim.set_win_ops_with_associated_p(enabled)
+    return [None] * world.size
+
