@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -55,7 +54,11 @@ class World:
         self.settings = settings if settings is not None else _settings.load()
         self.sim: Any = None
         self.windows: dict[str, Any] = {}
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._gates = [threading.Lock() for _ in range(size)]
+        for gate in self._gates:
+            gate.acquire()
+        self._waiting: set[int] = set()  # ranks blocked at their gate
         self._arrived: dict[int, tuple[str, Any, Execute]] = {}  # rank -> (label, args, execute)
         self._generation = 0
         self._outcome: tuple[bool, Any, int] = (True, None, -1)  # (ok, results or error, by)
@@ -64,20 +67,26 @@ class World:
         self._early: str | None = None  # why no op can complete once an agent returned
 
     # -- the rendezvous -----------------------------------------------------------------------
+    # Each waiting agent blocks on a lock of its own (its gate, held while it is not waiting)
+    # that whoever ends its wait releases: the last arrival after running the op, or fail()
+    # and finish(). Waking then needs no shared lock, so N agents wake in parallel.
     def meet(self, rank: int, label: str, args: Any, execute: Execute) -> Any:
         """Wait until every agent called an op; return this agent's share of its result.
 
         ``label`` names the op as agents must agree on it, e.g. ``"allreduce(name='g')"``.
         """
-        with self._cond:
+        with self._lock:
             self._check(rank, label)
             self._arrived[rank] = (label, args, execute)
             generation = self._generation
-            if len(self._arrived) == self.size:
+            last = len(self._arrived) == self.size
+            if last:
                 self._execute(rank)
             else:
-                self._wait(rank, label, generation)
-            ok, value, by = self._outcome
+                self._waiting.add(rank)
+        if not last:
+            self._block(rank, label, generation)
+        ok, value, by = self._outcome  # still this op's: the next needs this agent too
         if ok:
             return value[rank]
         if by == rank:
@@ -103,25 +112,30 @@ class World:
         except BaseException as exc:  # raised in every agent (a copy in the others)
             self._outcome = (False, exc, by)
         self._generation += 1
-        self._cond.notify_all()
+        self._release_waiting()
 
-    def _wait(self, rank: int, label: str, generation: int) -> None:
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        while self._generation == generation:
+    def _release_waiting(self) -> None:
+        for r in self._waiting:
+            self._gates[r].release()
+        self._waiting.clear()
+
+    def _block(self, rank: int, label: str, generation: int) -> None:
+        """Wait at ``rank``'s gate until the op ran (return) or cannot run (raise)."""
+        gate = self._gates[rank]
+        released = gate.acquire() if self.timeout is None else gate.acquire(timeout=self.timeout)
+        if released and self._generation != generation:
+            return  # the op ran (the generation moves on before the gates open)
+        with self._lock:
+            if not released and rank not in self._waiting:
+                gate.acquire()  # released just after the timeout: take the gate back
+            self._waiting.discard(rank)
+            if self._generation != generation:
+                return
             try:
-                self._check(rank, label)
-            except BaseException:
+                self._check(rank, label)  # stopped by a failure or an agent that returned
+                raise self._timed_out(rank, label)
+            finally:
                 self._arrived.pop(rank, None)
-                raise
-            if deadline is None:
-                self._cond.wait()
-                continue
-            left = deadline - time.monotonic()
-            if left <= 0:
-                error = self._timed_out(rank, label)
-                self._arrived.pop(rank, None)
-                raise error
-            self._cond.wait(left)
 
     # -- stopping -------------------------------------------------------------------------------
     def _check(self, rank: int, label: str) -> None:
@@ -162,18 +176,18 @@ class World:
 
     def finish(self, rank: int) -> None:
         """Record that ``rank``'s main function returned; end the ops others wait in."""
-        with self._cond:
+        with self._lock:
             self._finished.add(rank)
             if self._arrived and self._early is None:
                 self._early = self._early_message({})
-            self._cond.notify_all()
+            self._release_waiting()
 
     def fail(self, rank: int, exc: BaseException) -> None:
         """Record that ``rank`` raised ``exc``; every agent stops at its next op (or now)."""
-        with self._cond:
+        with self._lock:
             if self._stop is None:
                 self._stop = (rank, exc)
-            self._cond.notify_all()
+            self._release_waiting()
 
     def interrupt(self, exc: BaseException) -> None:
         """Stop every agent (the caller of the run was interrupted)."""
