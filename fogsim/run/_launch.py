@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -29,6 +30,8 @@ _NOT_FOUND_EXIT_CODE = 127
 # Seconds between SIGTERM (mpiexec cleans up its ranks) and SIGKILL to the process group.
 _KILL_GRACE = 3.0
 _FORWARDED = (signal.SIGINT, signal.SIGTERM)
+# Seconds the job may run on after a rank failed or died before fogrun ends it.
+_FAILED_GRACE = 3.0
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -94,7 +97,7 @@ def run(argv: Sequence[str], env: Mapping[str, str], timeout: float | None = Non
             relay.start()
         try:
             with _forwarding_signals(proc):
-                code = proc.wait(timeout)
+                code = _wait(proc, timeout, watch)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             for relay in relays:
@@ -111,6 +114,26 @@ def run(argv: Sequence[str], env: Mapping[str, str], timeout: float | None = Non
         if code != 0:
             _name_dead_ranks(dead, rank_dir, watch.first_dead())
     return code if code >= 0 else 128 - code
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout: float | None, watch: _liveness.Watch) -> int:
+    """Wait for the job; end it ``_FAILED_GRACE`` seconds after a rank failed or died if
+    it is still running (MPI aborts by itself; ranks of the torch backend that are not in
+    a collective with the failed one would run on)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise subprocess.TimeoutExpired(proc.args, timeout or 0)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return proc.wait(0.2 if left is None else min(0.2, left))
+        ended = watch.ended_at
+        if ended is not None and time.monotonic() - ended > _FAILED_GRACE:
+            who = ", ".join(str(f[0]) for f in watch.first_dead())
+            print(f"fogrun: rank {who} ended; ending the ranks still running", file=sys.stderr)
+            _kill_group(proc)
+            code = proc.wait()
+            return code if code != 0 else 1
 
 
 _DEAD_PID = re.compile(r"\bPID[ :]+(\d+)")

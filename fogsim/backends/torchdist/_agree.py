@@ -22,8 +22,9 @@ __all__ = ["GroupComm", "LocalError", "agree", "fingerprint"]
 
 
 class GroupComm:
-    """The two mpi4py calls :func:`agree` makes (``Allreduce`` in place with MAX, and
-    ``allgather`` of Python objects), over the CPU (gloo) group ``group`` of ``size`` ranks.
+    """The mpi4py calls :func:`agree` makes (``Allreduce``/``Iallreduce`` in place with MAX,
+    and ``allgather`` of Python objects), over the CPU (gloo) group ``group`` of ``size``
+    ranks.
     """
 
     IN_PLACE = MAX = None  # mpi4py's names, as agree() passes them back
@@ -34,10 +35,30 @@ class GroupComm:
     def Allreduce(self, _in_place: Any, buf: np.ndarray, op: Any = None) -> None:
         dist.all_reduce(torch.from_numpy(buf), op=dist.ReduceOp.MAX, group=self.group)
 
+    def Iallreduce(self, _in_place: Any, buf: np.ndarray, op: Any = None) -> Any:
+        work = dist.all_reduce(torch.from_numpy(buf), op=dist.ReduceOp.MAX, group=self.group,
+                               async_op=True)  # fmt: skip
+        return _Request(work)
+
     def allgather(self, obj: Any) -> list[Any]:
         out: list[Any] = [None] * self.size
         dist.all_gather_object(out, obj, group=self.group)
         return out
+
+
+class _Request:
+    """An mpi4py-like request (``Test``/``Wait``) on a torch ``Work``."""
+
+    __slots__ = ("work",)
+
+    def __init__(self, work: Any) -> None:
+        self.work = work
+
+    def Test(self) -> bool:
+        return bool(self.work.is_completed())
+
+    def Wait(self) -> None:
+        self.work.wait()
 
 
 def agree(comm: GroupComm, fp: int, error: LocalError | None,

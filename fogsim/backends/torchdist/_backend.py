@@ -20,15 +20,20 @@ import torch.distributed as dist
 
 from ... import _arrays, _settings
 from ..._handles import Handle
+from ..._stall import Guard
 from .._base import Backend
+from ..mpi._agree import GUARDS
 from ..mpi._plan import static_rank_plan
 from . import _world
 from ._agree import GroupComm, LocalError, agree, fingerprint
 from ._machines import MachineOps
 from ._neighbor import NeighborOps, as_bytes
+from ._peers import StorePeers, default_store
 from ._values import Value, as_value
 
 __all__ = ["TorchBackend"]
+
+_worlds = 0  # torch worlds this process has made (they name their stall-report keys)
 
 
 class TorchBackend(MachineOps, NeighborOps, Backend):
@@ -66,6 +71,7 @@ class TorchBackend(MachineOps, NeighborOps, Backend):
 
                 record(self._settings.rank_dir, self._rank)
         self._comm = GroupComm(self.group, self._n)
+        self.stall = self._stall_guard(world=groups is None)
         try:
             self._local_rank, self._local_size = self._machines(local_size)
             self._init_machine_ops()
@@ -124,7 +130,22 @@ class TorchBackend(MachineOps, NeighborOps, Backend):
         if error is not None:
             raise error
 
+    def _stall_guard(self, world: bool) -> Guard:
+        """The world's stall guard, answering over the store (sub-worlds: none)."""
+        global _worlds
+        timeout = self._settings.stall_timeout if world and self._n > 1 else None
+        if world:  # every process makes its worlds in the same order: a common prefix
+            _worlds += 1
+        store = default_store() if timeout is not None else None
+        peers = None if store is None else StorePeers(store, self._rank, self._n,
+                                                      f"fogsim/stall/{_worlds}/")  # fmt: skip
+        guard = Guard(self._rank, self._n, timeout, self._settings.stall_warn_only, peers)
+        if timeout is not None:
+            GUARDS[id(self._comm)] = guard
+        return guard
+
     def _destroy_groups(self) -> None:
+        GUARDS.pop(id(getattr(self, "_comm", None)), None)
         # Local: gloo's sends completed when their bytes were handed over, so no peer
         # loses data; the default group stays for the next world (see _world).
         for group in (self.nccl_group, self.group):
@@ -307,7 +328,8 @@ class TorchBackend(MachineOps, NeighborOps, Backend):
 
     def barrier(self) -> None:
         self._flush()
-        dist.barrier(group=self.group)
+        work = dist.barrier(group=self.group, async_op=True)
+        self.stall.wait(work.is_completed, work.wait)
 
     def barrier_nonblocking(self) -> Handle:
         self._flush()
