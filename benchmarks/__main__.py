@@ -3,7 +3,7 @@
     python -m benchmarks                          # everything (2-3 minutes on 2 cores)
     python -m benchmarks --quick                  # smaller grids, fewer rounds (1-2 minutes)
     python -m benchmarks --only mpi,fusion        # some of: sim, mpi, fusion, torch,
-                                                  # hierarchy, timeline (SUITE below)
+                                                  # hierarchy, timeline, spmd (SUITE below)
     python -m benchmarks -np 2                    # MPI/torch jobs on 2 processes (default 4)
     python -m benchmarks --compare OLD.json       # run, then the change from an earlier run
     python -m benchmarks --compare OLD.json NEW.json   # compare two saved runs, run nothing
@@ -67,6 +67,7 @@ SUITE = {
     "torch": Entry("bench_torch.py", quick=("--sizes", "8,32", "--rounds", "3")),
     "hierarchy": Entry("bench_hierarchy.py"),
     "timeline": Entry("bench_timeline.py"),
+    "spmd": Entry("bench_spmd.py", quick=("--quick",), mpi=False),
 }  # fmt: skip
 
 _SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}

@@ -18,7 +18,7 @@ import logging as _logging
 import typing as _typing
 
 if _typing.TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at run time they are lazy
-    from . import timeline, topology
+    from . import spmd, timeline, topology
     from ._api import (
         allgather,
         allgather_nonblocking,
@@ -130,6 +130,7 @@ __all__ = [
     "shutdown",
     "StallError",
     "size",
+    "spmd",
     "timeline",
     "timeline_context",
     "timeline_end_activity",
@@ -158,7 +159,7 @@ __all__ = [
 # fogrun launcher) and ``import fogsim._settings`` do not pay for numpy, scipy and networkx.
 _MODULE_OF = {name: "._api" for name in __all__}
 _MODULE_OF.update(Context="._context", Handle="._handles", StallError="._stall",
-                  topology=".topology",
+                  topology=".topology", spmd=".spmd",
                   timeline=".timeline", timeline_context=".timeline",
                   timeline_end_activity=".timeline", timeline_start_activity=".timeline")
 del _MODULE_OF["__version__"]
@@ -171,7 +172,7 @@ def __getattr__(name: str) -> object:
     import importlib
 
     value = importlib.import_module(module, __name__)
-    if name not in ("topology", "timeline"):
+    if name not in ("topology", "timeline", "spmd"):
         value = getattr(value, name)
     globals()[name] = value  # later look-ups do not come here again
     return value

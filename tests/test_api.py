@@ -14,7 +14,7 @@ from fogsim import _settings
 from fogsim import topology as T
 
 PUBLIC = {
-    "Context", "Handle", "StallError", "__version__", "topology",
+    "Context", "Handle", "StallError", "__version__", "topology", "spmd",
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
     "local", "vmap", "is_main_process", "global_view",
     "set_topology", "load_topology", "is_topology_weighted",

@@ -1,4 +1,5 @@
-"""The examples give the same numbers simulated (fogrun --sim) and under MPI (fogrun)."""
+"""The examples give the same numbers simulated (fogrun --sim), under MPI (fogrun) and as
+per-agent threads of one process (fogrun --spmd)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ CONFIGS = [
 def fogrun(
     tmp_path: Path, mode: list[str], n: int, example: str, topology: str, *options: str
 ) -> np.ndarray:
-    out = tmp_path / f"{example}-{'sim' if mode else 'mpi'}-{n}-{topology}.npy"
+    how = mode[0].strip("-") if mode else "mpi"
+    out = tmp_path / f"{example}-{how}-{n}-{topology}.npy"
     cmd = [sys.executable, "-m", "fogsim.run", *mode, "-np", str(n), "--timeout", "120",
            "python", str(ROOT / "examples" / f"{example}.py"), "--topology", topology,
            "--iters", "40", "--save", str(out), *options]  # fmt: skip
@@ -45,8 +47,10 @@ def test_example_same_numbers_in_both_modes(tmp_path, example, n, topology):
         pytest.skip("no mpiexec next to the interpreter (pip install 'fogsim[mpi]')")
     simulated = fogrun(tmp_path, ["--sim"], n, example, topology)
     distributed = fogrun(tmp_path, [], n, example, topology)
+    threads = fogrun(tmp_path, ["--spmd"], n, example, topology)
     assert simulated.shape[0] == n
     np.testing.assert_allclose(distributed, simulated, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(threads, simulated, rtol=1e-12, atol=1e-14)
 
 
 # Every other example once, on 4 agents; (topology, options) exercise what each is about.
@@ -66,8 +70,10 @@ def test_other_examples_same_numbers_in_both_modes(tmp_path, example):
     topology, *options = OTHERS[example]
     simulated = fogrun(tmp_path, ["--sim"], 4, example, topology, *options)
     distributed = fogrun(tmp_path, [], 4, example, topology, *options)
+    threads = fogrun(tmp_path, ["--spmd"], 4, example, topology, *options)
     assert simulated.shape[0] == 4
     np.testing.assert_allclose(distributed, simulated, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(threads, simulated, rtol=1e-12, atol=1e-14)
 
 
 def test_every_example_is_covered():

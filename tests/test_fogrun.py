@@ -154,6 +154,25 @@ def test_sim_runs_one_process_without_mpi():
     assert "NUMBA_NUM_THREADS" not in env  # one process: its thread pools do not collide
 
 
+def test_spmd_runs_the_script_per_agent_in_threads_without_mpi():
+    o = opts("--spmd", "-np", "8", "--local-size", "2", "python", "s.py", "-x", "--y")
+    argv, env = fr.build_command(o, {"FOGSIM_BACKEND": "mpi"}, None)
+    assert argv == [sys.executable, "-m", "fogsim.spmd", "-np", "8", "--local-size", "2", "--",
+                    "s.py", "-x", "--y"]  # fmt: skip
+    assert env["FOGSIM_SIZE"] == "8" and env["FOGSIM_LOCAL_SIZE"] == "2"
+
+
+@pytest.mark.parametrize("command", [("python", "-c", "print(1)"), ("s.py",), ("python",)])
+def test_spmd_wants_a_python_script(command):
+    with pytest.raises(fr.LaunchError, match="--spmd runs a Python script once per agent"):
+        fr.build_command(opts("--spmd", "-np", "2", *command), {}, None)
+
+
+def test_sim_and_spmd_exclude_each_other(capsys):
+    assert fr.main(["--sim", "--spmd", "-np", "2", "python", "s.py"]) == 2
+    assert "--sim and --spmd exclude each other" in capsys.readouterr().err
+
+
 def test_mpi_mode_without_mpi_is_refused():
     with pytest.raises(fr.LaunchError, match="no MPI found"):
         fr.build_command(opts("-np", "2", "python", "s.py"), {}, None)
@@ -496,6 +515,20 @@ def test_sim_mode_runs_the_simulator():
                   "import fogsim as fs; fs.init(); print(fs.size())")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "3"
+
+
+def test_spmd_mode_runs_one_thread_per_agent(tmp_path):
+    script = tmp_path / "agent.py"
+    script.write_text("import sys, fogsim as fs\nfs.init()\n"
+                      "print(fs.rank(), fs.size(), fs.allreduce(float(fs.rank())), sys.argv[1:])\n"
+                      "if fs.rank() == 2 and sys.argv[1] == 'fail':\n"
+                      "    raise KeyError('agent 2 gives up')\nfs.barrier()\n")  # fmt: skip
+    done = fogrun("--spmd", "-np", "3", "python", str(script), "ok")
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.splitlines()) == [f"{r} 3 1.0 ['ok']" for r in range(3)]
+    done = fogrun("--spmd", "-np", "3", "python", str(script), "fail")
+    assert done.returncode == 1
+    assert "KeyError: 'agent 2 gives up'" in done.stderr and "agent 2 of 3" in done.stderr
 
 
 def test_exit_code_and_timeout():

@@ -38,6 +38,7 @@ class Options:
     timeline_filename: str | None = None
     extra_mpi_flags: str = ""
     sim: bool = False
+    spmd: bool = False
     timeout: float | None = None
     dry_run: bool = False
 
@@ -84,6 +85,8 @@ def make_parser() -> argparse.ArgumentParser:
         help="more mpiexec flags, split like a shell would (never run by a shell)")  # fmt: skip
     add("--sim", action="store_true", help="run the script once, simulating N agents "
         "(FOGSIM_BACKEND=sim FOGSIM_SIZE=N; no mpiexec)")  # fmt: skip
+    add("--spmd", action="store_true", help="run a per-agent Python script as N agent "
+        "threads of one process (python -m fogsim.spmd; no mpiexec)")  # fmt: skip
     add("--timeout", type=_positive_float, metavar="SECONDS",
         help="kill the whole job after SECONDS (exit code 124); default: no timeout")  # fmt: skip
     add("--dry-run", action="store_true",
@@ -116,6 +119,9 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         parser.error("the number of processes is required: -np N")
     if not command:
         parser.error("no command given, e.g.: fogrun -np 4 python script.py")
+    if ns.sim and ns.spmd:
+        parser.error("--sim and --spmd exclude each other: --sim runs the script once for "
+                     "all agents, --spmd once per agent in threads")  # fmt: skip
     return Options(
         np=ns.np,
         command=tuple(command),
@@ -124,6 +130,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         timeline_filename=ns.timeline_filename,
         extra_mpi_flags=ns.extra_mpi_flags,
         sim=ns.sim,
+        spmd=ns.spmd,
         timeout=ns.timeout,
         dry_run=ns.dry_run,
     )

@@ -131,6 +131,8 @@ def env_changes(
     explicit: dict[str, str] = {}
     if options.sim:
         explicit.update(FOGSIM_BACKEND="sim", FOGSIM_SIZE=str(options.np))
+    elif options.spmd:
+        explicit["FOGSIM_SIZE"] = str(options.np)
     else:
         # One process per agent even for -np 1 (mpiexec alone picks MPI only above 1);
         # a user's FOGSIM_BACKEND (e.g. "torch") still wins.
@@ -148,6 +150,18 @@ def env_changes(
     changes = {k: v for k, v in defaults.items() if k not in environ}
     changes.update({k: v for k, v in explicit.items() if environ.get(k) != v})
     return changes
+
+
+def _spmd_command(options: Options, command: list[str]) -> list[str]:
+    if not is_python(command[0]) or len(command) < 2 or command[1].startswith("-"):
+        raise LaunchError(
+            f"--spmd runs a Python script once per agent, e.g. fogrun --spmd -np 4 python "
+            f"script.py; got: {shlex.join(command)}"
+        )
+    args = [_interpreter(command[0]), "-m", "fogsim.spmd", "-np", str(options.np)]
+    if options.local_size is not None:
+        args += ["--local-size", str(options.local_size)]
+    return [*args, "--", *command[1:]]
 
 
 def _exported(env: Mapping[str, str], changes: Mapping[str, str]) -> list[str]:
@@ -180,9 +194,11 @@ def build_command(
 
     Pure: ``environ`` is the user's environment (``fogsim._settings.environ()``) and
     ``mpi`` the launcher found by :func:`fogsim.run.find_mpi`; nothing is read or run.
-    Raise `LaunchError` when MPI is needed (no ``--sim``) and ``mpi`` is None.
+    Raise `LaunchError` when MPI is needed (no ``--sim``/``--spmd``) and ``mpi`` is None.
     """
     command = list(options.command)
+    if options.spmd:
+        return _spmd_command(options, command), {**environ, **env_changes(options, environ)}
     if is_python(command[0]):
         command[0] = _interpreter(command[0])
         if not options.sim:

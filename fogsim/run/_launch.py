@@ -185,7 +185,8 @@ def _name_dead_ranks(pids: list[str], rank_dir: str,
 def _check_mpi4py(options: Options, mpi: _mpi.MPIInfo | None) -> None:
     # Only this interpreter can be asked cheaply; another one named on the command line
     # reports a missing mpi4py itself.
-    if options.sim or options.command[0] not in ("python", "python3", sys.executable):
+    if options.sim or options.spmd or options.command[0] not in ("python", "python3",
+                                                                   sys.executable):
         return
     if importlib.util.find_spec("mpi4py") is None:
         # The mpich wheel would put a second mpiexec over an installed Open MPI's.
@@ -214,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     environ = _settings.environ()
     try:
         mpi = None
-        if not options.sim:
+        if not (options.sim or options.spmd):
             mpi = _mpi.find_mpi(environ)
             if mpi is None:
                 raise LaunchError(NO_MPI_MESSAGE)

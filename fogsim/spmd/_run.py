@@ -173,7 +173,9 @@ def run_path(
     run (both are process-wide, so they are set once for all agents and restored after).
     Each agent executes the script's code in a module namespace of its own (what
     :func:`runpy.run_path` does, without its process-wide ``sys.modules['__main__']``
-    swap, which threads cannot share); ``sys.exit(0)`` ends an agent normally. The other
+    swap, which threads cannot share); the script's ``print`` writes each call in one
+    piece, so lines of different agents do not mix; ``sys.exit(0)`` ends an agent
+    normally. The other
     arguments and the errors are those of :func:`run`.
     """
     path = os.fspath(path)
@@ -190,9 +192,30 @@ def run_path(
         sys.path[:] = old_path
 
 
+_print_lock = threading.Lock()
+
+
+def _print_lines(*values: Any, sep: str | None = " ", end: str | None = "\n", file: Any = None,
+                 flush: bool = False) -> None:  # fmt: skip
+    """``print`` that writes its whole text in one call, so agents' lines do not mix."""
+    out = sys.stdout if file is None else file
+    if out is None:
+        return
+    text = (" " if sep is None else sep).join(map(str, values)) + ("\n" if end is None else end)
+    with _print_lock:
+        out.write(text)
+        if flush:
+            out.flush()
+
+
+# The agents' scripts see builtins with a line-atomic print (their own module's code only).
+_SCRIPT_BUILTINS = {**vars(builtins), "print": _print_lines}
+
+
 def _exec_script(code: Any, path: str) -> dict[str, Any]:
     namespace: dict[str, Any] = {
-        "__name__": "__main__", "__file__": path, "__builtins__": builtins, "__doc__": None,
+        "__name__": "__main__", "__file__": path, "__builtins__": _SCRIPT_BUILTINS,
+        "__doc__": None,
         "__package__": None, "__spec__": None, "__loader__": None, "__cached__": None,
     }  # fmt: skip
     try:
