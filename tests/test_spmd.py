@@ -415,6 +415,19 @@ def test_a_stalled_rendezvous_times_out():
         spmd.run(main, size=3, timeout=0.2)
 
 
+def test_the_default_timeout_is_the_stall_timeout(monkeypatch):
+    def main():
+        if fs.rank() == 0:
+            time.sleep(0.6)
+        fs.barrier()
+        return fs.rank()
+
+    monkeypatch.setenv("FOGSIM_STALL_TIMEOUT", "0.2")
+    with pytest.raises(SpmdTimeout, match=r"waited 0.2 s in barrier for agent 0.*STALL"):
+        spmd.run(main, size=2)
+    assert spmd.run(main, size=2, timeout=0) == [0, 1]  # 0: no limit
+
+
 def test_init_inside_an_agent_attaches_to_the_run():
     outside = fs.init(size=5)
 

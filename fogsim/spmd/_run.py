@@ -117,7 +117,9 @@ def run(
     script. ``size`` defaults to ``FOGSIM_SIZE`` (else 16); ``topology`` (default
     exponential-2) and ``seed`` are those of :func:`fogsim.init` inside the run;
     ``local_size`` groups the agents into machines. ``timeout`` (seconds) ends a wait at a
-    rendezvous that lasts longer with :class:`SpmdTimeout`.
+    rendezvous that lasts longer with :class:`SpmdTimeout`; the default is
+    ``FOGSIM_STALL_TIMEOUT`` (60 s unless set, as for a stalled MPI collective), and ``0``
+    waits forever.
 
     If an agent raises, the others stop at their next op (or at once if they are waiting in
     one) with :class:`SpmdAborted`, and ``run`` re-raises the agent's exception with a note
@@ -129,8 +131,10 @@ def run(
     settings = _settings.load()
     n = _size(size, settings)
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
-                                or not timeout > 0):  # fmt: skip
-        raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
+                                or not timeout >= 0):  # fmt: skip
+        raise ValueError(f"timeout must be a number of seconds >= 0 (0: never) or None, got "
+                         f"{timeout!r}")  # fmt: skip
+    timeout = settings.stall_timeout if timeout is None else (timeout or None)
     world = World(n, local_size=local_size, topology=topology, seed=seed, timeout=timeout,
                   settings=settings)  # fmt: skip
     results: list[Any] = [None] * n

@@ -171,7 +171,7 @@ class World:
         return SpmdTimeout(
             f"fogsim.spmd: agent {rank} waited {self.timeout:g} s in {label} for "
             f"{agents(missing)} (still running, never reached it); raise the run's timeout "
-            "if an agent computes that long between ops"
+            "(timeout=, or FOGSIM_STALL_TIMEOUT) if an agent computes that long between ops"
         )
 
     def finish(self, rank: int) -> None:
