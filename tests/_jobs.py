@@ -26,6 +26,15 @@ def fogrun_script(tmp_path: Path, text: str, n: int, *args: str, options: tuple 
         pytest.skip("no mpiexec next to the interpreter (pip install 'fogsim[mpi]')")
     script = tmp_path / "job.py"
     script.write_text(text)
+    return fogrun_path(script, n, *args, options=options, timeout=timeout, env=env)
+
+
+def fogrun_path(script: Path, n: int, *args: str, options: tuple = (), timeout: float = 150,
+                env: dict | None = None) -> subprocess.CompletedProcess:  # fmt: skip
+    """Run the script file ``script`` under ``fogrun -np n [options]`` (see fogrun_script)."""
+    pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install 'fogsim[mpi]')")
+    if not (Path(sys.executable).parent / "mpiexec").exists():
+        pytest.skip("no mpiexec next to the interpreter (pip install 'fogsim[mpi]')")
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     env.pop("FOGSIM_BACKEND", None)
     cmd = [sys.executable, "-m", "fogsim.run", "-np", str(n), *options, "--timeout",

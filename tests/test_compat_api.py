@@ -37,6 +37,10 @@ BF_PUBLIC = {
     "win_update_then_collect", "win_mutex", "win_wait", "win_poll", "get_win_version",
     "win_associated_p", "turn_on_win_ops_with_associated_p",
     "turn_off_win_ops_with_associated_p", "get_current_created_window_names",
+    "win_sync", "win_sync_then_collect", "CommunicationType",
+    "DistributedAdaptThenCombineOptimizer", "DistributedAdaptWithCombineOptimizer",
+    "DistributedGradientAllreduceOptimizer", "DistributedPushSumOptimizer",
+    "DistributedWinPutOptimizer", "broadcast_optimizer_state", "broadcast_parameters",
 }  # fmt: skip
 TU_PUBLIC = {
     "ExponentialTwoGraph", "ExponentialGraph", "SymmetricExponentialGraph", "RingGraph",
@@ -92,6 +96,7 @@ def test_signatures_follow_bluefog():
     params = list(inspect.signature(bf.neighbor_allreduce).parameters)
     assert params == [
         "tensor", "self_weight", "src_weights", "dst_weights", "enable_topo_check", "name",
+        "neighbor_weights", "send_neighbors",  # BlueFog's earlier names, keyword-only
     ]  # fmt: skip
     assert list(inspect.signature(bf.init).parameters) == ["topology_fn", "is_weighted"]
     assert list(inspect.signature(bf.set_topology).parameters) == ["topology", "is_weighted"]
@@ -322,3 +327,116 @@ def test_machine_level_under_bluefog_names():
         np.testing.assert_allclose(bf.allreduce(x, True, True, "x")[:, 0], np.repeat(means, 2))
     finally:
         fs.shutdown()
+
+
+# -- aliases and BlueFog's earlier names (the paper's listings and documents use them) ------
+def test_positional_weights_as_in_listing_5(world):
+    n = world
+    x = stacked(n)
+    sw = np.full(n, 0.5)
+    src = [{(r - 1) % n: 0.5} for r in range(n)]
+    dst = [{(r + 1) % n: 1.0} for r in range(n)]
+    want = 0.5 * (x + np.roll(x, 1, axis=0))
+    np.testing.assert_allclose(bf.neighbor_allreduce(x, sw, src, dst), want, rtol=1e-15)
+    handle = bf.neighbor_allreduce_nonblocking(x, sw, src, dst)
+    np.testing.assert_allclose(bf.wait(handle), want, rtol=1e-15)
+
+
+def test_neighbor_weights_and_send_neighbors_are_deprecated_aliases(world):
+    n = world
+    x = stacked(n)
+    src = [{(r - 1) % n: 0.5} for r in range(n)]
+    ranks = [[(r + 1) % n] for r in range(n)]
+    want = bf.neighbor_allreduce(x, 0.5, src, ranks)
+    with pytest.warns(DeprecationWarning, match="neighbor_weights is deprecated.*src_weights"):
+        got = bf.neighbor_allreduce(x, 0.5, neighbor_weights=src, dst_weights=ranks)
+    np.testing.assert_array_equal(got, want)
+    with pytest.warns(DeprecationWarning) as record:
+        got = bf.neighbor_allreduce(x, self_weight=0.5, neighbor_weights=src,
+                                    send_neighbors=ranks, name="x")  # fmt: skip
+    assert {str(w.message).split(":")[1].split()[0] for w in record} == {
+        "neighbor_weights", "send_neighbors"}  # fmt: skip
+    assert all(w.filename == __file__ for w in record)  # the warning points at the caller
+    np.testing.assert_array_equal(got, want)
+    with pytest.warns(DeprecationWarning, match="send_neighbors is deprecated.*dst_weights"):
+        handle = bf.neighbor_allreduce_nonblocking(x, 0.5, src, send_neighbors=ranks)
+    np.testing.assert_array_equal(bf.synchronize(handle), want)
+
+
+def test_deprecated_names_refuse_bad_input(world):
+    n = world
+    x = stacked(n)
+    src = [{(r - 1) % n: 0.5} for r in range(n)]
+    with pytest.raises(TypeError, match="pass src_weights or the deprecated neighbor_weights"):
+        bf.neighbor_allreduce(x, 0.5, src, neighbor_weights=src)
+    with pytest.raises(TypeError, match="pass dst_weights or the deprecated send_neighbors"):
+        bf.neighbor_allreduce(x, 0.5, src, [[1]] * n, send_neighbors=[[1]] * n)
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="list of ranks"):
+        bf.neighbor_allreduce(x, 0.5, src, send_neighbors={1: 0.5})
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="integer ranks"):
+        bf.neighbor_allreduce(x, 0.5, src, send_neighbors=[0.5, 1])
+    with pytest.warns(DeprecationWarning), pytest.raises(TypeError, match="list of ranks"):
+        bf.neighbor_allreduce_nonblocking(x, 0.5, src, send_neighbors=3)
+
+
+def test_win_sync_names_are_win_update_names(world):
+    assert bf.win_sync is bf.win_update
+    assert bf.win_sync_then_collect is bf.win_update_then_collect
+    n = world
+    bf.set_topology(tu.RingGraph(n, 2))
+    x = stacked(n)
+    bf.win_create(x, "w", zero_init=True)
+    bf.win_put(x, "w")
+    got = bf.win_sync("w", 0.5, [{(r - 1) % n: 0.5} for r in range(n)])
+    assert got is x  # the registered array, updated in place
+    want = 0.5 * (stacked(n) + np.roll(stacked(n), 1, axis=0))
+    np.testing.assert_allclose(x, want, rtol=1e-15)
+    assert bf.win_free("w")
+    y = stacked(n, seed=1)
+    bf.win_create(y, "v", zero_init=True)
+    bf.win_accumulate(y, "v")  # one out-neighbor each, weight 1: the total doubles
+    total = y.sum(axis=0) * 2
+    assert bf.win_sync_then_collect("v") is y
+    np.testing.assert_allclose(y.sum(axis=0), total, rtol=1e-14)
+    assert bf.win_free("v")
+
+
+def test_topology_queries_used_by_the_listings(world):
+    n = world
+    graph = bf.load_topology()
+    assert isinstance(graph, nx.DiGraph)
+    assert bf.out_neighbor_ranks()[0] == [1, 2, 4] and bf.in_neighbor_ranks()[0] == [2, 4, 5]
+    assert tu.GetDynamicSendRecvRanks is tu.GetDynamicOnePeerSendRecvRanks
+    gen = tu.GetDynamicSendRecvRanks(graph, 0)
+    assert [next(gen) for _ in range(3)] == [([1], [5]), ([2], [4]), ([4], [2])]
+    assert bf.barrier() is None
+    assert n == 6
+
+
+def test_optimizer_names_load_on_first_use():
+    code = (
+        "import sys; import fogsim.compat.bluefog as bf; assert 'torch' not in sys.modules; "
+        "import fogsim.optim as fo; assert bf.CommunicationType is fo.CommunicationType; "
+        "assert bf.DistributedWinPutOptimizer is fo.DistributedWinPutOptimizer; "
+        "assert 'DistributedWinPutOptimizer' in dir(bf)"
+    )
+    pytest.importorskip("torch")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    with pytest.raises(AttributeError, match="has no attribute 'DistributedOptimizerX'"):
+        bf.DistributedOptimizerX  # noqa: B018
+
+
+def test_optimizer_self_weights_is_self_weight():
+    torch = pytest.importorskip("torch")
+    fs.init(backend="sim", size=3)
+    from fogsim import optim as fo
+
+    model = fo.replicate(torch.nn.Linear(2, 1))
+    opt = bf.DistributedAdaptThenCombineOptimizer(
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.1), model=model,
+        communication_type=bf.CommunicationType.neighbor_allreduce)  # fmt: skip
+    assert opt.self_weights is None
+    opt.self_weights = np.full(3, 0.5)  # Listing 4's spelling
+    assert opt.self_weight is opt.self_weights
+    opt.self_weight = 0.25
+    assert opt.self_weights == 0.25

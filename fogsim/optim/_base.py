@@ -179,6 +179,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._communication_type = _communication_type(value, self._allowed)
 
     @property
+    def self_weights(self) -> Any:
+        """BlueFog's spelling of :attr:`self_weight` (the paper's Listing 4 sets this one)."""
+        return self.self_weight
+
+    @self_weights.setter
+    def self_weights(self, value: Any) -> None:
+        self.self_weight = value
+
+    @property
     def num_steps_per_communication(self) -> int:
         """Communicate at every k-th step; the k - 1 steps in between are local only."""
         return self._num_steps_per_communication

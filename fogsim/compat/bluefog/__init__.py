@@ -10,22 +10,31 @@ collectives with their ``*_nonblocking`` twins and ``bf.synchronize``. The graph
 in :mod:`~fogsim.compat.bluefog.topology_util` and, as in the BlueFog paper's listings, also
 here (``bf.ExponentialTwoGraph(bf.size())``).
 
-These are per-agent (SPMD) functions: every process is one agent with an integer
-``bf.rank()``. Run such scripts with ``fogrun`` (one MPI process per agent); running them
-in one process, one thread per agent, is planned (fogsim's SPMD mode). Under the
-simulator backend (one process holding all agents) the functions work too, but on stacked
-values, as fogsim's own functions do: ``bf.rank()`` is ``arange(n)``, tensors carry a
-leading agent axis, and per-agent weights are sequences of n dicts.
+These are per-agent (SPMD) functions: every agent has an integer ``bf.rank()``. Run such
+scripts with ``fogrun -np N python script.py`` (one MPI process per agent) or in one
+process, one thread per agent, with :func:`fogsim.spmd.run_path` (``fogrun --spmd``).
+Under the simulator backend (one process holding all agents) the functions work too, but
+on stacked values, as fogsim's own functions do: ``bf.rank()`` is ``arange(n)``, tensors
+carry a leading agent axis, and per-agent weights are sequences of n dicts.
 
 The window ops (``bf.win_create``, ``bf.win_put``, ``bf.win_accumulate``, ``bf.win_get``,
 ``bf.win_update``, ``bf.win_update_then_collect``, ``bf.win_mutex``, ``bf.get_win_version``,
-``bf.turn_on_win_ops_with_associated_p`` ...) are fogsim's window ops under BlueFog's names.
+``bf.turn_on_win_ops_with_associated_p`` ...) are fogsim's window ops under BlueFog's names;
+a tensor registered with ``bf.win_create`` is updated in place. ``bf.win_sync`` and
+``bf.win_sync_then_collect`` are BlueFog's earlier names of ``win_update`` and
+``win_update_then_collect``.
 
 The machine level is there too: ``bf.machine_size``, ``bf.machine_rank``,
 ``bf.set_machine_topology``, ``bf.load_machine_topology``, ``bf.in_neighbor_machine_ranks``,
 ``bf.hierarchical_neighbor_allreduce`` and ``bf.allreduce(..., is_hierarchical_local=True)``.
 
-Not provided: BlueFog's optimizers (use :mod:`fogsim.optim`) and its timeline.
+BlueFog's earlier keywords of ``neighbor_allreduce`` (``neighbor_weights`` for
+``src_weights``, ``send_neighbors`` for ``dst_weights``) are accepted with a
+``DeprecationWarning``. The optimizer wrappers are :mod:`fogsim.optim`'s, under the same
+names (``bf.DistributedAdaptThenCombineOptimizer``, ``bf.CommunicationType`` ...), imported
+on first use because they need torch; their ``self_weights`` is BlueFog's spelling of
+``self_weight``. Not provided: BlueFog's timeline API (use :mod:`fogsim.timeline`, or
+``fogrun --timeline-filename``).
 """
 
 from . import topology_util
@@ -41,8 +50,6 @@ from ._api import (
     broadcast_,
     broadcast_nonblocking,
     broadcast_nonblocking_,
-    get_current_created_window_names,
-    get_win_version,
     hierarchical_neighbor_allreduce,
     hierarchical_neighbor_allreduce_nonblocking,
     in_neighbor_machine_ranks,
@@ -69,9 +76,13 @@ from ._api import (
     shutdown,
     size,
     synchronize,
+    wait,
+)
+from ._windows import (
+    get_current_created_window_names,
+    get_win_version,
     turn_off_win_ops_with_associated_p,
     turn_on_win_ops_with_associated_p,
-    wait,
     win_accumulate,
     win_accumulate_nonblocking,
     win_associated_p,
@@ -83,6 +94,8 @@ from ._api import (
     win_poll,
     win_put,
     win_put_nonblocking,
+    win_sync,
+    win_sync_then_collect,
     win_update,
     win_update_then_collect,
     win_wait,
@@ -95,6 +108,19 @@ from .topology_util import (
     RingGraph,
     StarGraph,
     SymmetricExponentialGraph,
+)
+
+#: fogsim.optim's names that ``bluefog.torch`` exports too, imported on first use: they need
+#: torch, and ``import fogsim.compat.bluefog`` imports neither torch nor mpi4py.
+_OPTIM = (
+    "CommunicationType",
+    "DistributedAdaptThenCombineOptimizer",
+    "DistributedAdaptWithCombineOptimizer",
+    "DistributedGradientAllreduceOptimizer",
+    "DistributedPushSumOptimizer",
+    "DistributedWinPutOptimizer",
+    "broadcast_optimizer_state",
+    "broadcast_parameters",
 )
 
 __all__ = [
@@ -161,5 +187,22 @@ __all__ = [
     "win_put_nonblocking",
     "win_update",
     "win_update_then_collect",
+    "win_sync",
+    "win_sync_then_collect",
     "win_wait",
 ]
+__all__ += _OPTIM
+
+
+def __getattr__(name: str):
+    if name in _OPTIM:
+        from ... import optim  # torch's import happens here, on the first use
+
+        value = getattr(optim, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_OPTIM))

@@ -9,6 +9,7 @@ torch tensors.
 from __future__ import annotations
 
 import numbers
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -56,24 +57,6 @@ __all__ = [
     "synchronize",
     "wait",
     "poll",
-    "win_create",
-    "win_free",
-    "win_put",
-    "win_put_nonblocking",
-    "win_accumulate",
-    "win_accumulate_nonblocking",
-    "win_get",
-    "win_get_nonblocking",
-    "win_update",
-    "win_update_then_collect",
-    "win_mutex",
-    "win_wait",
-    "win_poll",
-    "get_win_version",
-    "win_associated_p",
-    "turn_on_win_ops_with_associated_p",
-    "turn_off_win_ops_with_associated_p",
-    "get_current_created_window_names",
 ]
 
 
@@ -294,6 +277,9 @@ def neighbor_allreduce(
     dst_weights: Any = None,
     enable_topo_check: bool = True,
     name: str | None = None,
+    *,
+    neighbor_weights: Any = None,
+    send_neighbors: Any = None,
 ) -> Any:
     """Return the weighted average of own and in-neighbors' values.
 
@@ -303,8 +289,13 @@ def neighbor_allreduce(
     ``src_weights`` (``{rank: weight}``) together: a static-topology step with these
     weights. ``dst_weights`` too (``{rank: weight}``, or a list of ranks meaning 1.0 each):
     a dynamic step, senders and receivers checked to match. Integer weights are accepted.
-    See :func:`fogsim.neighbor_allreduce` for the stacked arguments of the simulator.
+    BlueFog's earlier keywords still work, with a ``DeprecationWarning``:
+    ``neighbor_weights`` for ``src_weights`` and ``send_neighbors`` (a list of ranks) for
+    ``dst_weights``. See :func:`fogsim.neighbor_allreduce` for the stacked arguments of
+    the simulator.
     """
+    src_weights, dst_weights = _legacy_weights(
+        "neighbor_allreduce", src_weights, dst_weights, neighbor_weights, send_neighbors)
     return fogsim.neighbor_allreduce(
         tensor,
         _float_scalar(self_weight),
@@ -322,8 +313,17 @@ def neighbor_allreduce_nonblocking(
     dst_weights: Any = None,
     enable_topo_check: bool = True,
     name: str | None = None,
+    *,
+    neighbor_weights: Any = None,
+    send_neighbors: Any = None,
 ) -> fogsim.Handle:
-    """Start :func:`neighbor_allreduce`; return a handle for :func:`synchronize`."""
+    """Start :func:`neighbor_allreduce`; return a handle for :func:`synchronize`.
+
+    Takes the same arguments, the deprecated ``neighbor_weights``/``send_neighbors`` too.
+    """
+    src_weights, dst_weights = _legacy_weights(
+        "neighbor_allreduce_nonblocking", src_weights, dst_weights, neighbor_weights,
+        send_neighbors)  # fmt: skip
     return fogsim.neighbor_allreduce_nonblocking(
         tensor,
         _float_scalar(self_weight),
@@ -386,134 +386,44 @@ def poll(handle: fogsim.Handle) -> bool:
 
 
 # -- helpers ------------------------------------------------------------------------------
-# -- one-sided window ops (see fogsim.win_create) --------------------------------------------
-def win_create(tensor: Any, name: str, zero_init: bool = False) -> bool:
-    """Create the window ``name`` for ``tensor`` (collective); one buffer per in-neighbor."""
-    return fogsim.win_create(tensor, name, zero_init)
+def _legacy_weights(op: str, src_weights: Any, dst_weights: Any, neighbor_weights: Any,
+                    send_neighbors: Any) -> tuple[Any, Any]:  # fmt: skip
+    """Return ``(src_weights, dst_weights)`` given BlueFog's earlier keywords, with a warning.
+
+    ``neighbor_weights`` is ``src_weights``; ``send_neighbors``, a list of ranks, is
+    ``dst_weights`` with weight 1.0 each (what BlueFog 0.2 did with it).
+    """
+    for old, new, value, current in (("neighbor_weights", "src_weights", neighbor_weights,
+                                      src_weights),
+                                     ("send_neighbors", "dst_weights", send_neighbors,
+                                      dst_weights)):  # fmt: skip
+        if value is None:
+            continue
+        if current is not None:
+            raise TypeError(f"{op}: pass {new} or the deprecated {old}, not both")
+        warnings.warn(f"{op}: {old} is deprecated (BlueFog renamed it); use {new}",
+                      DeprecationWarning, stacklevel=3)  # fmt: skip
+    if send_neighbors is not None:
+        send_neighbors = _rank_list(op, send_neighbors)
+    return (src_weights if neighbor_weights is None else neighbor_weights,
+            dst_weights if send_neighbors is None else send_neighbors)  # fmt: skip
 
 
-def win_free(name: str | None = None) -> bool:
-    """Free the window ``name``, or all windows (collective)."""
-    return fogsim.win_free(name)
-
-
-def win_put(
-    tensor: Any,
-    name: str,
-    self_weight: Any = None,
-    dst_weights: Any = None,
-    require_mutex: bool = False,
-) -> bool:
-    """Put ``dst_weights[j] * tensor`` into the buffers at the out-neighbors ``j``."""
-    return fogsim.win_put(tensor, name, _float_scalar(self_weight), _float_weights(dst_weights),
-                          require_mutex)  # fmt: skip
-
-
-def win_put_nonblocking(
-    tensor: Any,
-    name: str,
-    self_weight: Any = None,
-    dst_weights: Any = None,
-    require_mutex: bool = False,
-) -> fogsim.Handle:
-    """Start :func:`win_put`; return a handle for :func:`win_wait`."""
-    return fogsim.win_put_nonblocking(tensor, name, _float_scalar(self_weight),
-                                      _float_weights(dst_weights), require_mutex)  # fmt: skip
-
-
-def win_accumulate(
-    tensor: Any,
-    name: str,
-    self_weight: Any = None,
-    dst_weights: Any = None,
-    require_mutex: bool = False,
-) -> bool:
-    """Add ``dst_weights[j] * tensor`` to the buffers at the out-neighbors ``j``."""
-    return fogsim.win_accumulate(tensor, name, _float_scalar(self_weight),
-                                 _float_weights(dst_weights), require_mutex)  # fmt: skip
-
-
-def win_accumulate_nonblocking(
-    tensor: Any,
-    name: str,
-    self_weight: Any = None,
-    dst_weights: Any = None,
-    require_mutex: bool = False,
-) -> fogsim.Handle:
-    """Start :func:`win_accumulate`; return a handle for :func:`win_wait`."""
-    return fogsim.win_accumulate_nonblocking(tensor, name, _float_scalar(self_weight),
-                                             _float_weights(dst_weights),
-                                             require_mutex)  # fmt: skip
-
-
-def win_get(name: str, src_weights: Any = None, require_mutex: bool = False) -> bool:
-    """Fetch the in-neighbors' exposed values (times ``src_weights``) into the buffers."""
-    return fogsim.win_get(name, _float_weights(src_weights), require_mutex)
-
-
-def win_get_nonblocking(
-    name: str, src_weights: Any = None, require_mutex: bool = False
-) -> fogsim.Handle:
-    """Start :func:`win_get`; return a handle for :func:`win_wait`."""
-    return fogsim.win_get_nonblocking(name, _float_weights(src_weights), require_mutex)
-
-
-def win_update(
-    name: str,
-    self_weight: Any = None,
-    neighbor_weights: Any = None,
-    reset: bool = False,
-    clone: bool = False,
-    require_mutex: bool = False,
-) -> Any:
-    """Return the weighted average of the registered tensor and the buffers (in place)."""
-    return fogsim.win_update(name, _float_scalar(self_weight), _float_weights(neighbor_weights),
-                             reset, clone, require_mutex)  # fmt: skip
-
-
-def win_update_then_collect(name: str, require_mutex: bool = True) -> Any:
-    """Add every buffer to the registered tensor and zero the buffers."""
-    return fogsim.win_update_then_collect(name, require_mutex)
-
-
-def win_mutex(name: str, for_self: bool = False, ranks: Any = None):
-    """Context manager holding the window mutexes of ``ranks`` (default out-neighbors)."""
-    return fogsim.win_mutex(name, for_self, ranks)
-
-
-def win_wait(handle: fogsim.Handle) -> bool:
-    """Wait for a nonblocking window op; return its result."""
-    return fogsim.win_wait(handle)
-
-
-def win_poll(handle: fogsim.Handle) -> bool:
-    """Return whether :func:`win_wait` would return at once."""
-    return fogsim.win_poll(handle)
-
-
-def get_win_version(name: str) -> Any:
-    """Return ``{in-neighbor: writes since the last win_update}``."""
-    return fogsim.get_win_version(name)
-
-
-def win_associated_p(name: str) -> Any:
-    """Return the push-sum weight ``p`` carried by the window."""
-    return fogsim.win_associated_p(name)
-
-
-def turn_on_win_ops_with_associated_p() -> None:
-    """Make window ops carry the push-sum weight ``p``."""
-    fogsim.set_win_ops_with_associated_p(True)
-
-
-def turn_off_win_ops_with_associated_p() -> None:
-    """Stop window ops from carrying ``p``."""
-    fogsim.set_win_ops_with_associated_p(False)
-
-
-def get_current_created_window_names() -> list[str]:
-    """Return the names of the windows that exist."""
-    return fogsim.win_names()
+def _rank_list(op: str, ranks: Any) -> list[Any]:
+    """Return ``send_neighbors`` as a list of int ranks, or raise TypeError saying what it is."""
+    if isinstance(ranks, Mapping) or isinstance(ranks, str | bytes) or not hasattr(
+            ranks, "__iter__"):  # fmt: skip
+        raise TypeError(
+            f"{op}: send_neighbors must be a list of ranks, got {type(ranks).__name__} "
+            "(for weights per destination use dst_weights={rank: weight})"
+        )
+    out = list(ranks)
+    if out and all(isinstance(r, list | tuple) for r in out):  # stacked: one list per agent
+        return [_rank_list(op, r) for r in out]
+    for r in out:
+        if not _is_integer(r):
+            raise TypeError(f"{op}: send_neighbors must hold integer ranks, got {r!r}")
+    return [int(r) for r in out]
 
 
 def _is_integer(value: Any) -> bool:

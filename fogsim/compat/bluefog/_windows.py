@@ -1,0 +1,177 @@
+"""BlueFog's one-sided (window) ops over fogsim's: BlueFog's names, argument order, defaults.
+
+A tensor registered with :func:`win_create` is the agent's own state: ``win_update``,
+``win_update_then_collect`` and a put or accumulate with ``self_weight`` change it in place
+(as BlueFog does), so a script may keep reading the tensor it registered (the paper's
+Listing 3 reads ``x_ext`` after every ``win_update_then_collect``). ``win_sync`` and
+``win_sync_then_collect`` are BlueFog's earlier names of ``win_update`` and
+``win_update_then_collect`` (its operations document uses them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fogsim
+
+from ._api import _float_scalar, _float_weights
+
+__all__ = [
+    "win_create",
+    "win_free",
+    "win_put",
+    "win_put_nonblocking",
+    "win_accumulate",
+    "win_accumulate_nonblocking",
+    "win_get",
+    "win_get_nonblocking",
+    "win_update",
+    "win_update_then_collect",
+    "win_mutex",
+    "win_wait",
+    "win_poll",
+    "get_win_version",
+    "win_associated_p",
+    "turn_on_win_ops_with_associated_p",
+    "turn_off_win_ops_with_associated_p",
+    "get_current_created_window_names",
+    "win_sync",
+    "win_sync_then_collect",
+]
+
+
+# -- one-sided window ops (see fogsim.win_create) --------------------------------------------
+def win_create(tensor: Any, name: str, zero_init: bool = False) -> bool:
+    """Create the window ``name`` for ``tensor`` (collective); one buffer per in-neighbor."""
+    return fogsim.win_create(tensor, name, zero_init)
+
+
+def win_free(name: str | None = None) -> bool:
+    """Free the window ``name``, or all windows (collective)."""
+    return fogsim.win_free(name)
+
+
+def win_put(
+    tensor: Any,
+    name: str,
+    self_weight: Any = None,
+    dst_weights: Any = None,
+    require_mutex: bool = False,
+) -> bool:
+    """Put ``dst_weights[j] * tensor`` into the buffers at the out-neighbors ``j``."""
+    return fogsim.win_put(tensor, name, _float_scalar(self_weight), _float_weights(dst_weights),
+                          require_mutex)  # fmt: skip
+
+
+def win_put_nonblocking(
+    tensor: Any,
+    name: str,
+    self_weight: Any = None,
+    dst_weights: Any = None,
+    require_mutex: bool = False,
+) -> fogsim.Handle:
+    """Start :func:`win_put`; return a handle for :func:`win_wait`."""
+    return fogsim.win_put_nonblocking(tensor, name, _float_scalar(self_weight),
+                                      _float_weights(dst_weights), require_mutex)  # fmt: skip
+
+
+def win_accumulate(
+    tensor: Any,
+    name: str,
+    self_weight: Any = None,
+    dst_weights: Any = None,
+    require_mutex: bool = False,
+) -> bool:
+    """Add ``dst_weights[j] * tensor`` to the buffers at the out-neighbors ``j``."""
+    return fogsim.win_accumulate(tensor, name, _float_scalar(self_weight),
+                                 _float_weights(dst_weights), require_mutex)  # fmt: skip
+
+
+def win_accumulate_nonblocking(
+    tensor: Any,
+    name: str,
+    self_weight: Any = None,
+    dst_weights: Any = None,
+    require_mutex: bool = False,
+) -> fogsim.Handle:
+    """Start :func:`win_accumulate`; return a handle for :func:`win_wait`."""
+    return fogsim.win_accumulate_nonblocking(tensor, name, _float_scalar(self_weight),
+                                             _float_weights(dst_weights),
+                                             require_mutex)  # fmt: skip
+
+
+def win_get(name: str, src_weights: Any = None, require_mutex: bool = False) -> bool:
+    """Fetch the in-neighbors' exposed values (times ``src_weights``) into the buffers."""
+    return fogsim.win_get(name, _float_weights(src_weights), require_mutex)
+
+
+def win_get_nonblocking(
+    name: str, src_weights: Any = None, require_mutex: bool = False
+) -> fogsim.Handle:
+    """Start :func:`win_get`; return a handle for :func:`win_wait`."""
+    return fogsim.win_get_nonblocking(name, _float_weights(src_weights), require_mutex)
+
+
+def win_update(
+    name: str,
+    self_weight: Any = None,
+    neighbor_weights: Any = None,
+    reset: bool = False,
+    clone: bool = False,
+    require_mutex: bool = False,
+) -> Any:
+    """Return the weighted average of the registered tensor and the buffers (in place)."""
+    return fogsim.win_update(name, _float_scalar(self_weight), _float_weights(neighbor_weights),
+                             reset, clone, require_mutex)  # fmt: skip
+
+
+def win_update_then_collect(name: str, require_mutex: bool = True) -> Any:
+    """Add every buffer to the registered tensor and zero the buffers."""
+    return fogsim.win_update_then_collect(name, require_mutex)
+
+
+def win_mutex(name: str, for_self: bool = False, ranks: Any = None):
+    """Context manager holding the window mutexes of ``ranks`` (default out-neighbors)."""
+    return fogsim.win_mutex(name, for_self, ranks)
+
+
+def win_wait(handle: fogsim.Handle) -> bool:
+    """Wait for a nonblocking window op; return its result."""
+    return fogsim.win_wait(handle)
+
+
+def win_poll(handle: fogsim.Handle) -> bool:
+    """Return whether :func:`win_wait` would return at once."""
+    return fogsim.win_poll(handle)
+
+
+def get_win_version(name: str) -> Any:
+    """Return ``{in-neighbor: writes since the last win_update}``."""
+    return fogsim.get_win_version(name)
+
+
+def win_associated_p(name: str) -> Any:
+    """Return the push-sum weight ``p`` carried by the window."""
+    return fogsim.win_associated_p(name)
+
+
+def turn_on_win_ops_with_associated_p() -> None:
+    """Make window ops carry the push-sum weight ``p``."""
+    fogsim.set_win_ops_with_associated_p(True)
+
+
+def turn_off_win_ops_with_associated_p() -> None:
+    """Stop window ops from carrying ``p``."""
+    fogsim.set_win_ops_with_associated_p(False)
+
+
+def get_current_created_window_names() -> list[str]:
+    """Return the names of the windows that exist."""
+    return fogsim.win_names()
+
+
+#: BlueFog's earlier name of :func:`win_update` (same arguments, same result).
+win_sync = win_update
+
+#: BlueFog's earlier name of :func:`win_update_then_collect` (same arguments, same result).
+win_sync_then_collect = win_update_then_collect
