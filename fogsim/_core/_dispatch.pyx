@@ -568,6 +568,43 @@ cdef class _Text:
         return self.add(<const char*>data, len(data))
 
 
+cdef inline char* _put(char* p, const char* text) noexcept nogil:
+    while text[0]:
+        p[0] = text[0]
+        p += 1
+        text += 1
+    return p
+
+
+cdef inline char* _put_int(char* p, long long v) noexcept nogil:
+    """Write ``v >= 0`` in decimal (no snprintf: the timeline formats millions of these)."""
+    cdef char tmp[24]
+    cdef int k = 0
+    if v == 0:
+        p[0] = 48
+        return p + 1
+    while v > 0:
+        tmp[k] = <char>(48 + v % 10)
+        v //= 10
+        k += 1
+    while k > 0:
+        k -= 1
+        p[0] = tmp[k]
+        p += 1
+    return p
+
+
+cdef inline char* _put_us(char* p, long long ns) noexcept nogil:
+    """Write ``ns`` nanoseconds as microseconds with three decimals (``12.345``)."""
+    cdef long long frac = ns % 1000
+    p = _put_int(p, ns // 1000)
+    p[0] = 46  # "."
+    p[1] = <char>(48 + frac // 100)
+    p[2] = <char>(48 + (frac // 10) % 10)
+    p[3] = <char>(48 + frac % 10)
+    return p + 4
+
+
 def format_trace_events(list events, long long t0, list pids, dict quoted):
     """Return ``events`` (the timeline's tuples) as Chrome-trace JSON objects, as bytes.
 
@@ -577,17 +614,20 @@ def format_trace_events(list events, long long t0, list pids, dict quoted):
     each event for; ``quoted`` caches the JSON-quoted names as bytes (filled here).
     Timestamps are microseconds with three decimals. Objects are joined by ",\\n".
     """
-    cdef char buf[160]
-    cdef int n
+    cdef char buf[192]
+    cdef char* p
     cdef long long t, d, pid, tid
     cdef bint first_pid, first = True
     cdef _Text out = _Text()
+    cdef tuple ev
+    cdef str ph
+    cdef bytes q
     import json
     for k, pid_obj in enumerate(pids):
         pid = pid_obj
         first_pid = k == 0
         for ev in events:
-            ph = ev[0]
+            ph = <str>ev[0]
             if ph == "J":
                 if first_pid:
                     if not first:
@@ -603,9 +643,14 @@ def format_trace_events(list events, long long t0, list pids, dict quoted):
             if t < 0:
                 t = 0
             if ph == "E":
-                n = snprintf(buf, sizeof(buf), b'{"ph":"E","ts":%lld.%03lld,"pid":%lld,"tid":%lld}',
-                             t // 1000, t % 1000, pid, tid)
-                out.add(buf, n)
+                p = _put(buf, b'{"ph":"E","ts":')
+                p = _put_us(p, t)
+                p = _put(p, b',"pid":')
+                p = _put_int(p, pid)
+                p = _put(p, b',"tid":')
+                p = _put_int(p, tid)
+                p[0] = 125  # "}"
+                out.add(buf, p + 1 - buf)
                 continue
             name = ev[3]
             q = quoted.get(name)
@@ -617,14 +662,24 @@ def format_trace_events(list events, long long t0, list pids, dict quoted):
                 d = ev[4]
                 if d < 0:
                     d = 0
-                n = snprintf(buf, sizeof(buf),
-                             b',"ph":"X","ts":%lld.%03lld,"dur":%lld.%03lld,"pid":%lld,"tid":%lld}',
-                             t // 1000, t % 1000, d // 1000, d % 1000, pid, tid)
-                out.add(buf, n)
+                p = _put(buf, b',"ph":"X","ts":')
+                p = _put_us(p, t)
+                p = _put(p, b',"dur":')
+                p = _put_us(p, d)
+                p = _put(p, b',"pid":')
+                p = _put_int(p, pid)
+                p = _put(p, b',"tid":')
+                p = _put_int(p, tid)
+                p[0] = 125
+                out.add(buf, p + 1 - buf)
             else:
-                n = snprintf(buf, sizeof(buf), b',"ph":"B","ts":%lld.%03lld,"pid":%lld,"tid":%lld',
-                             t // 1000, t % 1000, pid, tid)
-                out.add(buf, n)
+                p = _put(buf, b',"ph":"B","ts":')
+                p = _put_us(p, t)
+                p = _put(p, b',"pid":')
+                p = _put_int(p, pid)
+                p = _put(p, b',"tid":')
+                p = _put_int(p, tid)
+                out.add(buf, p - buf)
                 args = ev[4]
                 if args:
                     out.add(b',"args":', 8)
