@@ -89,20 +89,18 @@ class Timeline:
         from . import _core  # compiled recording and formatting (numpy-free twins otherwise)
 
         self._Op, self._Phase, self._clock = _core.TraceOp, _core.TracePhase, _core.trace_now_ns
-        self._format = _core.format_trace_events
+        self._rec = _core.TraceRecorder()  # the events, (ph, tid, ns, name, args/duration)
         self._file = open(path, "wb")  # noqa: SIM115 - closed by close()
         self._file.write(b'{"displayTimeUnit": "ms", "traceEvents": [\n')
         self._body_end = self._file.tell()
         self._first = True
-        self._events: list[tuple] = []  # (ph, tid, ns, name, args or duration)
         self._lock = threading.Lock()
         self._t0 = self._clock()
-        self._last_flush = self._t0
-        self._offset = 0  # modelled minus measured time so far (simulation), ns
+        self._rec.last_flush = self._t0
+        self._rec.offset = 0  # modelled minus measured time so far (simulation), ns
         self._tids: dict[str, int] = {}
         self._quoted: dict[str, str] = {}  # JSON-quoted span names
         self._open: dict[int, list[str]] = {}  # names of the spans begin() opened, by tid
-        self._depth: dict[int, int] = {}
         self._thread = _OpStack()  # the tracks (tids) of the ops running in each thread
         self.closed = False
         for pid in self.pids:
@@ -114,11 +112,11 @@ class Timeline:
     # -- clock and tracks -----------------------------------------------------------------
     def now(self) -> float:
         """Microseconds since the timeline started (plus any modelled shift)."""
-        return (self._clock() - self._t0 + self._offset) / 1e3
+        return (self._clock() - self._t0 + self._rec.offset) / 1e3
 
     def shift(self, microseconds: float) -> None:
         """Move this process's clock on (a modelled duration longer than the measured one)."""
-        self._offset += round(microseconds * 1e3)
+        self._rec.offset += round(microseconds * 1e3)
 
     def tid(self, track: str) -> int:
         """The thread track of ``track`` (a tensor or op name), named on first use."""
@@ -126,7 +124,6 @@ class Timeline:
         if tid is None:
             with self._lock:
                 tid = self._tids.setdefault(track, len(self._tids) + 1)
-                self._depth.setdefault(tid, 0)
                 for pid in self.pids:
                     self._emit_json({"name": "thread_name", "ph": "M", "pid": pid,
                                      "tid": tid, "args": {"name": track}})  # fmt: skip
@@ -134,7 +131,7 @@ class Timeline:
 
     def _ns(self, ts: float | None) -> int:
         if ts is None:
-            return self._clock() + self._offset
+            return self._clock() + self._rec.offset
         return self._t0 + round(ts * 1e3)
 
     # -- events ---------------------------------------------------------------------------
@@ -145,22 +142,22 @@ class Timeline:
         ``ts``: microseconds on this timeline's clock (default: now).
         """
         tid = self._tids.get(track) or self.tid(track)
-        self._events.append(("B", tid, self._ns(ts), name, args))
-        self._depth[tid] += 1
+        self._rec.append("B", tid, self._ns(ts), name, args)
+        self._rec.move(tid, 1)
         self._open.setdefault(tid, []).append(name)
 
     def end(self, track: str, ts: float | None = None) -> None:
         """Close the innermost open span on ``track``."""
         tid = self._tids.get(track) or self.tid(track)
-        if not self._depth[tid]:
+        if not self._rec.depth(tid):
             raise ValueError(f"timeline: no open activity on {track!r} to end")
         t = self._ns(ts)
-        self._events.append(("E", tid, t, None, None))
-        self._depth[tid] -= 1
+        self._rec.append("E", tid, t, None, None)
+        self._rec.move(tid, -1)
         opened = self._open.get(tid)
         if opened:
             opened.pop()
-        if len(self._events) >= _FLUSH_EVENTS or t - self._last_flush > _FLUSH_NS:
+        if len(self._rec) >= _FLUSH_EVENTS or t - self._rec.last_flush > _FLUSH_NS:
             self.flush()
 
     @contextlib.contextmanager
@@ -179,12 +176,13 @@ class Timeline:
 
     def op(self, name: str, track: str) -> Any:
         """Record an op as span ``name`` on ``track`` (``with``); its phases nest inside it."""
-        return self._Op(self, name, self._tids.get(track) or self.tid(track))
+        return self._Op(self, self._rec, self._thread.ops, name,
+                        self._tids.get(track) or self.tid(track))  # fmt: skip
 
     def phase(self, name: str) -> Any:
         """Record the ``with`` block as phase ``name`` of the op running in this thread."""
         ops = self._thread.ops
-        return self._Phase(self, name, ops[-1] if ops else self.tid("fogsim"))
+        return self._Phase(self._rec, name, ops[-1] if ops else self.tid("fogsim"))
 
     def current_track(self) -> str:
         """The track of the op running in this thread (``"fogsim"`` outside ops)."""
@@ -202,20 +200,19 @@ class Timeline:
         measured = self.now() - started
         ops = self._thread.ops
         tid = ops[-1] if ops else self.tid("fogsim")
-        self._events.append(("X", tid, self._ns(started), name, round(seconds * 1e9)))
+        self._rec.append("X", tid, self._ns(started), name, round(seconds * 1e9))
         self.shift(seconds * 1e6 - measured)
 
     # -- file -----------------------------------------------------------------------------
     def _emit_json(self, event: dict[str, Any]) -> None:
-        self._events.append(("J", 0, 0, json.dumps(event, separators=(",", ":")), None))
+        self._rec.append("J", 0, 0, json.dumps(event, separators=(",", ":")), None)
 
     def flush(self) -> None:
         """Format the recorded events and write them (the file stays valid JSON)."""
         with self._lock:
             if self.closed:
                 return
-            events, self._events = self._events, []
-            text = self._format(events, self._t0, self.pids, self._quoted)
+            text = self._rec.format(self._t0, self.pids, self._quoted)
             if text:
                 text = text if self._first else b",\n" + text
                 self._first = False
@@ -225,16 +222,17 @@ class Timeline:
                 self._file.write(_TRAILER)  # valid JSON after every write
                 self._file.truncate()
                 self._file.flush()
-            self._last_flush = self._clock()
+            self._rec.last_flush = self._clock()
 
     def close(self) -> None:
         """Close every open span, write the events and close the file (idempotent)."""
         if self.closed:
             return
-        t = self._clock() + self._offset
-        for tid, depth in self._depth.items():
-            self._events.extend(("E", tid, t, None, None) for _ in range(depth))
-            self._depth[tid] = 0
+        t = self._clock() + self._rec.offset
+        for tid, depth in self._rec.open_tracks().items():
+            for _ in range(depth):
+                self._rec.append("E", tid, t, None, None)
+            self._rec.move(tid, -depth)
         self.flush()
         with self._lock:
             self.closed = True

@@ -389,7 +389,7 @@ def test_public_namespace():
         "FusedBatch", "FusionQueue", "Handle", "HandleTable", "assemble_csr",
         "circulant_combine", "combine_rows", "compiled", "csr_combine", "dispatch", "fallback",
         "fallback_dispatch", "format_trace_events", "kernels", "pack", "TraceOp", "TracePhase",
-        "trace_now_ns", "weighted_combine",
+        "TraceRecorder", "trace_now_ns", "weighted_combine",
     ])  # fmt: skip
     assert isinstance(_core.compiled, bool)
     assert _core.fallback is _fallback

@@ -232,10 +232,22 @@ def test_compiled_and_python_recorders_write_the_same_bytes(tmp_path, monkeypatc
     python = _core.fallback_dispatch.format_trace_events(events, 10**6, [0, 7], {})
     assert compiled == python
     assert len(json.loads(b"[" + compiled + b"]")) == 1 + 2 * 200
+    for module in (_core.dispatch, _core.fallback_dispatch):  # the recorders write the same
+        rec = module.TraceRecorder()
+        for event in events:
+            rec.append(*event)
+        assert len(rec) == len(events)
+        assert rec.format(10**6, [0, 7], {}) == compiled and len(rec) == 0
+        assert rec.format(10**6, [0, 7], {}) == b""
+        with pytest.raises(ValueError, match="unknown event phase 'Q'"):
+            rec.append("Q", 1, 0, "x", None)
+        rec.move(3, 2)
+        rec.move(3, -1)
+        assert rec.depth(3) == 1 and rec.depth(9) == 0 and rec.open_tracks() == {3: 1}
     # a timeline recording with the Python twins gives a valid trace too
     monkeypatch.setattr(_core, "TraceOp", _core.fallback_dispatch.TraceOp)
     monkeypatch.setattr(_core, "TracePhase", _core.fallback_dispatch.TracePhase)
-    monkeypatch.setattr(_core, "format_trace_events", _core.fallback_dispatch.format_trace_events)
+    monkeypatch.setattr(_core, "TraceRecorder", _core.fallback_dispatch.TraceRecorder)
     tl = TL.Timeline(str(tmp_path / "py.json"), [0, 1], "agent")
     with tl.op("OP", "x"), tl.phase("PHASE"):
         pass

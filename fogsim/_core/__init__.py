@@ -31,11 +31,13 @@ FusedBatch = dispatch.FusedBatch
 format_trace_events = dispatch.format_trace_events
 TraceOp = dispatch.TraceOp
 TracePhase = dispatch.TracePhase
+TraceRecorder = dispatch.TraceRecorder
 trace_now_ns = dispatch.trace_now_ns
 
 __all__ = [
     "TraceOp",
     "TracePhase",
+    "TraceRecorder",
     "FusedBatch",
     "FusionQueue",
     "Handle",

@@ -17,7 +17,8 @@ from ._fallback import weighted_combine
 
 __all__ = [
     "FusedBatch", "FusedEntry", "FusionQueue", "Handle", "HandleTable", "TraceOp",
-    "TracePhase", "combine_rows", "format_trace_events", "pack", "trace_now_ns",
+    "TracePhase", "TraceRecorder", "combine_rows", "format_trace_events", "pack",
+    "trace_now_ns",
 ]
 
 
@@ -301,46 +302,80 @@ def trace_now_ns() -> int:
     return time.perf_counter_ns()
 
 
+class TraceRecorder:
+    """The timeline's recorded events (see ``_dispatch.TraceRecorder``), in a list."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+        self.depths: dict[int, int] = {}
+        self.offset = 0
+        self.last_flush = 0
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def append(self, ph: str, tid: int, ns: int, name: Any, extra: Any) -> None:
+        if ph not in ("B", "E", "X", "J"):
+            raise ValueError(f"timeline: unknown event phase {ph!r}")
+        self.events.append((ph, tid, ns, name, extra))
+
+    def move(self, tid: int, by: int) -> None:
+        if tid < 0:
+            raise ValueError(f"timeline: track id {tid} < 0")
+        self.depths[tid] = self.depths.get(tid, 0) + by
+
+    def depth(self, tid: int) -> int:
+        return self.depths.get(tid, 0)
+
+    def open_tracks(self) -> dict[int, int]:
+        return {tid: d for tid, d in sorted(self.depths.items()) if d > 0}
+
+    def format(self, t0: int, pids: list, quoted: dict) -> bytes:
+        events, self.events = self.events, []
+        return format_trace_events(events, t0, pids, quoted)
+
+
 class TraceOp:
     """An op's span on a timeline (see ``_dispatch.TraceOp``)."""
 
-    __slots__ = ("timeline", "name", "tid")
+    __slots__ = ("timeline", "rec", "ops", "name", "tid")
 
-    def __init__(self, timeline: Any, name: str, tid: int) -> None:
-        self.timeline, self.name, self.tid = timeline, name, tid
+    def __init__(self, timeline: Any, rec: TraceRecorder, ops: list, name: str,
+                 tid: int) -> None:  # fmt: skip
+        self.timeline, self.rec, self.ops, self.name, self.tid = timeline, rec, ops, name, tid
 
     def __enter__(self) -> None:
-        tl = self.timeline
-        tl._events.append(("B", self.tid, time.perf_counter_ns() + tl._offset, self.name, None))
-        tl._depth[self.tid] += 1
-        tl._thread.ops.append(self.tid)
+        rec = self.rec
+        rec.events.append(("B", self.tid, time.perf_counter_ns() + rec.offset, self.name, None))
+        rec.move(self.tid, 1)
+        self.ops.append(self.tid)
 
     def __exit__(self, *exc_info: object) -> bool:
-        tl = self.timeline
-        tl._thread.ops.pop()
-        t = time.perf_counter_ns() + tl._offset
-        tl._events.append(("E", self.tid, t, None, None))
-        tl._depth[self.tid] -= 1
-        if len(tl._events) >= 100_000 or t - tl._last_flush > 2_000_000_000:
-            tl.flush()
+        rec = self.rec
+        self.ops.pop()
+        t = time.perf_counter_ns() + rec.offset
+        rec.events.append(("E", self.tid, t, None, None))
+        rec.move(self.tid, -1)
+        if len(rec.events) >= 100_000 or t - rec.last_flush > 2_000_000_000:
+            self.timeline.flush()
         return False
 
 
 class TracePhase:
     """A phase of the running op (see ``_dispatch.TracePhase``)."""
 
-    __slots__ = ("timeline", "name", "tid", "start")
+    __slots__ = ("rec", "name", "tid", "start")
 
-    def __init__(self, timeline: Any, name: str, tid: int) -> None:
-        self.timeline, self.name, self.tid = timeline, name, tid
+    def __init__(self, rec: TraceRecorder, name: str, tid: int) -> None:
+        self.rec, self.name, self.tid = rec, name, tid
 
     def __enter__(self) -> None:
         self.start = time.perf_counter_ns()
 
     def __exit__(self, *exc_info: object) -> bool:
         end = time.perf_counter_ns()
-        tl = self.timeline
-        tl._events.append(("X", self.tid, self.start + tl._offset, self.name, end - self.start))
+        rec = self.rec
+        rec.events.append(("X", self.tid, self.start + rec.offset, self.name, end - self.start))
         return False
 
 
