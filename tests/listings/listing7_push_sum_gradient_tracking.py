@@ -28,7 +28,7 @@ v = torch.ones(1, 1, dtype=torch.double)
 prev_grad_local = A.t().mm(A.mm(x) - b)
 y = prev_grad_local.clone()
 x_opt = None  # the printed function takes it and does not use it
-alpha, maxite = 0.1, 400
+alpha, maxite = 0.1, 600
 
 # --- listing 7 as printed (lines 4-39) ---
 
