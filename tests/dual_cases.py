@@ -233,6 +233,14 @@ def case_shapes_that_differ_raise_everywhere():
     x = fs.local(lambda r: np.ones(4 if r == 1 else 3))
     _raises_everywhere(ValueError, "", fs.neighbor_allreduce, x)
     _raises_everywhere(ValueError, "", fs.allreduce, x)
+    # the same bytes as another dtype: the data would pass, the agreement does not
+    y = fs.local(lambda r: np.ones(4, np.float32) if r == 0 else np.ones(2))
+    _raises_everywhere(ValueError, "", fs.neighbor_allreduce, y)
+    for big in (0, n - 1):  # a rank sends far more than its neighbor expects, then less
+        z = fs.local(lambda r, b=big: np.ones(10_000 if r == b else 1))
+        _raises_everywhere(ValueError, "", fs.neighbor_allreduce, z)
+    ones = fs.local(lambda r: np.ones(3))
+    _same(fs.neighbor_allreduce(ones), ones)  # the world still works
     if _is_mpi():  # queued calls: the refused batch fails every handle in it, on every rank
         good = fs.neighbor_allreduce_nonblocking(np.ones(2))
         bad = fs.neighbor_allreduce_nonblocking(x)

@@ -18,7 +18,7 @@ import numpy as np
 
 from ... import timeline as _timeline
 
-__all__ = ["GUARDS", "fingerprint", "agree", "LocalError"]
+__all__ = ["GUARDS", "fingerprint", "agree", "LocalError", "settle", "start_agree"]
 
 #: Stall guards of the worlds' communicators, by ``id(comm)`` (see `fogsim._stall`).
 GUARDS: dict[int, Any] = {}
@@ -58,13 +58,30 @@ def agree(
 
 def _agree(comm: Any, mpi: Any, fp: int, error: LocalError | None,
            describe: str | Callable[[], str]) -> None:  # fmt: skip
-    flags = np.array([fp, -fp, 0 if error is None else 1], dtype=np.int64)
     guard = GUARDS.get(id(comm))
     if guard is None:
+        flags = _flags(fp, error)
         comm.Allreduce(mpi.IN_PLACE, flags, op=mpi.MAX)
     else:  # a rank that never comes is reported, not waited for forever
-        req = comm.Iallreduce(mpi.IN_PLACE, flags, op=mpi.MAX)
+        flags, req = start_agree(comm, mpi, fp, error)
         guard.wait(req.Test, req.Wait)
+    settle(comm, flags, error, describe)
+
+
+def _flags(fp: int, error: LocalError | None) -> np.ndarray:
+    return np.array([fp, -fp, 0 if error is None else 1], dtype=np.int64)
+
+
+def start_agree(comm: Any, mpi: Any, fp: int, error: LocalError | None) -> tuple[Any, Any]:
+    """Start :func:`agree`'s reduction; return ``(flags, request)``. Once the request is
+    complete, :func:`settle` raises what :func:`agree` would (on every rank)."""
+    flags = _flags(fp, error)
+    return flags, comm.Iallreduce(mpi.IN_PLACE, flags, op=mpi.MAX)
+
+
+def settle(comm: Any, flags: np.ndarray, error: LocalError | None,
+           describe: str | Callable[[], str]) -> None:  # fmt: skip
+    """Raise the agreed error on every rank (see :func:`agree`), given the reduced flags."""
     if flags[0] == -flags[1] and flags[2] == 0:
         return
     reports = comm.allgather((error.kind, error.message) if error else None)

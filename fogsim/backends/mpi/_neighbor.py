@@ -21,7 +21,7 @@ from ... import timeline as _timeline
 from ..._arrays import wrap_like
 from ..._handles import Handle, HandleTable
 from .._weights import is_matrix
-from ._agree import LocalError, agree, fingerprint
+from ._agree import LocalError, agree, fingerprint, settle, start_agree
 from ._plan import RankPlan, check_senders, rank_plan, rank_weights, send_table
 
 __all__ = ["NeighborOps"]
@@ -99,6 +99,8 @@ class NeighborOps:
                 self._fusion.flush()
             plan = self._static
             if enable_topo_check:
+                if _timeline.active is None:
+                    return self._checked_static_exchange(x, plan)
                 agree(self.comm, MPI, self._fingerprint(x, plan, False), None,
                       partial(_describe, x))  # fmt: skip
             return self._static_exchange(x, plan, plan.weights)
@@ -114,6 +116,22 @@ class NeighborOps:
         recv = np.empty((len(self._static.srcs), *arr.shape), dtype=arr.dtype)
         self.graph_comm.Neighbor_allgather(arr, recv)
         return combine(arr, plan, recv, weights, select=plan.select)
+
+    def _checked_static_exchange(self, arr: np.ndarray, plan: RankPlan):
+        """:meth:`_static_exchange` with the agreement on shapes and dtypes travelling
+        while the data do (the topology was agreed by ``set_topology``): on a mismatch
+        the received bytes are discarded and every rank raises the agreed error. A
+        neighbor's larger value cannot overflow: MPI truncates it, or reports it."""
+        flags, agreement = start_agree(self.comm, MPI, self._fingerprint(arr, plan, False), None)
+        recv = np.empty((len(self._static.srcs), *arr.shape), dtype=arr.dtype)
+        try:
+            data = self.graph_comm.Ineighbor_allgather(arr, recv)
+            self.stall.wait(data.Test, data.Wait)
+        except MPI.Exception:  # a truncated message: the agreement below tells why
+            pass
+        self.stall.wait(agreement.Test, agreement.Wait)
+        settle(self.comm, flags, None, partial(_describe, arr))
+        return combine(arr, plan, recv, plan.weights, select=plan.select)
 
     def _traced_static_exchange(self, tl, arr, plan, weights):
         recv = np.empty((len(self._static.srcs), *arr.shape), dtype=arr.dtype)
