@@ -273,6 +273,71 @@ def stop() -> None:
         active = None
 
 
+class _AgentTimelines:
+    """The running timeline of an SPMD run (:mod:`fogsim.spmd`): every agent thread records
+    into its own :class:`Timeline` (``PREFIX<rank>.json``, as an MPI rank would); this object
+    hands each thread's calls to that thread's timeline."""
+
+    def __init__(self) -> None:
+        self._mine = threading.local()
+        self._open: dict[int, Timeline] = {}
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._mine.timeline, name)
+
+    def start(self, prefix: str, rank: int) -> Timeline:
+        tl = Timeline(f"{prefix}{rank}.json", [rank], "rank")
+        with self._lock:
+            old = self._open.pop(rank, None)
+            self._open[rank] = self._mine.timeline = tl
+        if old is not None:
+            old.close()
+        return tl
+
+    def stop(self, rank: int) -> bool:
+        """Close ``rank``'s timeline; return whether every agent's is closed."""
+        with self._lock:
+            tl = self._open.pop(rank, None)
+            done = not self._open
+        if tl is not None:
+            tl.close()
+        return done
+
+    def close(self) -> None:
+        with self._lock:
+            timelines, self._open = list(self._open.values()), {}
+        for tl in timelines:
+            tl.close()
+
+
+def start_agent(prefix: str, rank: int) -> Timeline:
+    """Start recording for the SPMD agent running in this thread (``PREFIX<rank>.json``).
+
+    The agents of one run share one :data:`active` object that hands each thread's calls
+    to its own timeline (see :mod:`fogsim.spmd`).
+    """
+    global active
+    with _agents_lock:
+        if not isinstance(active, _AgentTimelines):
+            stop()
+            active = _AgentTimelines()
+        agents = active
+    return agents.start(prefix, rank)
+
+
+def stop_agent(rank: int) -> None:
+    """Close the timeline of SPMD agent ``rank``; the last one closed ends the recording."""
+    global active
+    with _agents_lock:
+        agents = active
+        if isinstance(agents, _AgentTimelines) and agents.stop(rank):
+            active = None
+
+
+_agents_lock = threading.Lock()
+
+
 def is_active() -> bool:
     """Return whether a timeline is recording."""
     return active is not None

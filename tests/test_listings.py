@@ -98,13 +98,19 @@ def test_timeline_command_writes_one_trace_per_rank(tmp_path):
         assert {"NEIGHBOR_ALLREDUCE", "COMMUNICATE"} <= names, names
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="SPMD mode writes no timeline: fogsim.init() in an agent thread "
-                   "returns before FOGSIM_TIMELINE is read (fogsim/_api.py, init)")  # fmt: skip
 def test_timeline_in_spmd_mode(tmp_path, monkeypatch, capsys):
+    from test_timeline import check_trace
+
+    from fogsim import timeline
+
     monkeypatch.setenv("FOGSIM_TIMELINE", str(tmp_path / "t"))
     run_spmd("listing1_dgd", 4, tmp_path / "x.npy", capsys)
-    assert list(tmp_path.glob("t*.json")), "no trace written"
+    assert sorted(p.name for p in tmp_path.glob("t*.json")) == [f"t{r}.json" for r in range(4)]
+    for r in range(4):  # one trace per agent, as per MPI rank, each valid and nested
+        events = check_trace(tmp_path / f"t{r}.json")
+        assert {e["pid"] for e in events} == {r}
+        assert "NEIGHBOR_ALLREDUCE" in {e.get("name") for e in events}
+    assert timeline.active is None  # the run's end closed every agent's timeline
 
 
 # -- the listings are the printed ones -------------------------------------------------------

@@ -48,6 +48,10 @@ class Agent:
             seed=self.world.seed if seed is None else seed, local_size=local_size,
         )  # fmt: skip
         old, self.context = self.context, ctx
+        if self.world.settings.timeline:  # FOGSIM_TIMELINE: PREFIX<rank>.json per agent
+            from .. import timeline
+
+            timeline.start_agent(self.world.settings.timeline, self.rank)
         stack = _context._thread.stack  # this thread's current contexts (`with ctx:` blocks)
         if old is not None and old in stack:
             stack[stack.index(old)] = ctx
@@ -58,9 +62,13 @@ class Agent:
         return ctx
 
     def shutdown(self) -> None:
-        """Close this agent's context (no rendezvous; the others close theirs)."""
+        """Close this agent's context and timeline (no rendezvous; the others close theirs)."""
         if self.context is not None:
             self.context.close()
+        if self.world.settings.timeline:
+            from .. import timeline
+
+            timeline.stop_agent(self.rank)
 
     def main(self, fn: Callable[..., Any], args: Sequence[Any], results: list[Any],
              errors: dict[int, BaseException]) -> None:  # fmt: skip
@@ -86,6 +94,10 @@ class Agent:
             del stack[depth:]
             if self.context is not None:
                 self.context.close()
+            if self.world.settings.timeline:
+                from .. import timeline
+
+                timeline.stop_agent(self.rank)
             _context.set_spmd_agent(None)
 
 
