@@ -113,3 +113,27 @@ def test_failing_rank_aborts_the_job(openmpi_python):
     assert done.returncode not in (0, fr.TIMEOUT_EXIT_CODE), done.stderr[-2000:]
     assert time.monotonic() - start < 30
     assert "rank 1 fails" in done.stderr
+
+
+MISMATCH = """
+import numpy as np
+import fogsim as fs
+fs.init(topology=fs.topology.ring_graph)
+r, n = fs.rank(), fs.size()
+caught = 0
+for big in (0, n - 1, 1):  # one rank's value 10,000 times longer than its neighbors expect
+    try:
+        fs.neighbor_allreduce(np.ones(10_000 if r == big else 1))
+    except ValueError as exc:
+        caught += "ranks disagree" in str(exc)
+print([r, caught, fs.neighbor_allreduce(np.ones(3)).tolist()], flush=True)
+fs.shutdown()
+"""
+
+
+@pytest.mark.mpi
+def test_shapes_that_differ_raise_everywhere_and_the_world_goes_on(openmpi_python):
+    done = _fogrun_with(openmpi_python, "-np", "4", "python", "-c", MISMATCH, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = sorted(json.loads(line) for line in done.stdout.splitlines() if line.startswith("["))
+    assert rows == [[r, 3, [1.0, 1.0, 1.0]] for r in range(4)]
