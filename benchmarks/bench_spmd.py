@@ -82,8 +82,7 @@ def main(argv: list[str] | None = None) -> None:
             spmd = spmd_time(op, n, args.d, max(10, steps // max(1, n // 16)), repeat)
             print(f"{op:<20} {n:>6} {args.d:>6} {base * 1e6:>11.1f} {spmd * 1e6:>10.1f} "
                   f"{spmd / base:>13.1f} {spmd / n * 1e6:>14.2f}")  # fmt: skip
-            record("spmd", f"spmd / stacked {op}, {n} agents, d={args.d}", spmd, base,
-                   note="per op, all agents; SPMD runs it once on the simulator per rendezvous")
+            record("spmd", f"{op}, {n} agent threads vs stacked, d={args.d}", spmd, base)
     save()
 
 
