@@ -103,8 +103,11 @@ class NeighborOps:
                 self._fusion.flush()
             plan = self._static
             if enable_topo_check:
-                if _timeline.active is None and _TRUNCATES_QUIETLY:
-                    return self._checked_static_exchange(x, plan)
+                if _TRUNCATES_QUIETLY:
+                    tl = _timeline.active
+                    if tl is None:
+                        return self._checked_static_exchange(x, plan)
+                    return self._traced_checked_static_exchange(tl, x, plan)
                 agree(self.comm, MPI, self._fingerprint(x, plan, False), None,
                       partial(_describe, x))  # fmt: skip
             return self._static_exchange(x, plan, plan.weights)
@@ -138,6 +141,22 @@ class NeighborOps:
         self.stall.wait(agreement.Test, agreement.Wait)
         settle(self.comm, flags, None, partial(_describe, arr))
         return combine(arr, plan, recv, plan.weights, select=plan.select)
+
+    def _traced_checked_static_exchange(self, tl, arr: np.ndarray, plan: RankPlan):
+        """:meth:`_checked_static_exchange` with its phases on the timeline: COMMUNICATE
+        (the agreement and the data travel together), NEGOTIATE (the agreement's outcome),
+        COMPUTE_AVERAGE."""
+        with tl.phase("COMMUNICATE"):
+            flags, agreement = start_agree(self.comm, MPI, self._fingerprint(arr, plan, False),
+                                           None)  # fmt: skip
+            recv = np.empty((len(self._static.srcs), *arr.shape), dtype=arr.dtype)
+            data = self.graph_comm.Ineighbor_allgather(arr, recv)
+            self.stall.wait(data.Test, data.Wait)
+        with tl.phase("NEGOTIATE"):
+            self.stall.wait(agreement.Test, agreement.Wait)
+            settle(self.comm, flags, None, partial(_describe, arr))
+        with tl.phase("COMPUTE_AVERAGE"):
+            return combine(arr, plan, recv, plan.weights, select=plan.select)
 
     def _traced_static_exchange(self, tl, arr, plan, weights):
         recv = np.empty((len(self._static.srcs), *arr.shape), dtype=arr.dtype)
