@@ -332,15 +332,22 @@ class MPIBackend(NeighborOps, WindowOps, Backend):
                     )  # fmt: skip
             except (TypeError, ValueError) as exc:  # raised on every machine's rank 0
                 report = (type(exc), str(exc))
-        if k > 1:
-            report = self.local_comm.bcast(report, root=0)
+        if k > 1:  # the other local ranks wait yielding the core (see _local_bcast)
+            failed = self._local_bcast(np.array([report is not None], dtype=np.int8))
+            if failed[0]:
+                report = self.local_comm.bcast(report, root=0)
         if report is not None:
             raise report[0](report[1])
         if k > 1:
-            if out is None:
-                out = np.empty_like(arr)
-            self.local_comm.Bcast(out, root=0)
+            out = self._local_bcast(np.empty_like(arr) if out is None else out)
         return wrap_like(out, kind)
+
+    def _local_bcast(self, buf: np.ndarray) -> np.ndarray:
+        """Broadcast ``buf`` from local rank 0, waiting through the stall guard: ranks
+        that only wait give up their core to the ones working (processes may share cores)."""
+        req = self.local_comm.Ibcast(buf, root=0)
+        self.stall.wait(req.Test, req.Wait)
+        return buf
 
     def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
         self._start_machine_op("allreduce(is_hierarchical_local=True)", name, average=average)
