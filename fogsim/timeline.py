@@ -65,11 +65,6 @@ _FLUSH_EVENTS = 100_000  # events buffered before they are written
 _FLUSH_NS = 2_000_000_000  # ... or after this long (at the end of an op)
 
 
-class _OpStack(threading.local):
-    def __init__(self) -> None:
-        self.ops: list[int] = []
-
-
 class Timeline:
     """One process's trace file (see the module docstring).
 
@@ -88,7 +83,7 @@ class Timeline:
         self.pids = list(pids)
         from . import _core  # compiled recording and formatting (numpy-free twins otherwise)
 
-        self._Op, self._Phase, self._clock = _core.TraceOp, _core.TracePhase, _core.trace_now_ns
+        self._clock = _core.trace_now_ns
         self._rec = _core.TraceRecorder()  # the events, (ph, tid, ns, name, args/duration)
         self._file = open(path, "wb")  # noqa: SIM115 - closed by close()
         self._file.write(b'{"displayTimeUnit": "ms", "traceEvents": [\n')
@@ -101,7 +96,8 @@ class Timeline:
         self._tids: dict[str, int] = {}
         self._quoted: dict[str, str] = {}  # JSON-quoted span names
         self._open: dict[int, list[str]] = {}  # names of the spans begin() opened, by tid
-        self._thread = _OpStack()  # the tracks (tids) of the ops running in each thread
+        self._rec.timeline, self._rec.tids = self, self._tids
+        self.op, self.phase = self._rec.op, self._rec.phase  # see the comment below tid()
         self.closed = False
         for pid in self.pids:
             self._emit_json({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
@@ -174,22 +170,19 @@ class Timeline:
         opened = self._open.get(self._tids.get(track, -1))
         return opened[-1] if opened else None
 
-    def op(self, name: str, track: str) -> Any:
-        """Record an op as span ``name`` on ``track`` (``with``); its phases nest inside it."""
-        return self._Op(self, self._rec, self._thread.ops, name,
-                        self._tids.get(track) or self.tid(track))  # fmt: skip
-
-    def phase(self, name: str) -> Any:
-        """Record the ``with`` block as phase ``name`` of the op running in this thread."""
-        ops = self._thread.ops
-        return self._Phase(self._rec, name, ops[-1] if ops else self.tid("fogsim"))
+    # op(name, track) and phase(name), the recording calls, are the recorder's (compiled),
+    # bound in __init__:
+    #   op(name, track): record an op as span ``name`` on ``track`` (``with``); its phases
+    #     nest inside it;
+    #   phase(name): record the ``with`` block as phase ``name`` of the op running in this
+    #     thread.
 
     def current_track(self) -> str:
         """The track of the op running in this thread (``"fogsim"`` outside ops)."""
-        ops = self._thread.ops
-        if not ops:
+        tid = self._rec.current_tid()
+        if tid is None:
             return "fogsim"
-        return next(track for track, tid in self._tids.items() if tid == ops[-1])
+        return next(track for track, t in self._tids.items() if t == tid)
 
     def modelled(self, name: str, seconds: float, started: float) -> None:
         """Record phase ``name`` of the running op lasting the modelled ``seconds``.
@@ -198,8 +191,8 @@ class Timeline:
         modelled time minus the time measured since then.
         """
         measured = self.now() - started
-        ops = self._thread.ops
-        tid = ops[-1] if ops else self.tid("fogsim")
+        tid = self._rec.current_tid()
+        tid = self.tid("fogsim") if tid is None else tid
         self._rec.append("X", tid, self._ns(started), name, round(seconds * 1e9))
         self.shift(seconds * 1e6 - measured)
 

@@ -33,6 +33,7 @@ from cpython.buffer cimport (
 from libc.stdint cimport int64_t
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.pythread cimport PyThread_get_thread_ident
 from libc.stdio cimport snprintf
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 from libc.string cimport memcpy, memset
@@ -668,8 +669,11 @@ cdef class TraceRecorder:
     cdef dict ids
     cdef long long* depths
     cdef Py_ssize_t ndepths
+    cdef dict stacks
     cdef public long long offset
     cdef public long long last_flush
+    cdef public object timeline  # the owner: flush() and tid(track) for a new track
+    cdef public dict tids  # track -> tid, the owner's
 
     def __cinit__(self):
         self.cap = 1024
@@ -679,6 +683,7 @@ cdef class TraceRecorder:
         self.n = 0
         self.names, self.objects, self.ids = [], [], {}
         self.depths, self.ndepths = NULL, 0
+        self.stacks, self.tids = {}, {}
 
     def __dealloc__(self):
         PyMem_Free(self.ev)
@@ -686,6 +691,33 @@ cdef class TraceRecorder:
 
     def __len__(self):
         return self.n
+
+    cdef list _ops(self):
+        """The tracks (tids) of the ops running in the calling thread, innermost last."""
+        ident = PyThread_get_thread_ident()
+        ops = self.stacks.get(ident)
+        if ops is None:
+            ops = self.stacks[ident] = []
+        return <list>ops
+
+    cdef int _tid(self, str track) except -1:
+        found = self.tids.get(track)
+        return <int>found if found is not None else <int>self.timeline.tid(track)
+
+    def op(self, str name, str track):
+        """Return the span of op ``name`` on ``track`` (``with``); its phases nest inside."""
+        return TraceOp(self.timeline, self, self._ops(), name, self._tid(track))
+
+    def phase(self, str name):
+        """Return phase ``name`` (``with``) of the op running in this thread, or of track
+        ``"fogsim"`` outside ops."""
+        cdef list ops = self._ops()
+        return TracePhase(self, name, <int>ops[len(ops) - 1] if ops else self._tid("fogsim"))
+
+    def current_tid(self):
+        """The tid of the op running in this thread, or None."""
+        cdef list ops = self._ops()
+        return ops[len(ops) - 1] if ops else None
 
     cdef Py_ssize_t intern(self, str name) except -1:
         cdef object found = self.ids.get(name)

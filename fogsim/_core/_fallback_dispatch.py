@@ -7,6 +7,7 @@ Used when the extension is not compiled; results are bit-identical (``combine_ro
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -308,11 +309,32 @@ class TraceRecorder:
     def __init__(self) -> None:
         self.events: list[tuple] = []
         self.depths: dict[int, int] = {}
+        self.stacks: dict[int, list[int]] = {}
         self.offset = 0
         self.last_flush = 0
+        self.timeline: Any = None
+        self.tids: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self.events)
+
+    def _ops(self) -> list[int]:
+        return self.stacks.setdefault(threading.get_ident(), [])
+
+    def _tid(self, track: str) -> int:
+        tid = self.tids.get(track)
+        return tid if tid is not None else self.timeline.tid(track)
+
+    def op(self, name: str, track: str) -> TraceOp:
+        return TraceOp(self.timeline, self, self._ops(), name, self._tid(track))
+
+    def phase(self, name: str) -> TracePhase:
+        ops = self._ops()
+        return TracePhase(self, name, ops[-1] if ops else self._tid("fogsim"))
+
+    def current_tid(self) -> int | None:
+        ops = self._ops()
+        return ops[-1] if ops else None
 
     def append(self, ph: str, tid: int, ns: int, name: Any, extra: Any) -> None:
         if ph not in ("B", "E", "X", "J"):
