@@ -706,13 +706,19 @@ cdef class TraceRecorder:
 
     def op(self, str name, str track):
         """Return the span of op ``name`` on ``track`` (``with``); its phases nest inside."""
-        return TraceOp(self.timeline, self, self._ops(), name, self._tid(track))
+        cdef TraceOp op = TraceOp.__new__(TraceOp)  # no __init__ argument parsing
+        op.timeline, op.rec, op.ops, op.tid = self.timeline, self, self._ops(), self._tid(track)
+        op.name = self.intern(name)
+        return op
 
     def phase(self, str name):
         """Return phase ``name`` (``with``) of the op running in this thread, or of track
         ``"fogsim"`` outside ops."""
         cdef list ops = self._ops()
-        return TracePhase(self, name, <int>ops[len(ops) - 1] if ops else self._tid("fogsim"))
+        cdef TracePhase phase = TracePhase.__new__(TracePhase)
+        phase.rec, phase.name = self, self.intern(name)
+        phase.tid = <int>ops[len(ops) - 1] if ops else self._tid("fogsim")
+        return phase
 
     def current_tid(self):
         """The tid of the op running in this thread, or None."""
