@@ -30,7 +30,7 @@ _NOT_FOUND_EXIT_CODE = 127
 # Seconds between SIGTERM (mpiexec cleans up its ranks) and SIGKILL to the process group.
 _KILL_GRACE = 3.0
 _FORWARDED = (signal.SIGINT, signal.SIGTERM)
-# Seconds the job may run on after a rank failed or died before fogrun ends it.
+# Seconds the job may run on after a rank raised an uncaught exception before fogrun ends it.
 _FAILED_GRACE = 3.0
 
 
@@ -117,9 +117,9 @@ def run(argv: Sequence[str], env: Mapping[str, str], timeout: float | None = Non
 
 
 def _wait(proc: subprocess.Popen[bytes], timeout: float | None, watch: _liveness.Watch) -> int:
-    """Wait for the job; end it ``_FAILED_GRACE`` seconds after a rank failed or died if
-    it is still running (MPI aborts by itself; ranks of the torch backend that are not in
-    a collective with the failed one would run on)."""
+    """Wait for the job; end it ``_FAILED_GRACE`` seconds after a rank raised an uncaught
+    exception if it is still running (MPI aborts by itself; ranks of the torch backend that
+    are not in a collective with the failed one would run on)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         left = None if deadline is None else deadline - time.monotonic()
@@ -127,10 +127,10 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float | None, watch: _liveness
             raise subprocess.TimeoutExpired(proc.args, timeout or 0)
         with contextlib.suppress(subprocess.TimeoutExpired):
             return proc.wait(0.2 if left is None else min(0.2, left))
-        ended = watch.ended_at
-        if ended is not None and time.monotonic() - ended > _FAILED_GRACE:
+        failed = watch.failed_at
+        if failed is not None and time.monotonic() - failed > _FAILED_GRACE:
             who = ", ".join(str(f[0]) for f in watch.first_dead())
-            print(f"fogrun: rank {who} ended; ending the ranks still running", file=sys.stderr)
+            print(f"fogrun: rank {who} failed; ending the ranks still running", file=sys.stderr)
             _kill_group(proc)
             code = proc.wait()
             return code if code != 0 else 1

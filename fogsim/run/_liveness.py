@@ -78,8 +78,9 @@ class Watch:
 
     def __init__(self, rank_dir: str) -> None:
         self._rounds: list[list[tuple[int, int, str]]] = []  # (rank, pid, how) per wake-up
-        #: ``time.monotonic()`` when a rank first failed or died (None: none has).
-        self.ended_at: float | None = None
+        #: ``time.monotonic()`` when a rank first failed (an uncaught exception; None: none
+        #: has). A rank gone without a goodbye may have called ``os._exit(0)``: not counted.
+        self.failed_at: float | None = None
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._server: socket.socket | None = None
@@ -121,8 +122,10 @@ class Watch:
             known = [who for who in ended if who is not None]
             if known:
                 self._rounds.append(sorted(known))
-                if self.ended_at is None and not stop:
-                    self.ended_at = time.monotonic()
+                if self.failed_at is None and not stop and any(
+                    who[2] == "failed" for who in known
+                ):
+                    self.failed_at = time.monotonic()
 
     def _read(self, sock: socket.socket, buffers: dict[socket.socket, bytes],
               ended: list[tuple[int, int, str] | None], stop_at_eof: bool) -> None:
