@@ -28,7 +28,6 @@ if _typing.TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at ru
         barrier_nonblocking,
         broadcast,
         broadcast_nonblocking,
-        get_win_version,
         global_view,
         hierarchical_neighbor_allreduce,
         hierarchical_neighbor_allreduce_nonblocking,
@@ -54,14 +53,17 @@ if _typing.TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at ru
         out_neighbor_ranks,
         poll,
         rank,
-        set_asynchrony,
         set_machine_topology,
         set_topology,
-        set_win_ops_with_associated_p,
         shutdown,
         size,
         vmap,
         wait,
+    )
+    from ._api_windows import (
+        get_win_version,
+        set_asynchrony,
+        set_win_ops_with_associated_p,
         win_accumulate,
         win_accumulate_nonblocking,
         win_associated_p,
@@ -155,9 +157,31 @@ __all__ = [
     "win_wait",
 ]
 
+_WINDOW_OPS = (
+    "win_create",
+    "win_free",
+    "win_names",
+    "win_put",
+    "win_accumulate",
+    "win_get",
+    "win_update",
+    "win_update_then_collect",
+    "win_mutex",
+    "get_win_version",
+    "win_associated_p",
+    "set_win_ops_with_associated_p",
+    "win_put_nonblocking",
+    "win_accumulate_nonblocking",
+    "win_get_nonblocking",
+    "win_wait",
+    "win_poll",
+    "set_asynchrony",
+)
+
 # The public names are imported on first use (PEP 562), so that ``import fogsim.run`` (the
 # fogrun launcher) and ``import fogsim._settings`` do not pay for numpy, scipy and networkx.
 _MODULE_OF = {name: "._api" for name in __all__}
+_MODULE_OF.update(dict.fromkeys(_WINDOW_OPS, "._api_windows"))
 _MODULE_OF.update(Context="._context", Handle="._handles", StallError="._stall",
                   topology=".topology", spmd=".spmd",
                   timeline=".timeline", timeline_context=".timeline",

@@ -36,7 +36,8 @@ _ANSWER_WAIT = 5.0  # longest wait for the other ranks' answers (a quarter of th
 # at least a second)
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
-_PUBLIC = (os.path.join(_PACKAGE, "_api.py"), os.path.join(_PACKAGE, "compat"))
+_PUBLIC = (os.path.join(_PACKAGE, "_api.py"), os.path.join(_PACKAGE, "_api_windows.py"),
+           os.path.join(_PACKAGE, "compat"))
 
 
 class StallError(RuntimeError):
@@ -60,8 +61,9 @@ class Peers(Protocol):
 def where() -> tuple[str, str | None]:
     """Return the fogsim op the calling thread is in and its ``name=`` (from the stack).
 
-    The outermost frame of fogsim's public functions (`fogsim._api`, `fogsim.compat`)
-    names the op; without one, the outermost frame inside the package does.
+    The outermost frame of fogsim's public functions (`fogsim._api`,
+    `fogsim._api_windows`, `fogsim.compat`) names the op; without one, the outermost frame
+    inside the package does.
     """
     frame: Any = sys._getframe(1)
     public = inner = None

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import fogsim as fs
-from fogsim import _api as W
+from fogsim import _api_windows as W
 from fogsim import _context
 from fogsim import topology as T
 from fogsim._asynchrony import Asynchrony

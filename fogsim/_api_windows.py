@@ -1,0 +1,277 @@
+"""The public one-sided window ops; each dispatches to the backend of the current context.
+
+Split from :mod:`fogsim._api` (same conventions: in simulation, agent-local values and
+per-agent arguments are stacked along a leading agent axis).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import timeline as _timeline
+from ._api import _backend, poll, wait
+from ._handles import Handle
+
+__all__ = [
+    "win_create",
+    "win_free",
+    "win_names",
+    "win_put",
+    "win_accumulate",
+    "win_get",
+    "win_update",
+    "win_update_then_collect",
+    "win_mutex",
+    "get_win_version",
+    "win_associated_p",
+    "set_win_ops_with_associated_p",
+    "win_put_nonblocking",
+    "win_accumulate_nonblocking",
+    "win_get_nonblocking",
+    "win_wait",
+    "win_poll",
+    "set_asynchrony",
+]
+
+
+# -- one-sided window ops -----------------------------------------------------------------
+# A window is a named set of buffers, one per in-neighbor of the static topology, that the
+# neighbors write (win_put, win_accumulate) or this agent fills from them (win_get) without
+# the other side taking part; win_update combines the buffers with the agent's own value.
+# In simulation the asynchrony of real processes is modelled (see set_asynchrony).
+
+
+def win_create(x: Any, name: str, zero_init: bool = False) -> bool:
+    """Create the window ``name`` for ``x`` (collective); return True.
+
+    ``x`` (an array or CPU tensor, stacked over agents in simulation) is registered: the
+    window ops read it, and :func:`win_update` writes its result into it. Each agent gets
+    one buffer per in-neighbor of the current topology, holding a copy of its own ``x`` (or
+    zeros with ``zero_init``). The topology cannot change while windows exist.
+    """
+    tl = _timeline.active
+    if tl is None:
+        return _backend().win_create(x, name, zero_init)
+    with tl.op("WIN_CREATE", name or "win_create"):
+        return _backend().win_create(x, name, zero_init)
+
+
+def win_free(name: str | None = None) -> bool:
+    """Free the window ``name``, or every window when ``name`` is None (collective)."""
+    tl = _timeline.active
+    if tl is None:
+        return _backend().win_free(name)
+    with tl.op("WIN_FREE", name or "win_free"):
+        return _backend().win_free(name)
+
+
+def win_names() -> list[str]:
+    """Return the names of the windows that exist, in creation order."""
+    return _backend().win_names()
+
+
+def win_put(
+    x: Any,
+    name: str,
+    self_weight: Any = None,
+    dst_weights: Any = None,
+    require_mutex: bool = False,
+) -> bool:
+    """Write ``dst_weights[j] * x`` into this agent's buffer at each out-neighbor ``j``.
+
+    ``dst_weights``: a dict ``{rank: weight}`` or a list of ranks (weight 1), which must be
+    out-neighbors in the window's topology; default: every out-neighbor, weight 1. Then
+    ``x *= self_weight`` in place (default 1: unchanged). ``require_mutex`` holds each
+    destination's window mutex during the write. In simulation the arguments are per agent
+    (an array of n self weights, n dicts, or one n x n matrix ``D[i, j]`` = what ``j``
+    writes to ``i``).
+    """
+    tl = _timeline.active
+    if tl is None:
+        return _backend().win_put(x, name, self_weight, dst_weights, require_mutex)
+    with tl.op("WIN_PUT", name or "win_put"):
+        return _backend().win_put(x, name, self_weight, dst_weights, require_mutex)
+
+
+def win_accumulate(
+    x: Any,
+    name: str,
+    self_weight: Any = None,
+    dst_weights: Any = None,
+    require_mutex: bool = False,
+) -> bool:
+    """Like :func:`win_put`, but add ``dst_weights[j] * x`` to the buffers at ``j``."""
+    tl = _timeline.active
+    if tl is None:
+        return _backend().win_accumulate(x, name, self_weight, dst_weights, require_mutex)
+    with tl.op("WIN_ACCUMULATE", name or "win_accumulate"):
+        return _backend().win_accumulate(x, name, self_weight, dst_weights, require_mutex)
+
+
+def win_get(name: str, src_weights: Any = None, require_mutex: bool = False) -> bool:
+    """Fetch ``src_weights[j] *`` (in-neighbor ``j``'s exposed value) into ``j``'s buffer.
+
+    An agent's exposed value is its registered ``x`` as it stood after its own last window
+    op (create, put, accumulate or update). ``src_weights``: dict or list of in-neighbor
+    ranks; default every in-neighbor, weight 1. ``require_mutex`` holds ``j``'s mutex.
+    """
+    tl = _timeline.active
+    if tl is None:
+        return _backend().win_get(name, src_weights, require_mutex)
+    with tl.op("WIN_GET", name or "win_get"):
+        return _backend().win_get(name, src_weights, require_mutex)
+
+
+def win_update(
+    name: str,
+    self_weight: Any = None,
+    neighbor_weights: Any = None,
+    reset: bool = False,
+    clone: bool = False,
+    require_mutex: bool = False,
+) -> Any:
+    """Return ``self_weight * x + sum_j neighbor_weights[j] * buffer_j`` (ascending ``j``).
+
+    Default weights: the topology's, as :func:`neighbor_allreduce` uses (give both or
+    neither). The result is written into the registered ``x``, which is returned, unless
+    ``clone`` (then ``x`` is left alone and a new array returned). ``reset`` zeroes the
+    buffers that were read. The versions of the buffers read go back to 0.
+    ``require_mutex`` holds this agent's own mutex, so no neighbor writes meanwhile.
+    """
+    tl = _timeline.active
+    if tl is None:
+        return _backend().win_update(name, self_weight, neighbor_weights, reset, clone,
+                                     require_mutex)  # fmt: skip
+    with tl.op("WIN_UPDATE", name or "win_update"):
+        return _backend().win_update(name, self_weight, neighbor_weights, reset, clone,
+                                     require_mutex)  # fmt: skip
+
+
+def win_update_then_collect(name: str, require_mutex: bool = True) -> Any:
+    """Add every buffer to ``x`` and zero the buffers, atomically under the own mutex.
+
+    ``win_update(name, 1, {j: 1 for every in-neighbor j}, reset=True)``: with
+    :func:`win_accumulate` this moves mass without losing or duplicating any (push-sum).
+    """
+    tl = _timeline.active
+    if tl is None:
+        return _backend().win_update_then_collect(name, require_mutex)
+    with tl.op("WIN_UPDATE_THEN_COLLECT", name or "win_update_then_collect"):
+        return _backend().win_update_then_collect(name, require_mutex)
+
+
+def win_mutex(name: str, for_self: bool = False, ranks: Any = None):
+    """Context manager holding the window mutexes of ``ranks`` (default: out-neighbors).
+
+    With ``for_self`` it holds this agent's own mutex instead. Mutexes are taken in
+    ascending rank order, so two agents locking overlapping sets cannot deadlock.
+    """
+    return _backend().win_mutex(name, for_self, ranks)
+
+
+def get_win_version(name: str) -> Any:
+    """Return ``{in-neighbor: number of writes to its buffer since the last win_update}``.
+
+    Puts and accumulates by the neighbor and gets by this agent count; in simulation a
+    list of n dicts.
+    """
+    return _backend().get_win_version(name)
+
+
+def win_associated_p(name: str) -> Any:
+    """Return the push-sum weight ``p`` carried by the window (per agent in simulation).
+
+    ``p`` starts at 1; while :func:`set_win_ops_with_associated_p` is on, every window op
+    applies to ``p`` what it applies to ``x`` (scaled, sent, accumulated, combined).
+    """
+    return _backend().win_associated_p(name)
+
+
+def set_win_ops_with_associated_p(enabled: bool) -> None:
+    """Switch whether window ops also carry the push-sum weight ``p`` (default off)."""
+    _backend().set_win_ops_with_associated_p(enabled)
+
+
+def win_put_nonblocking(
+    x: Any,
+    name: str,
+    self_weight: Any = None,
+    dst_weights: Any = None,
+    require_mutex: bool = False,
+) -> Handle:
+    """Start :func:`win_put` and return a handle for :func:`win_wait` / :func:`win_poll`."""
+    tl = _timeline.active
+    if tl is None:
+        return _backend().win_put_nonblocking(x, name, self_weight, dst_weights, require_mutex)
+    with tl.op("ENQUEUE_WIN_PUT", name or "enqueue_win_put"):
+        return _backend().win_put_nonblocking(x, name, self_weight, dst_weights, require_mutex)
+
+
+def win_accumulate_nonblocking(
+    x: Any,
+    name: str,
+    self_weight: Any = None,
+    dst_weights: Any = None,
+    require_mutex: bool = False,
+) -> Handle:
+    """Start :func:`win_accumulate`; return a handle for :func:`win_wait` / :func:`win_poll`."""
+    tl = _timeline.active
+    if tl is None:
+        return _backend().win_accumulate_nonblocking(x, name, self_weight, dst_weights,
+                                                     require_mutex)  # fmt: skip
+    with tl.op("ENQUEUE_WIN_ACCUMULATE", name or "enqueue_win_accumulate"):
+        return _backend().win_accumulate_nonblocking(x, name, self_weight, dst_weights,
+                                                     require_mutex)  # fmt: skip
+
+
+def win_get_nonblocking(name: str, src_weights: Any = None, require_mutex: bool = False):
+    """Start :func:`win_get` and return a handle for :func:`win_wait` / :func:`win_poll`."""
+    tl = _timeline.active
+    if tl is None:
+        return _backend().win_get_nonblocking(name, src_weights, require_mutex)
+    with tl.op("ENQUEUE_WIN_GET", name or "enqueue_win_get"):
+        return _backend().win_get_nonblocking(name, src_weights, require_mutex)
+
+
+def win_wait(handle: Handle) -> Any:
+    """Block until the window op behind ``handle`` finishes; return its result (True)."""
+    return wait(handle)
+
+
+def win_poll(handle: Handle) -> bool:
+    """Return whether :func:`win_wait` on ``handle`` would return without blocking."""
+    return poll(handle)
+
+
+def set_asynchrony(
+    activation: str = "all",
+    *,
+    p_active: float = 0.5,
+    speeds: Any = None,
+    max_delay: int = 0,
+    loss: float = 0.0,
+    seed: int | None = None,
+) -> None:
+    """Choose how the simulator models asynchrony in window ops (reproducible from ``seed``).
+
+    Time advances in rounds; a round ends at each :func:`win_update` (or
+    :func:`win_update_then_collect`). In each round only the active agents do their window
+    ops (the others' values, buffers and versions stay as they are):
+
+    * ``activation="all"``: every agent, every round (lock-step: the same numbers as an
+      MPI run with a barrier after every window op);
+    * ``"one"``: one agent drawn uniformly per round (randomized gossip);
+    * ``"bernoulli"``: each agent independently with probability ``p_active``;
+    * ``"speeds"``: agent i with probability ``speeds[i] / max(speeds)`` (stragglers are
+      the slow ones).
+
+    Each message of put, accumulate or get arrives ``d`` rounds late, ``d`` uniform in
+    ``0..max_delay`` (bounded staleness), and is lost with probability ``loss`` (then mass
+    is no longer conserved). All windows share one clock. :func:`barrier` delivers
+    everything in flight and makes every agent active until the round ends, as agents
+    leave a barrier together (so ``barrier(); win_update_then_collect(name)`` collects
+    everything, as under MPI). Under MPI the processes are really asynchronous and this
+    call only checks its arguments.
+    """
+    _backend().set_asynchrony(activation, p_active=p_active, speeds=speeds,
+                              max_delay=max_delay, loss=loss, seed=seed)  # fmt: skip
