@@ -85,6 +85,14 @@ cdef inline char* _put_us(char* p, long long ns) noexcept nogil:
     return p + 4
 
 
+cdef inline char* _put_ids(char* p, long long pid, long long tid) noexcept nogil:
+    """Write ``,"pid":<pid>,"tid":<tid>``."""
+    p = _put(p, b',"pid":')
+    p = _put_int(p, pid)
+    p = _put(p, b',"tid":')
+    return _put_int(p, tid)
+
+
 cdef int _format_event(_Text out, char ph, long long tid, long long t, long long pid,
                        bytes name_q, long long d, object args) except -1:
     """Append one B, E or X event (``t``: ns since the origin; ``d``: X's duration)."""
@@ -95,10 +103,7 @@ cdef int _format_event(_Text out, char ph, long long tid, long long t, long long
     if ph == b"E":
         p = _put(buf, b'{"ph":"E","ts":')
         p = _put_us(p, t)
-        p = _put(p, b',"pid":')
-        p = _put_int(p, pid)
-        p = _put(p, b',"tid":')
-        p = _put_int(p, tid)
+        p = _put_ids(p, pid, tid)
         p[0] = 125  # "}"
         out.add(buf, p + 1 - buf)
         return 0
@@ -111,19 +116,13 @@ cdef int _format_event(_Text out, char ph, long long tid, long long t, long long
         p = _put_us(p, t)
         p = _put(p, b',"dur":')
         p = _put_us(p, d)
-        p = _put(p, b',"pid":')
-        p = _put_int(p, pid)
-        p = _put(p, b',"tid":')
-        p = _put_int(p, tid)
+        p = _put_ids(p, pid, tid)
         p[0] = 125
         out.add(buf, p + 1 - buf)
         return 0
     p = _put(buf, b',"ph":"B","ts":')
     p = _put_us(p, t)
-    p = _put(p, b',"pid":')
-    p = _put_int(p, pid)
-    p = _put(p, b',"tid":')
-    p = _put_int(p, tid)
+    p = _put_ids(p, pid, tid)
     out.add(buf, p - buf)
     if args:
         import json

@@ -17,7 +17,7 @@ from .._arrays import check_name
 from .._handles import Handle
 from ..topology import Topology, as_topology
 
-__all__ = ["Backend"]
+__all__ = ["Backend", "OneAgentEach"]
 
 
 class Backend(abc.ABC):
@@ -390,3 +390,23 @@ class Backend(abc.ABC):
         from .._asynchrony import Asynchrony
 
         Asynchrony(self.size_int, activation, **options)
+
+
+class OneAgentEach:
+    """``local``, ``vmap`` and ``is_main_process`` of a backend whose processes (or
+    threads) are one agent each, with its int rank in ``_rank`` (MPI, torch, SPMD)."""
+
+    _rank: int
+
+    def local(self, fn: Callable[[int], Any]) -> Any:
+        if not callable(fn):
+            raise TypeError(f"local() takes a function of the rank, got {type(fn).__name__}")
+        return fn(self._rank)
+
+    def vmap(self, fn: Callable[..., Any], in_axes: int | None | Sequence[int | None] = 0):
+        if not callable(fn):
+            raise TypeError(f"vmap() takes a function, got {type(fn).__name__}")
+        return fn
+
+    def is_main_process(self) -> bool:
+        return self._rank == 0

@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import _arrays, _context, _settings
 from .._arrays import wrap_like
-from ..backends._base import Backend
+from ..backends._base import Backend, OneAgentEach
 from ..backends.sim import SimBackend
 from ..topology import Topology
 from ._collect import (
@@ -51,7 +51,7 @@ def _key(value: Any) -> Any:
     return value
 
 
-class SpmdBackend(WindowOps, Backend):
+class SpmdBackend(OneAgentEach, WindowOps, Backend):
     """One agent of an SPMD run (see the module docstring).
 
     Created by ``fogsim.init()`` inside an agent thread of :func:`fogsim.spmd.run`
@@ -154,19 +154,6 @@ class SpmdBackend(WindowOps, Backend):
                           (x, average, factors), _decomposed_allreduce)  # fmt: skip
 
     # -- agent-local data -----------------------------------------------------------------
-    def local(self, fn: Callable[[int], Any]) -> Any:
-        if not callable(fn):
-            raise TypeError(f"local() takes a function of the rank, got {type(fn).__name__}")
-        return fn(self._rank)
-
-    def vmap(self, fn: Callable[..., Any], in_axes: int | None | Sequence[int | None] = 0):
-        if not callable(fn):
-            raise TypeError(f"vmap() takes a function, got {type(fn).__name__}")
-        return fn
-
-    def is_main_process(self) -> bool:
-        return self._rank == 0
-
     def global_view(self, x: Any) -> Any:
         return self._meet("global_view", x, _global_view)
 

@@ -9,7 +9,6 @@ call raises the same error on every rank instead of hanging (see ``_agree``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -23,7 +22,7 @@ from ..._handles import Handle
 from ..._stall import Guard
 from ...hierarchy._decomposed import digits, piece_bounds
 from ...hierarchy._machines import layout_error
-from .._base import Backend
+from .._base import Backend, OneAgentEach
 from .._weights import machine_words
 from ._agree import GUARDS, LocalError, agree, fingerprint
 from ._neighbor import NeighborOps
@@ -34,7 +33,7 @@ from ._windows import WindowOps
 __all__ = ["MPIBackend"]
 
 
-class MPIBackend(NeighborOps, WindowOps, Backend):
+class MPIBackend(OneAgentEach, NeighborOps, WindowOps, Backend):
     """One agent per MPI process (see the module docstring)."""
 
     name = "mpi"
@@ -160,19 +159,6 @@ class MPIBackend(NeighborOps, WindowOps, Backend):
         return self._topology.out_neighbors(self._rank)
 
     # -- agent-local data -----------------------------------------------------------------
-    def local(self, fn: Callable[[int], Any]) -> Any:
-        if not callable(fn):
-            raise TypeError(f"local() takes a function of the rank, got {type(fn).__name__}")
-        return fn(self._rank)
-
-    def vmap(self, fn: Callable[..., Any], in_axes: int | None | Sequence[int | None] = 0):
-        if not callable(fn):
-            raise TypeError(f"vmap() takes a function, got {type(fn).__name__}")
-        return fn
-
-    def is_main_process(self) -> bool:
-        return self._rank == 0
-
     def global_view(self, x: Any) -> Any:
         arr, kind = to_numpy(x)
         stacked = self.allgather(arr[None])

@@ -11,7 +11,7 @@ of the simulator and the MPI runtime: the same plans, the same combine order.
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,7 @@ import torch.distributed as dist
 from ... import _arrays, _settings
 from ..._handles import Handle
 from ..._stall import Guard
-from .._base import Backend
+from .._base import Backend, OneAgentEach
 from ..mpi._agree import GUARDS
 from ..mpi._plan import static_rank_plan
 from . import _world
@@ -36,7 +36,7 @@ __all__ = ["TorchBackend"]
 _worlds = 0  # torch worlds this process has made (they name their stall-report keys)
 
 
-class TorchBackend(MachineOps, NeighborOps, Backend):
+class TorchBackend(OneAgentEach, MachineOps, NeighborOps, Backend):
     """One agent per process over torch.distributed (see the module docstring)."""
 
     name = "torch"
@@ -179,19 +179,6 @@ class TorchBackend(MachineOps, NeighborOps, Backend):
         return self._topology.out_neighbors(self._rank)
 
     # -- agent-local data -----------------------------------------------------------------
-    def local(self, fn: Callable[[int], Any]) -> Any:
-        if not callable(fn):
-            raise TypeError(f"local() takes a function of the rank, got {type(fn).__name__}")
-        return fn(self._rank)
-
-    def vmap(self, fn: Callable[..., Any], in_axes: int | None | Sequence[int | None] = 0):
-        if not callable(fn):
-            raise TypeError(f"vmap() takes a function, got {type(fn).__name__}")
-        return fn
-
-    def is_main_process(self) -> bool:
-        return self._rank == 0
-
     def global_view(self, x: Any) -> Any:
         if not _arrays.is_tensor(x):
             x, _ = _arrays.to_numpy(x)
