@@ -2,6 +2,7 @@
 
 import sys
 
+import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
@@ -14,7 +15,14 @@ else:
     compile_args = ["-O3", "-ffp-contract=off"]
 
 extensions = [
-    Extension(f"fogsim._core.{name}", [f"fogsim/_core/{name}.pyx"], extra_compile_args=compile_args)
+    Extension(
+        f"fogsim._core.{name}",
+        [f"fogsim/_core/{name}.pyx"],
+        extra_compile_args=compile_args,
+        # _dispatch reads arrays through numpy's C API (fusion's per-tensor fast path)
+        include_dirs=[numpy.get_include()],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    )
     for name in ("_kernels", "_dispatch")
 ]
 

@@ -153,14 +153,17 @@ class _Done:
 
 
 class _Plan:
-    def __init__(self, self_weight, weights, select=None):
+    def __init__(self, self_weight, weights, select=None, fingerprint=0, static=True):
         self.self_weight, self.weights, self.select = self_weight, weights, select
+        self.fingerprint, self.static = fingerprint, static
 
 
 def _queue(dispatch, threshold, batches):
     """A queue whose flush 'receives' two neighbors that sent 2x and 3x our own bytes."""
 
-    def flush(entries, nbytes):
+    def flush(entries, nbytes, layout, error):
+        assert error is None
+        assert layout == dispatch.layout_fingerprint([(e.arr, e.plan) for e in entries])
         send = np.empty(nbytes, np.uint8)
         dispatch.pack(send, [e.arr for e in entries], [e.offset for e in entries])
         recv = np.stack([send, send]).copy()
@@ -215,7 +218,7 @@ def test_fusion_queue_wraps_results_and_selects_rows(dispatch):
 
 
 def test_a_refused_batch_fails_every_handle_in_it(dispatch):
-    def refuse(entries, nbytes):
+    def refuse(entries, nbytes, layout, error):
         raise ValueError("ranks disagree: rank 0 has float64 (3,), rank 1 has float64 (4,)")
 
     table = dispatch.HandleTable()
@@ -229,3 +232,85 @@ def test_a_refused_batch_fails_every_handle_in_it(dispatch):
         with pytest.raises(ValueError, match="ranks disagree"):
             h.wait()
     assert len(table) == 0
+
+
+def test_layout_fingerprint_tells_layouts_apart_and_is_the_same_compiled_or_not():
+    from fogsim._core import dispatch, fallback_dispatch
+
+    a, b = _Plan(0.5, np.ones(2), fingerprint=12345), _Plan(0.5, np.ones(2), fingerprint=777)
+    layouts = [
+        [(np.zeros(3), a)],
+        [(np.zeros(4), a)],
+        [(np.zeros((3, 1)), a)],
+        [(np.zeros(3, np.float32), a)],
+        [(np.zeros(3), b)],
+        [(np.zeros(3), _Plan(0.5, np.ones(2), fingerprint=12345, static=False))],
+        [(np.zeros(3), a), (np.zeros(4), a)],
+        [(np.zeros(4), a), (np.zeros(3), a)],
+        [(np.zeros(3), a), (None, None)],
+        [(np.array(1.0), a)],
+        [],
+    ]
+    seen = {dispatch.layout_fingerprint(entries) for entries in layouts}
+    assert len(seen) == len(layouts)
+    for entries in layouts:
+        fp = dispatch.layout_fingerprint(entries)
+        assert fp == fallback_dispatch.layout_fingerprint(entries)
+        assert 0 <= fp < 1 << 62
+
+
+def test_fusion_queue_passes_the_layout_only_when_checked_and_the_first_error(dispatch):
+    calls = []
+
+    def flush(entries, nbytes, layout, error):
+        calls.append((layout, error))
+        dispatch.FusedBatch(entries, np.empty(nbytes, np.uint8),
+                            np.zeros((0, nbytes), np.uint8), _Done())  # fmt: skip
+
+    queue = dispatch.FusionQueue(1 << 20, flush, dispatch.HandleTable())
+    plan = _Plan(1.0, np.empty(0), fingerprint=5)
+    x, y = np.ones(3), np.ones((2, 2), np.float32)
+    for h in [queue.add(x, plan, check=False), queue.add(y, plan, check=False)]:
+        h.wait()
+    assert calls.pop() == (None, None)
+    handles = [queue.add(x, plan, check=False), queue.add(y, plan)]
+    for h in handles:
+        h.wait()
+    assert calls.pop() == (dispatch.layout_fingerprint([(x, plan), (y, plan)]), None)
+    first, second = object(), object()
+    queue.add(x, plan)
+    queue.add(None, None, error=first)
+    queue.add(None, None, error=second)
+    queue.flush()
+    assert calls.pop() == (dispatch.layout_fingerprint([(x, plan), (None, None), (None, None)]),
+                           first)  # fmt: skip
+
+
+def test_a_batch_whose_wait_fails_fails_every_entry(dispatch):
+    class Pending(_Done):
+        def Test(self):  # noqa: N802
+            return False
+
+    tested = []
+
+    def flush(entries, nbytes, layout, error):
+        def wait(test, block):
+            assert test() is False
+            raise ValueError("ranks disagree: the agreement beside the data failed")
+
+        dispatch.FusedBatch(entries, np.empty(nbytes, np.uint8), np.zeros((1, nbytes), np.uint8),
+                            Pending(), wait, lambda: tested.append(1) or False)  # fmt: skip
+
+    table = dispatch.HandleTable()
+    queue = dispatch.FusionQueue(1 << 20, flush, table)
+    plan = _Plan(1.0, np.array([0.5]))
+    handles = [queue.add(np.zeros(2), plan) for _ in range(3)]
+    assert handles[0].poll() is False and tested == [1]  # the batch's own test decides
+    with pytest.raises(ValueError, match="beside the data"):
+        handles[1].wait()
+    assert handles[0].poll() is True
+    table.drain()  # a failed operation does not stop the drain; wait() still raises it
+    assert len(table) == 0
+    for h in (handles[0], handles[2]):
+        with pytest.raises(ValueError, match="beside the data"):
+            h.wait()

@@ -388,7 +388,8 @@ def test_public_namespace():
     assert sorted(_core.__all__) == sorted([
         "FusedBatch", "FusionQueue", "Handle", "HandleTable", "assemble_csr",
         "circulant_combine", "combine_rows", "compiled", "csr_combine", "dispatch", "fallback",
-        "fallback_dispatch", "format_trace_events", "kernels", "pack", "TraceOp", "TracePhase",
+        "fallback_dispatch", "format_trace_events", "kernels", "layout_fingerprint", "pack",
+        "TraceOp", "TracePhase",
         "TraceRecorder", "trace_now_ns", "weighted_combine",
     ])  # fmt: skip
     assert isinstance(_core.compiled, bool)
@@ -397,7 +398,8 @@ def test_public_namespace():
     assert (_core.dispatch is _core.fallback_dispatch) is (not _core.compiled)
     for name in ("assemble_csr", "circulant_combine", "csr_combine", "weighted_combine"):
         assert getattr(_core, name) is getattr(_core.kernels, name)
-    for name in ("Handle", "HandleTable", "pack", "combine_rows", "FusionQueue", "FusedBatch"):
+    for name in ("Handle", "HandleTable", "pack", "combine_rows", "FusionQueue", "FusedBatch",
+                 "layout_fingerprint"):
         assert getattr(_core, name) is getattr(_core.dispatch, name)
 
 

@@ -72,6 +72,62 @@ def test_random_mismatched_dynamic_patterns_all_raise_on_every_rank(tmp_path):
     assert f"caught [{PATTERNS}, {PATTERNS}, {PATTERNS}, {PATTERNS}]" in line, line
 
 
+MIXED = """
+import sys
+import numpy as np
+from mpi4py import MPI
+import fogsim as fs
+from fogsim import topology as T
+
+fs.init(topology=T.exponential_two_graph)
+n, r = fs.size(), fs.rank()
+x = np.ones(3)
+# (a rank's own receive weights, src_weights alone, are its business: not in the list)
+OPS = {{
+    "plain": lambda: fs.neighbor_allreduce(x),
+    "fused": lambda: fs.wait(fs.neighbor_allreduce_nonblocking(x)),
+    "two fused": lambda: [fs.wait(h) for h in [fs.neighbor_allreduce_nonblocking(x),
+                                               fs.neighbor_allreduce_nonblocking(np.ones(5))]],
+    "dynamic": lambda: fs.neighbor_allreduce(x, self_weight=0.5,
+                                             src_weights={{(r - 1) % n: 0.5}},
+                                             dst_weights=[(r + 1) % n]),
+    "bad argument": lambda: fs.neighbor_allreduce(x, self_weight=0.5),
+    "allreduce": lambda: fs.allreduce(x),
+    "broadcast": lambda: fs.broadcast(x, 0),
+    "neighbor_allgather": lambda: fs.neighbor_allgather(x),
+}}
+caught = 0
+pairs = [(a, b) for b in ("plain", "fused") for a in OPS if a != b]
+pairs += [(b, a) for a, b in pairs]
+for odd, rest in pairs:  # rank 1 makes one op, the others another
+    try:
+        OPS[odd if r == 1 else rest]()
+    except (ValueError, TypeError):
+        caught += 1
+    ok = fs.neighbor_allreduce(np.full(2, float(r)))  # the world still works
+    assert np.allclose(ok, fs.neighbor_allreduce(np.full(2, float(r)),
+                                                 enable_topo_check=False)), ok
+counts = MPI.COMM_WORLD.gather(caught, root=0)
+if r == 0:
+    print("caught", counts, "of", len(pairs))
+fs.shutdown()
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("stall_timeout", ["60", "0"])
+def test_different_ops_on_one_rank_raise_everywhere(tmp_path, stall_timeout):
+    # The checked static call and the fused batch send their data beside the agreement;
+    # a rank that is in another op must still let them finish and raise with everyone.
+    run = fogrun_script(tmp_path, MIXED.format(), 4, timeout=60,
+                        env={"FOGSIM_STALL_TIMEOUT": stall_timeout})  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    line = next(line for line in run.stdout.splitlines() if line.startswith("caught"))
+    total = int(line.split()[-1])
+    assert total == 2 * 2 * 7, line
+    assert f"caught [{total}, {total}, {total}, {total}]" in line, line
+
+
 DIE = """
 import os, signal, sys, time
 import numpy as np

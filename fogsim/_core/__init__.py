@@ -25,6 +25,7 @@ weighted_combine = kernels.weighted_combine
 Handle = dispatch.Handle
 HandleTable = dispatch.HandleTable
 pack = dispatch.pack
+layout_fingerprint = dispatch.layout_fingerprint
 combine_rows = dispatch.combine_rows
 FusionQueue = dispatch.FusionQueue
 FusedBatch = dispatch.FusedBatch
@@ -52,6 +53,7 @@ __all__ = [
     "fallback",
     "fallback_dispatch",
     "kernels",
+    "layout_fingerprint",
     "pack",
     "trace_now_ns",
     "weighted_combine",

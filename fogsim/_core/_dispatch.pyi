@@ -4,7 +4,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Handle", "HandleTable", "combine_rows", "pack"]
+__all__ = ["Handle", "HandleTable", "combine_rows", "layout_fingerprint", "pack"]
 
 class Handle:
     op: str
@@ -33,6 +33,7 @@ class HandleTable:
     def drain(self) -> None: ...
     def __len__(self) -> int: ...
 
+def layout_fingerprint(entries: Sequence[tuple[Any, Any]]) -> int: ...
 def pack(out: Any, arrays: Sequence[np.ndarray], offsets: Sequence[int]) -> Any: ...
 def combine_rows(
     out: np.ndarray,

@@ -30,7 +30,7 @@ from cpython.buffer cimport (
     PyBuffer_Release,
     PyObject_GetBuffer,
 )
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.pythread cimport PyThread_get_thread_ident
@@ -38,12 +38,16 @@ from libc.stdio cimport snprintf
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 from libc.string cimport memcpy, memset
 
+cimport numpy as cnp
+
+cnp.import_array()
+
 from ._kernels cimport rows_combine_f32, rows_combine_f64
 
 __all__ = [
     "FusedBatch", "FusedEntry", "FusionQueue", "Handle", "HandleTable", "TraceOp",
-    "TracePhase", "TraceRecorder", "combine_rows", "format_trace_events", "pack",
-    "trace_now_ns",
+    "TracePhase", "TraceRecorder", "combine_rows", "format_trace_events",
+    "layout_fingerprint", "pack", "trace_now_ns",
 ]
 
 
@@ -138,10 +142,16 @@ cdef class HandleTable:
         return handle
 
     def drain(self):
-        """Complete every pending operation (results stay in their handles for wait())."""
+        """Complete every pending operation (results stay in their handles for wait()).
+
+        An operation that fails is dropped from the table; its error is raised by wait().
+        """
         cdef Handle handle
         for handle in list(self._pending):
-            handle.complete()
+            try:
+                handle.complete()
+            except Exception:  # wait() on the handle raises it again
+                continue
 
     def __len__(self):
         return len(self._pending)
@@ -296,21 +306,35 @@ cdef class FusedEntry:
             self.queue.flush()
         if self.failure is not None:
             return True  # calling it raises at once
-        return self.batch.done or bool(self.batch.request.Test())
+        return self.batch.test()
 
 
 cdef class FusedBatch:
-    """Entries sent in one message; ``recv`` holds one row of bytes per in-neighbor."""
+    """Entries sent in one message; ``recv`` holds one row of bytes per in-neighbor.
+
+    ``wait(test, block)``, if given, waits for ``request`` (the runtime's stall guard, or
+    a function that also settles an agreement started beside the data: its exception
+    fails every entry), else ``request.Wait()`` does; ``test()``, if given, tells whether
+    that would not block, else ``request.Test()`` does.
+    """
 
     cdef readonly list entries
     cdef public object send, recv, request
     cdef readonly bint done
+    cdef object _wait, _test
 
-    def __init__(self, list entries, send, recv, request):
+    def __init__(self, list entries, send, recv, request, wait=None, test=None):
         cdef FusedEntry e
         self.entries, self.send, self.recv, self.request = entries, send, recv, request
+        self._wait, self._test = wait, test
         for e in entries:
             e.batch = self
+
+    def test(self):
+        """Return whether :meth:`complete` would not block."""
+        if self.done:
+            return True
+        return bool(self.request.Test() if self._test is None else self._test())
 
     def complete(self):
         """Wait for the message and combine every entry's rows (once)."""
@@ -318,7 +342,16 @@ cdef class FusedBatch:
         if self.done:
             return
         cdef Py_buffer rv
-        self.request.Wait()
+        if self._wait is None:
+            self.request.Wait()
+        else:
+            try:
+                self._wait(self.request.Test, self.request.Wait)
+            except BaseException as exc:  # e.g. the ranks disagree: every entry raises it
+                for e in self.entries:
+                    e.failure = exc
+                self.send = self.recv = self.request = None
+                raise
         PyObject_GetBuffer(self.recv, &rv, PyBUF_SIMPLE)
         try:
             for e in self.entries:
@@ -334,12 +367,54 @@ cdef class FusedBatch:
         self.send = self.recv = self.request = None
 
 
+cdef uint64_t _FNV_PRIME = 0x100000001b3
+cdef uint64_t _FNV_BASIS = 0xcbf29ce484222325
+
+
+cdef inline uint64_t _mix(uint64_t h, uint64_t v) noexcept:
+    return (h ^ v) * _FNV_PRIME
+
+
+cdef uint64_t _dtype_key(dtype) except? 0:
+    return _mix(_mix(_mix(_FNV_BASIS, <uint64_t>ord(dtype.kind)), <uint64_t>dtype.itemsize),
+                <uint64_t>dtype.num)
+
+
+cdef uint64_t _plan_key(plan) except? 0:
+    return _mix(_mix(_FNV_BASIS, <uint64_t>(<int64_t>plan.fingerprint)), 1 if plan.static else 2)
+
+
+cdef uint64_t _entry_layout(uint64_t h, uint64_t dtype_key, shape, uint64_t plan_key) except? 0:
+    # what every rank's entry must match: dtype, shape, the plan's fingerprint and kind
+    cdef Py_ssize_t d
+    h = _mix(_mix(h, dtype_key), <uint64_t>len(shape))
+    for d in shape:
+        h = _mix(h, <uint64_t>d)
+    return _mix(h, plan_key)
+
+
+def layout_fingerprint(entries):
+    """The fingerprint :class:`FusionQueue` passes for ``entries`` (a list of
+    ``(arr, plan)``; ``arr`` None for a bad argument): a 62-bit FNV-1a hash of each one's
+    dtype, shape and plan, the same on every process."""
+    cdef uint64_t h = _FNV_BASIS
+    for arr, plan in entries:
+        if arr is None:
+            h = _mix(h, 0)
+        else:
+            h = _entry_layout(h, _dtype_key(arr.dtype), arr.shape, _plan_key(plan))
+    return <int64_t>(h >> 2)
+
+
 cdef class FusionQueue:
     """Small nonblocking calls waiting to be sent together; flushed by ``flush_fn``.
 
-    ``flush_fn(entries, nbytes)`` (the runtime's) agrees with the other ranks, packs and
-    sends, and returns the :class:`FusedBatch`. The queue flushes itself before an entry
-    that would overflow ``threshold`` bytes, and right after an entry larger than that.
+    ``flush_fn(entries, nbytes, layout, error)`` (the runtime's) agrees with the other
+    ranks, packs and sends, and creates the :class:`FusedBatch`. ``layout`` is None when
+    no entry asked for the check, else the entries' :func:`layout_fingerprint`, kept as
+    they were added; ``error`` is the first entry's argument error, or None. The queue
+    flushes itself before an entry that would overflow ``threshold`` bytes, and right
+    after an entry larger than that.
     """
 
     cdef list _entries
@@ -347,10 +422,22 @@ cdef class FusionQueue:
     cdef readonly Py_ssize_t threshold
     cdef object _flush_fn
     cdef HandleTable _table
+    cdef uint64_t _layout
+    cdef bint _checked
+    cdef object _error
+    # the last dtype and plan seen, and what they add to the layout (most calls repeat them)
+    cdef object _dtype, _plan
+    cdef uint64_t _dtype_hash, _plan_hash
+    cdef char _plan_lean  # the plan's weights and select fit the lean combine
 
     def __init__(self, Py_ssize_t threshold, flush_fn, HandleTable table):
         self._entries, self._nbytes = [], 0
         self.threshold, self._flush_fn, self._table = threshold, flush_fn, table
+        self._reset()
+
+    cdef void _reset(self):
+        self._entries, self._nbytes = [], 0
+        self._layout, self._checked, self._error = _FNV_BASIS, False, None
 
     def __len__(self):
         return len(self._entries)
@@ -359,16 +446,49 @@ cdef class FusionQueue:
     def nbytes(self):
         return self._nbytes
 
+    cdef uint64_t _array_layout(self, cnp.ndarray a) except? 0:
+        # _entry_layout of an exact ndarray, without Python objects for dtype and shape
+        cdef int k, nd = cnp.PyArray_NDIM(a)
+        cdef cnp.npy_intp* dims = cnp.PyArray_DIMS(a)
+        cdef uint64_t h
+        if <void*>cnp.PyArray_DESCR(a) != <void*>self._dtype:
+            self._dtype = <object>cnp.PyArray_DESCR(a)
+            self._dtype_hash = _dtype_key(self._dtype)
+        h = _mix(_mix(self._layout, self._dtype_hash), <uint64_t>nd)
+        for k in range(nd):
+            h = _mix(h, <uint64_t>dims[k])
+        return _mix(h, self._plan_hash)
+
     cpdef Handle add(self, arr, plan, wrap=None, error=None, bint check=True, name=None):
         """Queue ``arr`` combined by ``plan`` (self_weight, weights, select); return a handle."""
-        cdef Py_ssize_t size = 0 if arr is None else (arr.nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
+        cdef Py_ssize_t size = 0
+        if arr is not None:
+            size = cnp.PyArray_NBYTES(<cnp.ndarray>arr) if cnp.PyArray_CheckExact(arr) else arr.nbytes
+            size = (size + _ALIGN - 1) // _ALIGN * _ALIGN
         cdef FusedEntry e = FusedEntry.__new__(FusedEntry)
         if self._entries and self._nbytes + size > self.threshold:
             self.flush()
         e.arr, e.plan, e.wrap, e.error, e.check, e.queue = arr, plan, wrap, error, check, self
         if plan is not None:
             e.self_weight, e.weights, e.select = plan.self_weight, plan.weights, plan.select
-            e.fmt = _lean_format(arr, e.weights, e.select)
+            if plan is not self._plan:
+                self._plan, self._plan_hash = plan, _plan_key(plan)
+                self._plan_lean = _lean_plan(e.weights, e.select)
+            if self._plan_lean:
+                e.fmt = _lean_array(arr)
+        if arr is None:
+            self._layout = _mix(self._layout, 0)
+        elif e.fmt:  # an exact ndarray: its dtype and shape straight from the struct
+            self._layout = self._array_layout(<cnp.ndarray>arr)
+        else:
+            dtype = arr.dtype
+            if dtype is not self._dtype:
+                self._dtype, self._dtype_hash = dtype, _dtype_key(dtype)
+            self._layout = _entry_layout(self._layout, self._dtype_hash, arr.shape,
+                                         self._plan_hash)
+        self._checked = self._checked or check
+        if error is not None and self._error is None:
+            self._error = error
         e.offset = self._nbytes
         self._entries.append(e)
         self._nbytes += size
@@ -381,10 +501,11 @@ cdef class FusionQueue:
         if not self._entries:
             return
         cdef FusedEntry e
-        entries, nbytes = self._entries, self._nbytes
-        self._entries, self._nbytes = [], 0
+        entries, nbytes, error = self._entries, self._nbytes, self._error
+        layout = <int64_t>(self._layout >> 2) if self._checked else None
+        self._reset()
         try:
-            self._flush_fn(entries, nbytes)
+            self._flush_fn(entries, nbytes, layout, error)
         except BaseException as exc:  # e.g. the ranks disagree: every entry's wait raises it
             for e in entries:
                 e.failure = exc
@@ -408,65 +529,70 @@ cdef object _int64 = None
 cdef object _ndarray = None
 
 
-cdef char _lean_format(arr, weights, select) except -1:
-    # b"d"/b"f" when the entry fits the lean combine (C-contiguous native float ndarray,
-    # float64 weights, int64 select or none), else 0 for the checked general path.
+cdef _lean_init():
     global _float64, _float32, _int64, _ndarray
+    import numpy
+    _float64, _float32 = numpy.dtype(numpy.float64), numpy.dtype(numpy.float32)
+    _int64, _ndarray = numpy.dtype(numpy.int64), numpy.ndarray
+
+
+cdef char _lean_plan(weights, select) except -1:
+    # 1 when a plan's weights (float64) and select (int64 or none) fit the lean combine
     if _ndarray is None:
-        import numpy
-        _float64, _float32 = numpy.dtype(numpy.float64), numpy.dtype(numpy.float32)
-        _int64, _ndarray = numpy.dtype(numpy.int64), numpy.ndarray
-    if (type(arr) is not _ndarray or type(weights) is not _ndarray
-            or weights.dtype != _float64 or not weights.flags.c_contiguous
-            or not arr.flags.c_contiguous):
+        _lean_init()
+    if (type(weights) is not _ndarray or weights.dtype != _float64
+            or not weights.flags.c_contiguous):
         return 0
     if select is not None and (type(select) is not _ndarray or select.dtype != _int64
                                or not select.flags.c_contiguous
                                or select.shape[0] != weights.shape[0]):
         return 0
-    if arr.dtype == _float64:
-        return b"d"
-    if arr.dtype == _float32:
-        return b"f"
-    return 0
+    return 1
+
+
+cdef char _lean_array(arr) except -1:
+    # b"d"/b"f" when an entry of a lean plan fits the lean combine (a C-contiguous native
+    # float ndarray), else 0 for the checked general path.
+    if not cnp.PyArray_CheckExact(arr):
+        return 0
+    cdef cnp.ndarray a = <cnp.ndarray>arr
+    if not cnp.PyArray_IS_C_CONTIGUOUS(a) or not cnp.PyArray_ISNOTSWAPPED(a):
+        return 0
+    cdef int t = cnp.PyArray_TYPE(a)
+    return b"d" if t == cnp.NPY_DOUBLE else b"f" if t == cnp.NPY_FLOAT else 0
 
 
 cdef object _combine_entry(FusedEntry e, Py_buffer* rv, Py_ssize_t nrows, Py_ssize_t row_bytes):
-    # combine_rows for an entry _lean_format accepted: same loop, no format parsing.
-    cdef Py_buffer o, xv, wv, sv
+    # combine_rows for an entry _lean_array accepted (a C-contiguous native float ndarray;
+    # its plan's weights float64 and select int64 ndarrays): same loop, no format parsing.
+    cdef cnp.ndarray x = <cnp.ndarray>e.arr
+    cdef cnp.ndarray w = <cnp.ndarray>e.weights
     cdef const int64_t* sel = NULL
-    cdef Py_ssize_t k, nk, m, item = 8 if e.fmt == b"d" else 4
-    out = _empty_like(e.arr)
-    PyObject_GetBuffer(out, &o, PyBUF_SIMPLE | PyBUF_WRITABLE)
-    PyObject_GetBuffer(e.arr, &xv, PyBUF_SIMPLE)
-    PyObject_GetBuffer(e.weights, &wv, PyBUF_SIMPLE)
+    cdef Py_ssize_t k, nk = cnp.PyArray_DIMS(w)[0], item = 8 if e.fmt == b"d" else 4
+    cdef Py_ssize_t nbytes = cnp.PyArray_NBYTES(x), m = nbytes // item
     if e.select is not None:
-        PyObject_GetBuffer(e.select, &sv, PyBUF_SIMPLE)
-        sel = <const int64_t*>sv.buf
-    try:
-        nk, m = wv.len // 8, o.len // item
-        for k in range(nk):
-            if not 0 <= (sel[k] if sel != NULL else k) < nrows:
-                raise ValueError(f"fused combine: neighbor row {k} is not in the message")
-        if nk and (e.offset % item or row_bytes % item or e.offset + o.len > row_bytes):
-            raise ValueError(f"fused combine: {o.len} bytes at offset {e.offset} do not fit "
-                             f"aligned in rows of {row_bytes} bytes")
-        if m:
-            with nogil:
-                if item == 8:
-                    rows_combine_f64(<double*>o.buf, m, e.self_weight, <const double*>xv.buf,
-                                     nk, <const double*>(<const char*>rv.buf + e.offset),
-                                     row_bytes // 8, sel, <const double*>wv.buf)
-                else:
-                    rows_combine_f32(<float*>o.buf, m, e.self_weight, <const float*>xv.buf,
-                                     nk, <const float*>(<const char*>rv.buf + e.offset),
-                                     row_bytes // 4, sel, <const double*>wv.buf)
-    finally:
-        if sel != NULL:
-            PyBuffer_Release(&sv)
-        PyBuffer_Release(&wv)
-        PyBuffer_Release(&xv)
-        PyBuffer_Release(&o)
+        sel = <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>e.select)
+    for k in range(nk):
+        if not 0 <= (sel[k] if sel != NULL else k) < nrows:
+            raise ValueError(f"fused combine: neighbor row {k} is not in the message")
+    if nk and (e.offset % item or row_bytes % item or e.offset + nbytes > row_bytes):
+        raise ValueError(f"fused combine: {nbytes} bytes at offset {e.offset} do not fit "
+                         f"aligned in rows of {row_bytes} bytes")
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(x), cnp.PyArray_DIMS(x),
+                                             cnp.PyArray_TYPE(x), 0)
+    cdef void* o = cnp.PyArray_DATA(out)
+    cdef const void* xp = cnp.PyArray_DATA(x)
+    cdef const double* wp = <const double*>cnp.PyArray_DATA(w)
+    if m:
+        with nogil:
+            if item == 8:
+                rows_combine_f64(<double*>o, m, e.self_weight, <const double*>xp, nk,
+                                 <const double*>(<const char*>rv.buf + e.offset),
+                                 row_bytes // 8, sel, wp)
+            else:
+                rows_combine_f32(<float*>o, m, e.self_weight, <const float*>xp, nk,
+                                 <const float*>(<const char*>rv.buf + e.offset),
+                                 row_bytes // 4, sel, wp)
     return out
 
 

@@ -18,8 +18,8 @@ from ._fallback import weighted_combine
 
 __all__ = [
     "FusedBatch", "FusedEntry", "FusionQueue", "Handle", "HandleTable", "TraceOp",
-    "TracePhase", "TraceRecorder", "combine_rows", "format_trace_events", "pack",
-    "trace_now_ns",
+    "TracePhase", "TraceRecorder", "combine_rows", "format_trace_events",
+    "layout_fingerprint", "pack", "trace_now_ns",
 ]
 
 
@@ -121,9 +121,15 @@ class HandleTable:
         return handle
 
     def drain(self) -> None:
-        """Complete every pending operation (results stay in their handles for wait())."""
+        """Complete every pending operation (results stay in their handles for wait()).
+
+        An operation that fails is dropped from the table; its error is raised by wait().
+        """
         for handle in list(self._pending.values()):
-            handle.complete()
+            try:
+                handle.complete()
+            except Exception:  # noqa: S112 - wait() on the handle raises it again
+                continue
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -226,23 +232,40 @@ class FusedEntry:
             self.queue.flush()
         if self.failure is not None:
             return True  # calling it raises at once
-        return self.batch.done or bool(self.batch.request.Test())
+        return self.batch.test()
 
 
 class FusedBatch:
     """Entries sent in one message (see ``_dispatch.FusedBatch``)."""
 
-    def __init__(self, entries: list, send: Any, recv: Any, request: Any) -> None:
+    def __init__(self, entries: list, send: Any, recv: Any, request: Any,
+                 wait: Callable | None = None, test: Callable | None = None) -> None:  # fmt: skip
         self.entries, self.send, self.recv, self.request = entries, send, recv, request
+        self._wait, self._test = wait, test
         self.done = False
         for e in entries:
             e.batch = self
+
+    def test(self) -> bool:
+        """Return whether :meth:`complete` would not block."""
+        if self.done:
+            return True
+        return bool(self.request.Test() if self._test is None else self._test())
 
     def complete(self) -> None:
         """Wait for the message and combine every entry's rows (once)."""
         if self.done:
             return
-        self.request.Wait()
+        if self._wait is None:
+            self.request.Wait()
+        else:
+            try:
+                self._wait(self.request.Test, self.request.Wait)
+            except BaseException as exc:  # e.g. the ranks disagree: every entry raises it
+                for e in self.entries:
+                    e.failure = exc
+                self.send = self.recv = self.request = None
+                raise
         for e in self.entries:
             out = combine_rows(np.empty_like(e.arr), e.self_weight, e.arr, e.weights, self.recv,
                                e.offset, e.select)  # fmt: skip
@@ -251,14 +274,44 @@ class FusedBatch:
         self.send = self.recv = self.request = None
 
 
+_MASK = (1 << 64) - 1
+_FNV_PRIME, _FNV_BASIS = 0x100000001B3, 0xCBF29CE484222325
+
+
+def _mix(h: int, v: int) -> int:
+    return ((h ^ (v & _MASK)) * _FNV_PRIME) & _MASK
+
+
+def _entry_layout(h: int, arr: Any, plan: Any) -> int:
+    dtype_key = _FNV_BASIS
+    for v in (ord(arr.dtype.kind), arr.dtype.itemsize, arr.dtype.num):
+        dtype_key = _mix(dtype_key, v)
+    plan_key = _mix(_mix(_FNV_BASIS, plan.fingerprint), 1 if plan.static else 2)
+    for v in (dtype_key, len(arr.shape), *arr.shape, plan_key):
+        h = _mix(h, v)
+    return h
+
+
+def layout_fingerprint(entries: Sequence[tuple[Any, Any]]) -> int:
+    """The fingerprint of queued ``(arr, plan)`` pairs (see ``_dispatch.layout_fingerprint``)."""
+    h = _FNV_BASIS
+    for arr, plan in entries:
+        h = _mix(h, 0) if arr is None else _entry_layout(h, arr, plan)
+    return h >> 2
+
+
 class FusionQueue:
     """Small nonblocking calls waiting to be sent together (see ``_dispatch.FusionQueue``)."""
 
-    def __init__(self, threshold: int, flush_fn: Callable[[list, int], Any],
+    def __init__(self, threshold: int, flush_fn: Callable[[list, int, Any, Any], Any],
                  table: HandleTable) -> None:  # fmt: skip
+        self.threshold, self._flush_fn, self._table = threshold, flush_fn, table
+        self._reset()
+
+    def _reset(self) -> None:
         self._entries: list[FusedEntry] = []
         self._nbytes = 0
-        self.threshold, self._flush_fn, self._table = threshold, flush_fn, table
+        self._layout, self._checked, self._error = _FNV_BASIS, False, None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -277,6 +330,13 @@ class FusionQueue:
         e.self_weight = e.weights = e.select = e.batch = e.result = e.failure = None
         if plan is not None:
             e.self_weight, e.weights, e.select = plan.self_weight, plan.weights, plan.select
+        if arr is None:
+            self._layout = _mix(self._layout, 0)
+        else:
+            self._layout = _entry_layout(self._layout, arr, plan)
+        self._checked = self._checked or bool(check)
+        if error is not None and self._error is None:
+            self._error = error
         e.offset = self._nbytes
         self._entries.append(e)
         self._nbytes += size
@@ -288,10 +348,11 @@ class FusionQueue:
         """Send everything queued as one batch (collective: every rank flushes alike)."""
         if not self._entries:
             return
-        entries, nbytes = self._entries, self._nbytes
-        self._entries, self._nbytes = [], 0
+        entries, nbytes, error = self._entries, self._nbytes, self._error
+        layout = self._layout >> 2 if self._checked else None
+        self._reset()
         try:
-            self._flush_fn(entries, nbytes)
+            self._flush_fn(entries, nbytes, layout, error)
         except BaseException as exc:  # e.g. the ranks disagree: every entry's wait raises it
             for e in entries:
                 e.failure = exc

@@ -18,10 +18,15 @@ import numpy as np
 
 from ... import timeline as _timeline
 
-__all__ = ["GUARDS", "fingerprint", "agree", "LocalError", "settle", "start_agree"]
+__all__ = ["GUARDS", "REPAIRS", "fingerprint", "agree", "LocalError", "settle", "start_agree"]
 
 #: Stall guards of the worlds' communicators, by ``id(comm)`` (see `fogsim._stall`).
 GUARDS: dict[int, Any] = {}
+
+#: By ``id(comm)``: completes, from a rank that did not start it, the data transfer that
+#: calls overlapping their agreement (``start_agree(..., posted=True)``) start beside it.
+#: Their ranks wait for it before they see that the agreement failed.
+REPAIRS: dict[int, Callable[[], None]] = {}
 
 
 class LocalError:
@@ -58,32 +63,45 @@ def agree(
 
 def _agree(comm: Any, mpi: Any, fp: int, error: LocalError | None,
            describe: str | Callable[[], str]) -> None:  # fmt: skip
+    # Always the nonblocking reduction: a rank that meets this agreement may be in an op
+    # that overlaps it with its data (start_agree), and blocking and nonblocking
+    # collectives do not match each other.
+    flags, req = start_agree(comm, mpi, fp, error)
     guard = GUARDS.get(id(comm))
     if guard is None:
-        flags = _flags(fp, error)
-        comm.Allreduce(mpi.IN_PLACE, flags, op=mpi.MAX)
+        req.Wait()
     else:  # a rank that never comes is reported, not waited for forever
-        flags, req = start_agree(comm, mpi, fp, error)
         guard.wait(req.Test, req.Wait)
     settle(comm, flags, error, describe)
 
 
-def _flags(fp: int, error: LocalError | None) -> np.ndarray:
-    return np.array([fp, -fp, 0 if error is None else 1], dtype=np.int64)
+def _flags(fp: int, error: LocalError | None, posted: bool) -> np.ndarray:
+    # reduced with MAX: [3] is 1 if some rank posted its data, [4] if some rank did not
+    return np.array([fp, -fp, 0 if error is None else 1, int(posted), int(not posted)],
+                    dtype=np.int64)  # fmt: skip
 
 
-def start_agree(comm: Any, mpi: Any, fp: int, error: LocalError | None) -> tuple[Any, Any]:
+def start_agree(comm: Any, mpi: Any, fp: int, error: LocalError | None,
+                posted: bool = False) -> tuple[Any, Any]:  # fmt: skip
     """Start :func:`agree`'s reduction; return ``(flags, request)``. Once the request is
-    complete, :func:`settle` raises what :func:`agree` would (on every rank)."""
-    flags = _flags(fp, error)
+    complete, :func:`settle` raises what :func:`agree` would (on every rank).
+
+    ``posted``: this rank has already started the data transfer of a call that overlaps
+    its agreement (see :data:`REPAIRS`).
+    """
+    flags = _flags(fp, error, posted)
     return flags, comm.Iallreduce(mpi.IN_PLACE, flags, op=mpi.MAX)
 
 
 def settle(comm: Any, flags: np.ndarray, error: LocalError | None,
-           describe: str | Callable[[], str]) -> None:  # fmt: skip
+           describe: str | Callable[[], str], posted: bool = False) -> None:  # fmt: skip
     """Raise the agreed error on every rank (see :func:`agree`), given the reduced flags."""
     if flags[0] == -flags[1] and flags[2] == 0:
         return
+    if flags[3] and flags[4] and not posted:
+        # Some ranks already sent their data in an overlapped call: complete the transfer
+        # they wait for, so that they too get to the error.
+        REPAIRS[id(comm)]()
     reports = comm.allgather((error.kind, error.message) if error else None)
     for rank, report in enumerate(reports):
         if report is not None:

@@ -119,6 +119,7 @@ class MPIBackend(OneAgentEach, NeighborOps, WindowOps, Backend):
 
     def close(self) -> None:
         self._drain()
+        self._close_neighbor_ops()
         self._free_windows()
         if self._machines is not None:
             self._machines.close()

@@ -21,7 +21,7 @@ from ... import timeline as _timeline
 from ..._arrays import wrap_like
 from ..._handles import Handle, HandleTable
 from .._weights import is_matrix
-from ._agree import LocalError, agree, fingerprint, settle, start_agree
+from ._agree import REPAIRS, LocalError, agree, fingerprint, settle, start_agree
 from ._plan import RankPlan, check_senders, rank_plan, rank_weights, send_table
 
 __all__ = ["NeighborOps"]
@@ -56,6 +56,17 @@ def _describe_layout(entries: list) -> str:
     return f"{len(entries)} queued neighbor_allreduce tensors {layout}"
 
 
+def _done(*requests: Any) -> bool:
+    """Whether every request is complete (a truncated message counts as complete)."""
+    for req in requests:
+        try:
+            if not req.Test():
+                return False
+        except MPI.Exception:
+            pass
+    return True
+
+
 def combine(arr: np.ndarray, plan: RankPlan, recv: np.ndarray, weights: np.ndarray,
             offset: int = 0, select: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
     """Return ``self_weight * arr + sum_k weights[k] * y_k`` in ascending source order.
@@ -82,6 +93,20 @@ class NeighborOps:
         self.p2p_comm = self.comm.Dup()  # dynamic transfers never meet collectives
         self._fusion = _core.FusionQueue(self._fusion_threshold, self._send_batch, self.handles)
         self._fingerprints: dict[tuple, int] = {}
+        REPAIRS[id(self.comm)] = self._complete_exchange
+
+    def _close_neighbor_ops(self) -> None:
+        REPAIRS.pop(id(self.comm), None)
+
+    def _complete_exchange(self) -> None:
+        """Take part, sending nothing, in the graph collective that the other ranks started
+        beside an agreement this rank failed (see ``_agree.REPAIRS``)."""
+        recv = np.empty((len(self._static.srcs), 0), np.uint8)
+        req = self.graph_comm.Ineighbor_allgather(np.empty(0, np.uint8), recv)
+        try:
+            self.stall.wait(req.Test, req.Wait)
+        except MPI.Exception:  # their bytes do not fit in none: discarded, as meant
+            pass
 
     def _flush(self) -> None:
         """Send the queued nonblocking calls now (collective: all ranks flush alike)."""
@@ -130,17 +155,22 @@ class NeighborOps:
         the received bytes are discarded and every rank raises the agreed error. Only
         where a neighbor's larger value is truncated quietly (MPICH; Open MPI's
         nonblocking neighbor collectives crash on a truncated message), else the
-        agreement comes first."""
-        flags, agreement = start_agree(self.comm, MPI, self._fingerprint(arr, plan, False), None)
+        agreement comes first. A rank that meets this call with another op completes the
+        transfer for it once the agreement failed (``_agree.REPAIRS``)."""
+        flags, agreement = start_agree(self.comm, MPI, self._fingerprint(arr, plan, False),
+                                       None, posted=True)  # fmt: skip
         recv = np.empty((len(self._static.srcs), *arr.shape), dtype=arr.dtype)
+        self._wait_overlapped(self.graph_comm.Ineighbor_allgather(arr, recv), agreement)
+        settle(self.comm, flags, None, partial(_describe, arr), posted=True)
+        return combine(arr, plan, recv, plan.weights, select=plan.select)
+
+    def _wait_overlapped(self, data: Any, agreement: Any) -> None:
+        """Wait for a transfer, then for the agreement started beside it."""
         try:
-            data = self.graph_comm.Ineighbor_allgather(arr, recv)
             self.stall.wait(data.Test, data.Wait)
-        except MPI.Exception:  # a truncated message: the agreement below tells why
+        except MPI.Exception:  # a truncated message: the agreement tells why
             pass
         self.stall.wait(agreement.Test, agreement.Wait)
-        settle(self.comm, flags, None, partial(_describe, arr))
-        return combine(arr, plan, recv, plan.weights, select=plan.select)
 
     def _traced_checked_static_exchange(self, tl, arr: np.ndarray, plan: RankPlan):
         """:meth:`_checked_static_exchange` with its phases on the timeline: COMMUNICATE
@@ -148,13 +178,11 @@ class NeighborOps:
         COMPUTE_AVERAGE."""
         with tl.phase("COMMUNICATE"):
             flags, agreement = start_agree(self.comm, MPI, self._fingerprint(arr, plan, False),
-                                           None)  # fmt: skip
+                                           None, posted=True)  # fmt: skip
             recv = np.empty((len(self._static.srcs), *arr.shape), dtype=arr.dtype)
-            data = self.graph_comm.Ineighbor_allgather(arr, recv)
-            self.stall.wait(data.Test, data.Wait)
+            self._wait_overlapped(self.graph_comm.Ineighbor_allgather(arr, recv), agreement)
         with tl.phase("NEGOTIATE"):
-            self.stall.wait(agreement.Test, agreement.Wait)
-            settle(self.comm, flags, None, partial(_describe, arr))
+            settle(self.comm, flags, None, partial(_describe, arr), posted=True)
         with tl.phase("COMPUTE_AVERAGE"):
             return combine(arr, plan, recv, plan.weights, select=plan.select)
 
@@ -285,22 +313,35 @@ class NeighborOps:
                                   partial(MPI.Request.Testall, reqs), name)  # fmt: skip
 
     # -- fusion ---------------------------------------------------------------------------
-    def _send_batch(self, entries: list, total: int) -> None:
-        """Agree on the queued calls, pack them and start one neighbor collective."""
-        if any(e.check for e in entries):
-            errors = [e.error for e in entries if e.error is not None]
-            if errors:
+    def _send_batch(self, entries: list, total: int, layout: int | None, error) -> None:
+        """Agree on the queued calls (``layout``: see :class:`fogsim._core.FusionQueue`),
+        pack them and start one neighbor collective. Where a larger message is truncated
+        quietly (MPICH), the agreement travels beside the data, as in
+        :meth:`_checked_static_exchange`, and the first wait settles it."""
+        overlap = layout is not None and error is None and _TRUNCATES_QUIETLY
+        if layout is not None:
+            if error is not None:
                 fp, describe = 0, "an invalid argument"
             else:
-                each = [self._fingerprint(e.arr, e.plan, False) for e in entries]
-                fp = fingerprint("fused", np.array(each, dtype=np.int64).tobytes())
-                describe = partial(_describe_layout, entries)
-            agree(self.comm, MPI, fp, errors[0] if errors else None, describe)
+                fp, describe = fingerprint("fused", layout), partial(_describe_layout, entries)
+            if overlap:
+                flags, agreement = start_agree(self.comm, MPI, fp, None, posted=True)
+            else:
+                agree(self.comm, MPI, fp, error, describe)
         send = np.empty(total, dtype=np.uint8)
         with _timeline.phase("FUSION_COPY_IN"):
             _core.pack(send, [e.arr for e in entries], [e.offset for e in entries])
         recv = np.empty((len(self._static.srcs), total), np.uint8)
-        _core.FusedBatch(entries, send, recv, self.graph_comm.Ineighbor_allgather(send, recv))
+        data = self.graph_comm.Ineighbor_allgather(send, recv)
+        if not overlap:
+            _core.FusedBatch(entries, send, recv, data, self.stall.wait)
+            return
+
+        def wait(test: Any, block: Any) -> None:
+            self._wait_overlapped(data, agreement)
+            settle(self.comm, flags, None, describe, posted=True)
+
+        _core.FusedBatch(entries, send, recv, data, wait, partial(_done, data, agreement))
 
     # -- neighbor_allgather ---------------------------------------------------------------
     def neighbor_allgather(self, x, src_ranks=None, dst_ranks=None, name=None):

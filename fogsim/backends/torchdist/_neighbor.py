@@ -14,6 +14,7 @@ on (devices included) on its own, so mixing devices across ranks raises instead 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -88,6 +89,11 @@ def _combine_cuda(value: Value, plan: RankPlan, recv: Any, weights: np.ndarray,
     for k, row in enumerate(rows):
         out += w[k + 1] * recv[row]  # the product is rounded before the add: no FMA
     return out
+
+
+def _describe_layout(entries: list) -> str:
+    layout = [(e.arr.dtype.str, e.arr.shape, e.plan.fingerprint) for e in entries]
+    return f"{len(entries)} queued neighbor_allreduce tensors {layout}"
 
 
 class NeighborOps:
@@ -269,19 +275,16 @@ class NeighborOps:
         return value.tensor * factor
 
     # -- fusion ---------------------------------------------------------------------------
-    def _send_batch(self, entries: list, total: int) -> None:
-        """Agree on the queued calls, pack them and post one transfer per neighbor."""
-        if any(e.check for e in entries):
-            errors = [e.error for e in entries if e.error is not None]
-            if errors:
+    def _send_batch(self, entries: list, total: int, layout: int | None, error) -> None:
+        """Agree on the queued calls (``layout``: see :class:`fogsim._core.FusionQueue`),
+        pack them and post one transfer per neighbor."""
+        if layout is not None:
+            if error is not None:
                 fp, describe = 0, "an invalid argument"
             else:
-                each = [self._fingerprint(_Entry(e.arr), e.plan, False) for e in entries]
-                fp = fingerprint("fused", np.array(each, dtype=np.int64).tobytes())
-                layout = [(e.arr.dtype.str, e.arr.shape, e.plan.fingerprint) for e in entries]
-                describe = f"{len(entries)} queued neighbor_allreduce tensors {layout}"
+                fp, describe = fingerprint("fused", layout), partial(_describe_layout, entries)
             # refused: the queue makes every call of the batch raise it, not only this one
-            agree(self._comm, fp, errors[0] if errors else None, describe)
+            agree(self._comm, fp, error, describe)
         send = np.empty(total, dtype=np.uint8)
         _core.pack(send, [e.arr for e in entries], [e.offset for e in entries])
         srcs, dsts = self._static.srcs, self._static_dsts
@@ -360,11 +363,3 @@ class NeighborOps:
         self._p2p(ops, False, True).Wait()
         return rows.numpy()
 
-
-class _Entry:
-    """A queued array seen as a :class:`Value` for :meth:`NeighborOps._fingerprint`."""
-
-    __slots__ = ("dtype", "shape", "cuda")
-
-    def __init__(self, arr: np.ndarray) -> None:
-        self.dtype, self.shape, self.cuda = arr.dtype, arr.shape, False
