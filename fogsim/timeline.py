@@ -24,7 +24,9 @@ shows what the run would take on the modelled network; otherwise measured times.
 
 The file is valid JSON at every flush (the closing brackets are rewritten after each
 batch of events), so a job that dies still leaves a readable trace; it is closed at
-:func:`stop`, at ``shutdown()`` and at interpreter exit. When no timeline runs, the
+:func:`stop`, at ``shutdown()`` and at interpreter exit. Events are formatted in batches
+(every 100,000 events or 2 s) and a writer thread writes them, so the instrumented calls
+do not wait for the disk. When no timeline runs, the
 instrumented code checks one module attribute and does nothing else.
 
 :func:`summarize` (``python -m fogsim.timeline summarize PREFIX``, or ``fogsim timeline
@@ -38,6 +40,7 @@ import contextlib
 import glob
 import json
 import os
+import queue
 import re
 import threading
 from collections.abc import Iterator
@@ -89,7 +92,8 @@ class Timeline:
         self._file.write(b'{"displayTimeUnit": "ms", "traceEvents": [\n')
         self._body_end = self._file.tell()
         self._first = True
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the recorder's events, the tracks, the batches' order
+        self._file_lock = threading.Lock()  # the file: the writer thread or flush()
         self._t0 = self._clock()
         self._rec.last_flush = self._t0
         self._rec.offset = 0  # modelled minus measured time so far (simulation), ns
@@ -97,7 +101,12 @@ class Timeline:
         self._quoted: dict[str, str] = {}  # JSON-quoted span names
         self._open: dict[int, list[str]] = {}  # names of the spans begin() opened, by tid
         self._rec.timeline, self._rec.tids = self, self._tids
-        self.op, self.phase = self._rec.op, self._rec.phase  # see the comment below tid()
+        self._batches: queue.Queue[bytes | None] = queue.Queue()  # for the writer thread
+        self._writer: threading.Thread | None = None
+        self._write_error: BaseException | None = None
+        # see the comment below tid()
+        self.op, self.phase, self.since = self._rec.op, self._rec.phase, self._rec.since
+        self.clock_ns = _core.trace_now_ns
         self.closed = False
         for pid in self.pids:
             self._emit_json({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
@@ -154,7 +163,7 @@ class Timeline:
         if opened:
             opened.pop()
         if len(self._rec) >= _FLUSH_EVENTS or t - self._rec.last_flush > _FLUSH_NS:
-            self.flush()
+            self.flush_soon()
 
     @contextlib.contextmanager
     def span(self, name: str, track: str, args: dict[str, Any] | None = None) -> Iterator[None]:
@@ -175,7 +184,9 @@ class Timeline:
     #   op(name, track): record an op as span ``name`` on ``track`` (``with``); its phases
     #     nest inside it;
     #   phase(name): record the ``with`` block as phase ``name`` of the op running in this
-    #     thread.
+    #     thread;
+    #   since(name, start): record phase ``name`` of that op from ``start`` (clock_ns())
+    #     to now, and return now: the hot paths' form, without an object or a ``with``.
 
     def current_track(self) -> str:
         """The track of the op running in this thread (``"fogsim"`` outside ops)."""
@@ -201,21 +212,63 @@ class Timeline:
         self._rec.append("J", 0, 0, json.dumps(event, separators=(",", ":")), None)
 
     def flush(self) -> None:
-        """Format the recorded events and write them (the file stays valid JSON)."""
-        with self._lock:
-            if self.closed:
-                return
-            text = self._rec.format(self._t0, self.pids, self._quoted)
+        """Format the recorded events and write them; return once the file holds them
+        (it stays valid JSON)."""
+        with self._lock:  # no batch can be formatted and queued in between: file order
+            text = self._format()
+            self._batches.join()  # the batches formatted before these, first
             if text:
-                text = text if self._first else b",\n" + text
-                self._first = False
-                self._file.seek(self._body_end)
-                self._file.write(text)
-                self._body_end = self._file.tell()
-                self._file.write(_TRAILER)  # valid JSON after every write
-                self._file.truncate()
-                self._file.flush()
-            self._rec.last_flush = self._clock()
+                self._write(text)
+        self._raise_write_error()
+
+    def flush_soon(self) -> None:
+        """Format the recorded events now and have the writer thread write them (the
+        periodic flush of the instrumented calls)."""
+        with self._lock:
+            text = self._format()
+            if not text:
+                return
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_batches, daemon=True,
+                                                name="fogsim-timeline-writer")  # fmt: skip
+                self._writer.start()
+            self._batches.put(text)
+
+    def _format(self) -> bytes:
+        if self.closed:
+            return b""
+        text = self._rec.format(self._t0, self.pids, self._quoted)
+        self._rec.last_flush = self._clock()
+        return text
+
+    def _write_batches(self) -> None:
+        while True:
+            text = self._batches.get()
+            try:
+                if text is None:
+                    return
+                self._write(text)
+            except BaseException as exc:  # e.g. the disk is full: raised by flush()/close()
+                self._write_error = exc
+            finally:
+                self._batches.task_done()
+
+    def _write(self, text: bytes) -> None:
+        with self._file_lock:
+            self._file.seek(self._body_end)
+            if not self._first:
+                self._file.write(b",\n")
+            self._first = False
+            self._file.write(text)
+            self._body_end = self._file.tell()
+            self._file.write(_TRAILER)  # valid JSON after every write
+            self._file.truncate()
+            self._file.flush()
+
+    def _raise_write_error(self) -> None:
+        error, self._write_error = self._write_error, None
+        if error is not None:
+            raise OSError(f"timeline: writing {self.path} failed: {error}") from error
 
     def close(self) -> None:
         """Close every open span, write the events and close the file (idempotent)."""
@@ -226,11 +279,17 @@ class Timeline:
             for _ in range(depth):
                 self._rec.append("E", tid, t, None, None)
             self._rec.move(tid, -depth)
-        self.flush()
-        with self._lock:
-            self.closed = True
-            self._file.close()
-        atexit.unregister(self.close)
+        try:
+            self.flush()
+        finally:
+            if self._writer is not None:
+                self._batches.put(None)
+                self._writer.join()
+                self._writer = None
+            with self._lock:
+                self.closed = True
+                self._file.close()
+            atexit.unregister(self.close)
 
 
 # -- starting and stopping ----------------------------------------------------------------

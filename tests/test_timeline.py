@@ -254,3 +254,65 @@ def test_compiled_and_python_recorders_write_the_same_bytes(tmp_path, monkeypatc
     tl.close()
     assert names_by_pid(check_trace(tmp_path / "py.json")) == {0: {"OP", "PHASE"},
                                                                 1: {"OP", "PHASE"}}
+
+
+@pytest.mark.parametrize("python", [False, True])
+def test_since_records_a_phase_of_the_running_op_and_returns_now(tmp_path, monkeypatch, python):
+    from fogsim import _core
+
+    if python:
+        monkeypatch.setattr(_core, "TraceOp", _core.fallback_dispatch.TraceOp)
+        monkeypatch.setattr(_core, "TracePhase", _core.fallback_dispatch.TracePhase)
+        monkeypatch.setattr(_core, "TraceRecorder", _core.fallback_dispatch.TraceRecorder)
+    tl = TL.Timeline(str(tmp_path / "s.json"), [3], "rank")
+    with tl.op("OP", "x"):
+        t0 = tl.clock_ns()
+        t1 = tl.since("FIRST", t0)
+        t2 = tl.since("SECOND", t1)
+    tl.since("OUTSIDE", tl.clock_ns())  # no op running: the "fogsim" track
+    tl.close()
+    assert t0 <= t1 <= t2
+    with open(tmp_path / "s.json") as f:  # (check_trace wants phases inside ops)
+        events = json.load(f)["traceEvents"]
+    phases = {e["name"]: e for e in events if e["ph"] == "X"}
+    op = next(e for e in events if e["ph"] == "B" and e["name"] == "OP")
+    assert phases["FIRST"]["tid"] == phases["SECOND"]["tid"] == op["tid"]
+    assert phases["FIRST"]["ts"] + phases["FIRST"]["dur"] == pytest.approx(phases["SECOND"]["ts"])
+    assert phases["OUTSIDE"]["tid"] != op["tid"]
+
+
+def test_periodic_flushes_go_through_the_writer_thread_and_keep_the_file_valid(tmp_path):
+    tl = TL.Timeline(str(tmp_path / "w.json"), [0], "rank")
+    for k in range(3):
+        with tl.op(f"OP{k}", "x"), tl.phase("PHASE"):
+            pass
+        tl.flush_soon()  # what the instrumented calls do every 100,000 events or 2 s
+    assert tl._writer is not None and tl._writer.is_alive()
+    tl.flush()  # waits for the writer: the file holds every op now
+    with open(tmp_path / "w.json") as f:
+        names = {e.get("name") for e in json.load(f)["traceEvents"]}
+    assert {"OP0", "OP1", "OP2", "PHASE"} <= names
+    with tl.op("LAST", "x"):
+        tl.flush_soon()  # an op still open: closed by close(), after the queued batch
+    tl.close()
+    assert tl._writer is None
+    events = check_trace(tmp_path / "w.json")
+    assert [e["name"] for e in events if e["ph"] == "B"] == ["OP0", "OP1", "OP2", "LAST"]
+
+
+def test_a_failed_write_is_raised_by_the_next_flush(tmp_path):
+    tl = TL.Timeline(str(tmp_path / "e.json"), [0], "rank")
+
+    class Full:
+        def __getattr__(self, name):
+            raise OSError(28, "No space left on device")
+
+    real, tl._file = tl._file, Full()
+    with tl.op("OP", "x"):
+        pass
+    tl.flush_soon()
+    with pytest.raises(OSError, match="writing .*e.json failed: .*No space left"):
+        tl.flush()
+    tl._file = real
+    tl.close()
+    check_trace(tmp_path / "e.json")

@@ -393,6 +393,13 @@ class TraceRecorder:
         ops = self._ops()
         return TracePhase(self, name, ops[-1] if ops else self._tid("fogsim"))
 
+    def since(self, name: str, start: int) -> int:
+        end = time.perf_counter_ns()
+        ops = self._ops()
+        tid = ops[-1] if ops else self._tid("fogsim")
+        self.events.append(("X", tid, start + self.offset, name, end - start))
+        return end
+
     def current_tid(self) -> int | None:
         ops = self._ops()
         return ops[-1] if ops else None
@@ -440,7 +447,7 @@ class TraceOp:
         rec.events.append(("E", self.tid, t, None, None))
         rec.move(self.tid, -1)
         if len(rec.events) >= 100_000 or t - rec.last_flush > 2_000_000_000:
-            self.timeline.flush()
+            self.timeline.flush_soon()
         return False
 
 

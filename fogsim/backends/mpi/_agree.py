@@ -57,8 +57,11 @@ def agree(
     tl = _timeline.active
     if tl is None:
         return _agree(comm, mpi, fp, error, describe)
-    with tl.phase("NEGOTIATE"):
+    t = tl.clock_ns()
+    try:
         return _agree(comm, mpi, fp, error, describe)
+    finally:
+        tl.since("NEGOTIATE", t)
 
 
 def _agree(comm: Any, mpi: Any, fp: int, error: LocalError | None,

@@ -176,22 +176,28 @@ class NeighborOps:
         """:meth:`_checked_static_exchange` with its phases on the timeline: COMMUNICATE
         (the agreement and the data travel together), NEGOTIATE (the agreement's outcome),
         COMPUTE_AVERAGE."""
-        with tl.phase("COMMUNICATE"):
-            flags, agreement = start_agree(self.comm, MPI, self._fingerprint(arr, plan, False),
-                                           None, posted=True)  # fmt: skip
-            recv = np.empty((len(self._static.srcs), *arr.shape), dtype=arr.dtype)
-            self._wait_overlapped(self.graph_comm.Ineighbor_allgather(arr, recv), agreement)
-        with tl.phase("NEGOTIATE"):
+        t = tl.clock_ns()
+        flags, agreement = start_agree(self.comm, MPI, self._fingerprint(arr, plan, False),
+                                       None, posted=True)  # fmt: skip
+        recv = np.empty((len(self._static.srcs), *arr.shape), dtype=arr.dtype)
+        self._wait_overlapped(self.graph_comm.Ineighbor_allgather(arr, recv), agreement)
+        t = tl.since("COMMUNICATE", t)
+        try:
             settle(self.comm, flags, None, partial(_describe, arr), posted=True)
-        with tl.phase("COMPUTE_AVERAGE"):
-            return combine(arr, plan, recv, plan.weights, select=plan.select)
+        finally:
+            t = tl.since("NEGOTIATE", t)
+        out = combine(arr, plan, recv, plan.weights, select=plan.select)
+        tl.since("COMPUTE_AVERAGE", t)
+        return out
 
     def _traced_static_exchange(self, tl, arr, plan, weights):
         recv = np.empty((len(self._static.srcs), *arr.shape), dtype=arr.dtype)
-        with tl.phase("COMMUNICATE"):
-            self.graph_comm.Neighbor_allgather(arr, recv)
-        with tl.phase("COMPUTE_AVERAGE"):
-            return combine(arr, plan, recv, weights, select=plan.select)
+        t = tl.clock_ns()
+        self.graph_comm.Neighbor_allgather(arr, recv)
+        t = tl.since("COMMUNICATE", t)
+        out = combine(arr, plan, recv, weights, select=plan.select)
+        tl.since("COMPUTE_AVERAGE", t)
+        return out
 
     def neighbor_allreduce_nonblocking(
         self, x, self_weight=None, src_weights=None, dst_weights=None,
