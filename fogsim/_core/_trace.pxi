@@ -204,6 +204,8 @@ cdef class TraceRecorder:
     cdef long long* depths
     cdef Py_ssize_t ndepths
     cdef dict stacks
+    cdef unsigned long last_ident  # the thread _ops() last answered, and its list
+    cdef list last_ops
     cdef public long long offset
     cdef public long long last_flush
     cdef public object timeline  # the owner: flush_soon() and tid(track) for a new track
@@ -228,10 +230,13 @@ cdef class TraceRecorder:
 
     cdef list _ops(self):
         """The tracks (tids) of the ops running in the calling thread, innermost last."""
-        ident = PyThread_get_thread_ident()
+        cdef unsigned long ident = PyThread_get_thread_ident()
+        if ident == self.last_ident and self.last_ops is not None:  # most calls: one thread
+            return self.last_ops
         ops = self.stacks.get(ident)
         if ops is None:
             ops = self.stacks[ident] = []
+        self.last_ident, self.last_ops = ident, ops
         return <list>ops
 
     cdef int _tid(self, str track) except -1:
