@@ -243,6 +243,7 @@ def test_layout_fingerprint_tells_layouts_apart_and_is_the_same_compiled_or_not(
         [(np.zeros(4), a)],
         [(np.zeros((3, 1)), a)],
         [(np.zeros(3, np.float32), a)],
+        [(np.zeros(3, ">f8"), a)],
         [(np.zeros(3), b)],
         [(np.zeros(3), _Plan(0.5, np.ones(2), fingerprint=12345, static=False))],
         [(np.zeros(3), a), (np.zeros(4), a)],
@@ -314,3 +315,20 @@ def test_a_batch_whose_wait_fails_fails_every_entry(dispatch):
     for h in (handles[0], handles[2]):
         with pytest.raises(ValueError, match="beside the data"):
             h.wait()
+
+
+def test_a_failed_operation_raises_the_same_error_at_every_wait(dispatch):
+    calls = []
+
+    def finish():
+        calls.append(1)
+        raise ValueError("the transfer failed")
+
+    table = dispatch.HandleTable()
+    h = table.start("neighbor_allreduce", finish, lambda: False)
+    table.drain()  # the failure does not stop shutdown's drain
+    assert len(table) == 0 and h.poll() is True
+    for _ in range(2):
+        with pytest.raises(ValueError, match="the transfer failed"):
+            h.wait()
+    assert calls == [1]  # finished once, not retried

@@ -68,6 +68,7 @@ cdef class Handle:
     cdef object _result
     cdef bint _done
     cdef bint _released
+    cdef object _error  # the exception the operation failed with, raised by every wait
     cdef HandleTable _table  # the table holding this handle while it is in flight, or None
 
     def __init__(self, str op, finish, test=None, name=None):
@@ -92,7 +93,7 @@ cdef class Handle:
     def poll(self):
         """Return True when :meth:`wait` would return without blocking."""
         self._check_live()
-        if self._done or self._test is None:
+        if self._done or self._test is None or self._error is not None:
             return True
         return bool(self._test())
 
@@ -100,8 +101,13 @@ cdef class Handle:
         """Finish the operation (blocking) and keep its result for :meth:`wait`."""
         if self._done:
             return
+        if self._error is not None:  # it failed before: the same error, not a second try
+            raise self._error
         try:
             self._result = self._finish()
+        except Exception as exc:
+            self._error = exc
+            raise
         finally:
             if self._table is not None:
                 self._table._pending.discard(self)
@@ -376,9 +382,15 @@ cdef inline uint64_t _mix(uint64_t h, uint64_t v) noexcept:
     return (h ^ v) * _FNV_PRIME
 
 
+cdef object _crc32 = None
+
+
 cdef uint64_t _dtype_key(dtype) except? 0:
-    return _mix(_mix(_mix(_FNV_BASIS, <uint64_t>ord(dtype.kind)), <uint64_t>dtype.itemsize),
-                <uint64_t>dtype.num)
+    # dtype.str ("<f8") tells byte order, kind and size apart; crc32 is the same everywhere
+    global _crc32
+    if _crc32 is None:
+        from zlib import crc32 as _crc32
+    return _mix(_mix(_FNV_BASIS, <uint64_t>_crc32(dtype.str.encode())), <uint64_t>dtype.num)
 
 
 cdef uint64_t _plan_key(plan) except? 0:

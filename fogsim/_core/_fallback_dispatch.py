@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,7 +33,7 @@ class Handle:
     :meth:`wait`: waiting or polling it again raises ``ValueError``.
     """
 
-    __slots__ = ("op", "name", "_finish", "_test", "_result", "_done", "_released")
+    __slots__ = ("op", "name", "_finish", "_test", "_result", "_done", "_released", "_error")
 
     def __init__(
         self,
@@ -48,6 +49,7 @@ class Handle:
         self._result: Any = None
         self._done = False
         self._released = False
+        self._error: Exception | None = None
 
     @classmethod
     def completed(cls, op: str, result: Any, name: str | None = None) -> Handle:
@@ -63,15 +65,22 @@ class Handle:
     def poll(self) -> bool:
         """Return True when :meth:`wait` would return without blocking."""
         self._check_live()
-        if self._done:
+        if self._done or self._error is not None:
             return True
         return True if self._test is None else bool(self._test())
 
     def complete(self) -> None:
         """Finish the operation (blocking) and keep its result for :meth:`wait`."""
-        if not self._done:
+        if self._done:
+            return
+        if self._error is not None:  # it failed before: the same error, not a second try
+            raise self._error
+        try:
             self._result = self._finish()
-            self._done, self._finish, self._test = True, None, None
+        except Exception as exc:
+            self._error = exc
+            raise
+        self._done, self._finish, self._test = True, None, None
 
     def wait(self) -> Any:
         """Block until the operation finishes, release the handle, and return the result."""
@@ -283,9 +292,7 @@ def _mix(h: int, v: int) -> int:
 
 
 def _entry_layout(h: int, arr: Any, plan: Any) -> int:
-    dtype_key = _FNV_BASIS
-    for v in (ord(arr.dtype.kind), arr.dtype.itemsize, arr.dtype.num):
-        dtype_key = _mix(dtype_key, v)
+    dtype_key = _mix(_mix(_FNV_BASIS, zlib.crc32(arr.dtype.str.encode())), arr.dtype.num)
     plan_key = _mix(_mix(_FNV_BASIS, plan.fingerprint), 1 if plan.static else 2)
     for v in (dtype_key, len(arr.shape), *arr.shape, plan_key):
         h = _mix(h, v)
