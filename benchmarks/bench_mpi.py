@@ -34,7 +34,9 @@ def per_call(fns, comm, rounds: int = 15, min_seconds: float = 0.02) -> list[flo
     """Return each function's median seconds per call, measured in interleaved rounds.
 
     Every round times a batch of calls of each function in turn, so drifting machine load
-    (2 cores, ranks that oversubscribe them) hits all of them alike; a batch's time is the
+    (2 cores, ranks that oversubscribe them) hits all of them alike; every other round
+    takes them in reverse order, so that none always runs right after the same other one
+    (a batch that follows another function runs a little slower). A batch's time is the
     slowest rank's. The batch size doubles until one batch of the first function takes
     ``min_seconds``. Every rank makes the same calls (they are collective).
     """
@@ -52,7 +54,11 @@ def per_call(fns, comm, rounds: int = 15, min_seconds: float = 0.02) -> list[flo
     calls = 1
     while calls < 4096 and batch(fns[0], calls) * calls < min_seconds:
         calls *= 2
-    times = [[batch(fn, calls) for fn in fns] for _ in range(rounds)]
+    times = []
+    for k in range(rounds):
+        order = range(len(fns)) if k % 2 == 0 else reversed(range(len(fns)))
+        row = {i: batch(fns[i], calls) for i in order}
+        times.append([row[i] for i in range(len(fns))])
     return [float(np.median(column)) for column in zip(*times, strict=True)]
 
 

@@ -357,7 +357,7 @@ cdef class FusedBatch:
             except BaseException as exc:  # e.g. the ranks disagree: every entry raises it
                 for e in self.entries:
                     e.failure = exc
-                self.send = self.recv = self.request = None
+                self._release()
                 raise
         PyObject_GetBuffer(self.recv, &rv, PyBUF_SIMPLE)
         try:
@@ -371,7 +371,14 @@ cdef class FusedBatch:
         finally:
             PyBuffer_Release(&rv)
         self.done = True
+        self._release()
+
+    cdef void _release(self):
+        # Done with the buffers, and with the entries: they refer to the batch, so keeping
+        # them (or the wait function, which may refer to them) would make a reference cycle
+        # per batch, left for the garbage collector (a full collection costs milliseconds).
         self.send = self.recv = self.request = None
+        self.entries, self._wait, self._test = None, None, None
 
 
 cdef uint64_t _FNV_PRIME = 0x100000001b3
@@ -442,6 +449,7 @@ cdef class FusionQueue:
     cdef object _dtype, _plan
     cdef uint64_t _dtype_hash, _plan_hash
     cdef char _plan_lean  # the plan's weights and select fit the lean combine
+    cdef public object static_plan  # what add_static() combines with (the runtime sets it)
 
     def __init__(self, Py_ssize_t threshold, flush_fn, HandleTable table):
         self._entries, self._nbytes = [], 0
@@ -471,6 +479,14 @@ cdef class FusionQueue:
         for k in range(nd):
             h = _mix(h, <uint64_t>dims[k])
         return _mix(h, self._plan_hash)
+
+    cpdef Handle add_static(self, arr):
+        """Queue ``arr`` combined by :attr:`static_plan` and return a handle, when ``arr`` is
+        a C-contiguous native float64/float32 ndarray (the common call, checked here
+        without Python-level work); else return None (the caller takes the general path)."""
+        if self.static_plan is None or not cnp.PyArray_CheckExact(arr) or not _lean_array(arr):
+            return None
+        return self.add(arr, self.static_plan)
 
     cpdef Handle add(self, arr, plan, wrap=None, error=None, bint check=True, name=None):
         """Queue ``arr`` combined by ``plan`` (self_weight, weights, select); return a handle."""

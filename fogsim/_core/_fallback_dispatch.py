@@ -273,16 +273,22 @@ class FusedBatch:
             except BaseException as exc:  # e.g. the ranks disagree: every entry raises it
                 for e in self.entries:
                     e.failure = exc
-                self.send = self.recv = self.request = None
+                self._release()
                 raise
         for e in self.entries:
             out = combine_rows(np.empty_like(e.arr), e.self_weight, e.arr, e.weights, self.recv,
                                e.offset, e.select)  # fmt: skip
             e.result = out if e.wrap is None else e.wrap(out)
         self.done = True
+        self._release()
+
+    def _release(self) -> None:
+        # no reference cycle left (entries -> batch -> entries) for the garbage collector
         self.send = self.recv = self.request = None
+        self.entries, self._wait, self._test = [], None, None
 
 
+_LEAN = (np.dtype(np.float64), np.dtype(np.float32))  # add_static's dtypes (native order)
 _MASK = (1 << 64) - 1
 _FNV_PRIME, _FNV_BASIS = 0x100000001B3, 0xCBF29CE484222325
 
@@ -313,6 +319,7 @@ class FusionQueue:
     def __init__(self, threshold: int, flush_fn: Callable[[list, int, Any, Any], Any],
                  table: HandleTable) -> None:  # fmt: skip
         self.threshold, self._flush_fn, self._table = threshold, flush_fn, table
+        self.static_plan: Any = None
         self._reset()
 
     def _reset(self) -> None:
@@ -326,6 +333,13 @@ class FusionQueue:
     @property
     def nbytes(self) -> int:
         return self._nbytes
+
+    def add_static(self, arr: Any) -> Handle | None:
+        """Queue a plain float ndarray with ``static_plan`` (see ``_dispatch.FusionQueue``)."""
+        if (self.static_plan is None or type(arr) is not np.ndarray
+                or arr.dtype not in _LEAN or not arr.flags.c_contiguous):  # fmt: skip
+            return None
+        return self.add(arr, self.static_plan)
 
     def add(self, arr, plan, wrap=None, error=None, check=True, name=None) -> Handle:
         """Queue ``arr`` combined by ``plan`` (self_weight, weights, select); return a handle."""

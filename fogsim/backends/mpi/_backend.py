@@ -148,7 +148,8 @@ class MPIBackend(OneAgentEach, NeighborOps, WindowOps, Backend):
         self._drain()
         if self.graph_comm is not None:
             self.graph_comm.Free()
-        self._static = static_rank_plan(topo, self._is_weighted, self._rank)
+        self._static = self._fusion.static_plan = static_rank_plan(topo, self._is_weighted,
+                                                                   self._rank)  # fmt: skip
         self.graph_comm = self.comm.Create_dist_graph_adjacent(
             topo.in_neighbors(self._rank), topo.out_neighbors(self._rank), reorder=False
         )

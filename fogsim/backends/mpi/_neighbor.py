@@ -203,9 +203,12 @@ class NeighborOps:
         self, x, self_weight=None, src_weights=None, dst_weights=None,
         enable_topo_check=True, name=None,
     ):  # fmt: skip
-        if _plain(x, self_weight, src_weights, dst_weights, name) and enable_topo_check is True:
+        if (self_weight is None and src_weights is None and dst_weights is None
+                and name is None and enable_topo_check is True):  # fmt: skip
             # the common case, straight to the queue: ranks agree once per fused batch
-            return self._fusion.add(x, self._static)
+            handle = self._fusion.add_static(x)
+            if handle is not None:
+                return handle
         return self._neighbor_allreduce(
             x, self_weight, src_weights, dst_weights, enable_topo_check, name, blocking=False
         )
