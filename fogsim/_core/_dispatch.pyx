@@ -278,13 +278,14 @@ def combine_rows(out, double self_weight, x, weights, recv, Py_ssize_t offset=0,
 cdef Py_ssize_t _ALIGN = 8  # bytes; every fused tensor starts on a multiple of this
 
 
-cdef class FusedEntry:
-    """One nonblocking neighbor_allreduce waiting in a :class:`FusionQueue`, then in a batch.
+cdef class FusedEntry(Handle):
+    """One nonblocking neighbor_allreduce waiting in a :class:`FusionQueue`, then in a batch;
+    it is its own :class:`Handle` (one object per fused call).
 
     ``arr`` is None when this rank's arguments were bad (``error`` says why); ``wrap``
-    turns the result into the caller's type (None: numpy). Calling the entry blocks until
-    its batch arrived and returns its result (or raises the error that stopped the batch
-    from being sent); :meth:`test` tells whether that is now.
+    turns the result into the caller's type (None: numpy). :meth:`wait` blocks until its
+    batch arrived and returns its result (or raises the error that stopped the batch from
+    being sent); :meth:`poll` tells whether that is now.
     """
 
     cdef readonly object arr, wrap, error, plan
@@ -294,25 +295,41 @@ cdef class FusedEntry:
     cdef readonly bint check
     cdef char fmt  # b"d" / b"f": a C-contiguous float64 / float32 ndarray (lean combine)
     cdef public FusedBatch batch
-    cdef object result
     cdef object failure  # the error that stopped its batch from being sent, if any
     cdef FusionQueue queue
 
-    def __call__(self):
-        if self.batch is None and self.failure is None:  # still queued: send the queue
-            self.queue.flush()
-        if self.failure is not None:
-            raise self.failure
-        self.batch.complete()
-        result, self.result = self.result, None
-        return result
+    cpdef complete(self):
+        """Send the queue if this call is still in it, wait for the batch and keep the
+        result for :meth:`wait`."""
+        if self._done:
+            return
+        if self._error is not None:
+            raise self._error
+        try:
+            if self.batch is None and self.failure is None:  # still queued: send the queue
+                self.queue.flush()
+            if self.failure is not None:
+                raise self.failure
+            self.batch.complete()  # combines every entry of the batch into its _result
+        except Exception as exc:
+            self._error = exc
+            raise
+        finally:
+            if self._table is not None:
+                self._table._pending.discard(self)
+                self._table = None
+        self._done = True
 
-    def test(self):
-        """Return whether calling the entry would not block (sends the queue if needed)."""
+    def poll(self):
+        """Return True when :meth:`wait` would return without blocking (sends the queue
+        if this call is still in it)."""
+        self._check_live()
+        if self._done or self._error is not None:
+            return True
         if self.batch is None and self.failure is None:
             self.queue.flush()
         if self.failure is not None:
-            return True  # calling it raises at once
+            return True  # waiting raises at once
         return self.batch.test()
 
 
@@ -367,7 +384,7 @@ cdef class FusedBatch:
                 else:  # anything unusual: the checked general path
                     out = combine_rows(_empty_like(e.arr), e.self_weight, e.arr, e.weights,
                                        self.recv, e.offset, e.select)
-                e.result = out if e.wrap is None else e.wrap(out)
+                e._result = out if e.wrap is None else e.wrap(out)
         finally:
             PyBuffer_Release(&rv)
         self.done = True
@@ -519,11 +536,14 @@ cdef class FusionQueue:
         if error is not None and self._error is None:
             self._error = error
         e.offset = self._nbytes
+        e.op, e.name = "neighbor_allreduce", name
         self._entries.append(e)
         self._nbytes += size
         if size > self.threshold:  # too big to share a message: send it alone now
             self.flush()
-        return self._table.start("neighbor_allreduce", e, e.test, name)
+        e._table = self._table  # in flight: the table completes it at shutdown if need be
+        self._table._pending.add(e)
+        return e
 
     cpdef flush(self):
         """Send everything queued as one batch (collective: every rank flushes alike)."""
