@@ -36,9 +36,10 @@ def per_call(fns, comm, rounds: int = 15, min_seconds: float = 0.02) -> list[flo
     Every round times a batch of calls of each function in turn, so drifting machine load
     (2 cores, ranks that oversubscribe them) hits all of them alike; every other round
     takes them in reverse order, so that none always runs right after the same other one
-    (a batch that follows another function runs a little slower). A batch's time is the
-    slowest rank's. The batch size doubles until one batch of the first function takes
-    ``min_seconds``. Every rank makes the same calls (they are collective).
+    (the first calls after another function run slower). A batch's time is the slowest
+    rank's. Each function's batch size doubles until one batch takes ``min_seconds``, so
+    that a fast function is not timed over a few short calls. Every rank makes the same
+    calls (they are collective).
     """
     from mpi4py import MPI
 
@@ -49,15 +50,17 @@ def per_call(fns, comm, rounds: int = 15, min_seconds: float = 0.02) -> list[flo
             fn()
         return comm.allreduce(time.perf_counter() - t0, op=MPI.MAX) / calls
 
+    sizes = []
     for fn in fns:
         fn()
-    calls = 1
-    while calls < 4096 and batch(fns[0], calls) * calls < min_seconds:
-        calls *= 2
+        calls = 1
+        while calls < 4096 and batch(fn, calls) * calls < min_seconds:
+            calls *= 2
+        sizes.append(calls)
     times = []
     for k in range(rounds):
         order = range(len(fns)) if k % 2 == 0 else reversed(range(len(fns)))
-        row = {i: batch(fns[i], calls) for i in order}
+        row = {i: batch(fns[i], sizes[i]) for i in order}
         times.append([row[i] for i in range(len(fns))])
     return [float(np.median(column)) for column in zip(*times, strict=True)]
 
