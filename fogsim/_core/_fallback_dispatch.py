@@ -219,7 +219,8 @@ _ALIGN = 8  # bytes; every fused tensor starts on a multiple of this
 
 
 class FusedEntry:
-    """One queued nonblocking neighbor_allreduce (see ``_dispatch.FusedEntry``)."""
+    """One queued nonblocking neighbor_allreduce (see ``_dispatch.FusedEntry``). Here the
+    entry is what its handle calls to finish; the compiled entry is its own handle."""
 
     __slots__ = (
         "arr", "wrap", "error", "plan", "self_weight", "weights", "select", "offset", "check",
