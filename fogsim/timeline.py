@@ -26,8 +26,8 @@ The file is valid JSON at every flush (the closing brackets are rewritten after 
 batch of events), so a job that dies still leaves a readable trace; it is closed at
 :func:`stop`, at ``shutdown()`` and at interpreter exit. Events are formatted in batches
 (every 100,000 events or 2 s) and a writer thread writes them, so the instrumented calls
-do not wait for the disk. When no timeline runs, the
-instrumented code checks one module attribute and does nothing else.
+do not wait for the disk. When no timeline runs, the instrumented code checks one module
+attribute and does nothing else.
 
 :func:`summarize` (``python -m fogsim.timeline summarize PREFIX``, or ``fogsim timeline
 summarize PREFIX``) prints the time per phase per rank and can draw a Gantt chart.
@@ -216,6 +216,8 @@ class Timeline:
         (it stays valid JSON)."""
         with self._lock:  # no batch can be formatted and queued in between: file order
             text = self._format()
+            if self._writer is not None:
+                self._start_writer()  # (gone in a forked child: batches would wait forever)
             self._batches.join()  # the batches formatted before these, first
             if text:
                 self._write(text)
@@ -228,11 +230,15 @@ class Timeline:
             text = self._format()
             if not text:
                 return
-            if self._writer is None:
-                self._writer = threading.Thread(target=self._write_batches, daemon=True,
-                                                name="fogsim-timeline-writer")  # fmt: skip
-                self._writer.start()
+            self._start_writer()
             self._batches.put(text)
+
+    def _start_writer(self) -> None:
+        """Start the writer thread unless it runs."""
+        if self._writer is None or not self._writer.is_alive():
+            self._writer = threading.Thread(target=self._write_batches, daemon=True,
+                                            name="fogsim-timeline-writer")  # fmt: skip
+            self._writer.start()
 
     def _format(self) -> bytes:
         if self.closed:

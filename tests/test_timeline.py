@@ -316,3 +316,29 @@ def test_a_failed_write_is_raised_by_the_next_flush(tmp_path):
     tl._file = real
     tl.close()
     check_trace(tmp_path / "e.json")
+
+
+def test_a_writer_thread_that_is_gone_is_started_again(tmp_path):
+    # A forked child keeps the Timeline but not its threads: batches queued for a writer
+    # that no longer runs must still be written, and flush() must not wait forever.
+    import threading
+
+    tl = TL.Timeline(str(tmp_path / "f.json"), [0], "rank")
+    with tl.op("BEFORE", "x"):
+        pass
+    tl.flush_soon()
+    tl.flush()
+    tl._batches.put(None)  # the writer thread ends, as if lost in a fork
+    tl._writer.join()
+    with tl.op("QUEUED", "x"):
+        pass
+    tl._batches.put(tl._format())  # a batch queued for the writer that is gone
+    flusher = threading.Thread(target=tl.flush)
+    flusher.start()
+    flusher.join(timeout=20)
+    assert not flusher.is_alive(), "flush() waited for a writer thread that is gone"
+    with tl.op("AFTER", "x"):
+        pass
+    tl.close()
+    events = check_trace(tmp_path / "f.json")
+    assert [e["name"] for e in events if e["ph"] == "B"] == ["BEFORE", "QUEUED", "AFTER"]
