@@ -393,10 +393,22 @@ class Backend(abc.ABC):
 
 
 class OneAgentEach:
-    """``local``, ``vmap`` and ``is_main_process`` of a backend whose processes (or
-    threads) are one agent each, with its int rank in ``_rank`` (MPI, torch, SPMD)."""
+    """``size``, ``rank``, ``local``, ``vmap`` and ``is_main_process`` of a backend whose
+    processes (or threads) are one agent each, with the world's size in ``_n`` and its int
+    rank in ``_rank`` (MPI, torch, SPMD)."""
 
+    _n: int
     _rank: int
+
+    @property
+    def size_int(self) -> int:
+        return self._n
+
+    def size(self) -> int:
+        return self._n
+
+    def rank(self) -> int:
+        return self._rank
 
     def local(self, fn: Callable[[int], Any]) -> Any:
         if not callable(fn):

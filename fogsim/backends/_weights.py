@@ -13,7 +13,7 @@ import scipy.sparse as sp
 from .._arrays import is_tensor
 from ..topology import Topology
 
-__all__ = ["is_matrix", "check_partners", "machine_words"]
+__all__ = ["is_matrix", "check_partners", "machine_words", "exchange_between_machines"]
 
 
 def is_matrix(obj: Any) -> bool:
@@ -61,3 +61,24 @@ def machine_words() -> Iterator[None]:
         for pattern, repl in _MACHINE_WORDS:
             message = pattern.sub(repl, message)
         raise type(exc)(message) from None
+
+
+def exchange_between_machines(
+    world: Any, mean: Any, self_weight: Any, src_machine_weights: Any,
+    dst_machine_weights: Any, enable_topo_check: bool,
+) -> tuple[Any, Exception | None]:  # fmt: skip
+    """The step of ``hierarchical_neighbor_allreduce`` that a machine's local rank 0 runs:
+    the ``neighbor_allreduce`` of the machine's ``mean`` in ``world``, the world of those
+    ranks (machines as ranks). Returns ``(result, None)``, or ``(None, error)`` with the
+    ``TypeError``/``ValueError`` it raised, worded for machines, for the caller to tell
+    its machine.
+    """
+    # the callers agreed on shapes, and the machine topology was agreed when it was set
+    static = self_weight is None and src_machine_weights is None and dst_machine_weights is None
+    try:
+        with machine_words():
+            out = world.neighbor_allreduce(mean, self_weight, src_machine_weights,
+                                           dst_machine_weights, enable_topo_check and not static)
+    except (TypeError, ValueError) as exc:  # raised on every machine's rank 0
+        return None, exc
+    return out, None

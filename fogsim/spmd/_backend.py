@@ -92,16 +92,6 @@ class SpmdBackend(OneAgentEach, WindowOps, Backend):
         return self._world.sim
 
     # -- world ----------------------------------------------------------------------------
-    @property
-    def size_int(self) -> int:
-        return self._n
-
-    def size(self) -> int:
-        return self._n
-
-    def rank(self) -> int:
-        return self._rank
-
     def local_size(self) -> int:
         return self._sim.local_size()
 

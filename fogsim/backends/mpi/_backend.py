@@ -23,7 +23,7 @@ from ..._stall import Guard
 from ...hierarchy._decomposed import digits, piece_bounds
 from ...hierarchy._machines import layout_error
 from .._base import Backend, OneAgentEach
-from .._weights import machine_words
+from .._weights import exchange_between_machines
 from ._agree import GUARDS, LocalError, agree, fingerprint
 from ._neighbor import NeighborOps
 from ._peers import MPIPeers
@@ -101,16 +101,6 @@ class MPIBackend(OneAgentEach, NeighborOps, WindowOps, Backend):
             raise ValueError(f"{op}: {self._machine_error}")
 
     # -- world ----------------------------------------------------------------------------
-    @property
-    def size_int(self) -> int:
-        return self._n
-
-    def size(self) -> int:
-        return self._n
-
-    def rank(self) -> int:
-        return self._rank
-
     def local_size(self) -> int:
         return self.local_comm.Get_size()
 
@@ -309,17 +299,12 @@ class MPIBackend(OneAgentEach, NeighborOps, WindowOps, Backend):
                 np.divide(mean, k, out=mean)
         out, report = None, None
         if root:  # every machine's local rank 0 runs the exchange, then tells its machine
-            static = self_weight is None and src_machine_weights is None and (
-                dst_machine_weights is None
-            )  # shapes were agreed above and the machine topology when it was set
-            try:
-                with machine_words():
-                    out = self._machine_world().neighbor_allreduce(
-                        mean, self_weight, src_machine_weights, dst_machine_weights,
-                        enable_topo_check and not static,
-                    )  # fmt: skip
-            except (TypeError, ValueError) as exc:  # raised on every machine's rank 0
-                report = (type(exc), str(exc))
+            out, error = exchange_between_machines(
+                self._machine_world(), mean, self_weight, src_machine_weights,
+                dst_machine_weights, enable_topo_check,
+            )  # fmt: skip
+            if error is not None:
+                report = (type(error), str(error))
         if k > 1:  # the other local ranks wait yielding the core (see _local_bcast)
             failed = self._local_bcast(np.array([report is not None], dtype=np.int8))
             if failed[0]:

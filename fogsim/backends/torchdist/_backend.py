@@ -97,16 +97,6 @@ class TorchBackend(OneAgentEach, MachineOps, NeighborOps, Backend):
         return mine.index(self._rank), len(mine)
 
     # -- world ----------------------------------------------------------------------------
-    @property
-    def size_int(self) -> int:
-        return self._n
-
-    def size(self) -> int:
-        return self._n
-
-    def rank(self) -> int:
-        return self._rank
-
     def local_size(self) -> int:
         return self._local_size
 

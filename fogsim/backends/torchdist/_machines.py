@@ -21,7 +21,7 @@ import torch.distributed as dist
 from ... import _arrays
 from ...hierarchy._decomposed import digits, piece_bounds
 from ...hierarchy._machines import layout_error
-from .._weights import machine_words
+from .._weights import exchange_between_machines
 from . import _world
 from ._agree import LocalError
 from ._neighbor import as_bytes, p2p
@@ -174,19 +174,14 @@ class MachineOps:
                 mean /= k
         out, report = None, None
         if root:  # every machine's local rank 0 runs the exchange, then tells its machine
-            # shapes were agreed above and the machine topology when it was set
-            static = all(a is None for a in (self_weight, src_machine_weights,
-                                             dst_machine_weights))  # fmt: skip
-            try:
-                with machine_words():
-                    out = self._machine_world().neighbor_allreduce(
-                        mean, self_weight, src_machine_weights, dst_machine_weights,
-                        enable_topo_check and not static,
-                    )  # fmt: skip
-            except (TypeError, ValueError) as exc:  # raised on every machine's rank 0
+            out, error = exchange_between_machines(
+                self._machine_world(), mean, self_weight, src_machine_weights,
+                dst_machine_weights, enable_topo_check,
+            )  # fmt: skip
+            if error is not None:
                 if k == 1:
-                    raise
-                report = (type(exc).__name__, str(exc))
+                    raise error
+                report = (type(error).__name__, str(error))
         if k == 1:
             return value.wrap(out)
         self._tell_machine(report)
