@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from ... import timeline as _timeline
 
-__all__ = ["GUARDS", "REPAIRS", "fingerprint", "agree", "LocalError", "settle", "start_agree"]
+__all__ = [
+    "GUARDS", "REPAIRS", "fingerprint", "agree", "LocalError", "settle", "start_agree",
+    "fused_terms",
+]
 
 #: Stall guards of the worlds' communicators, by ``id(comm)`` (see `fogsim._stall`).
 GUARDS: dict[int, Any] = {}
@@ -43,6 +47,20 @@ def fingerprint(*parts: Any) -> int:
     """Return a deterministic 62-bit fingerprint of ``parts`` (same on every process)."""
     text = "|".join(map(str, parts)).encode()
     return (zlib.crc32(text) << 30) ^ zlib.adler32(text)
+
+
+def fused_terms(layout: int, error: LocalError | None,
+                entries: list) -> tuple[int, str | Callable[[], str]]:  # fmt: skip
+    """Return the fingerprint and the description that ranks agree on for a batch of
+    queued calls (``layout``: see :class:`fogsim._core.FusionQueue`)."""
+    if error is not None:
+        return 0, "an invalid argument"
+    return fingerprint("fused", layout), partial(_describe_layout, entries)
+
+
+def _describe_layout(entries: list) -> str:
+    layout = [(e.arr.dtype.str, e.arr.shape, e.plan.fingerprint) for e in entries]
+    return f"{len(entries)} queued neighbor_allreduce tensors {layout}"
 
 
 def agree(

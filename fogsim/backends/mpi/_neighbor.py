@@ -21,7 +21,15 @@ from ... import timeline as _timeline
 from ..._arrays import wrap_like
 from ..._handles import Handle, HandleTable
 from .._weights import is_matrix
-from ._agree import REPAIRS, LocalError, agree, fingerprint, settle, start_agree
+from ._agree import (
+    REPAIRS,
+    LocalError,
+    agree,
+    fingerprint,
+    fused_terms,
+    settle,
+    start_agree,
+)
 from ._plan import RankPlan, check_senders, rank_plan, rank_weights, send_table
 
 __all__ = ["NeighborOps"]
@@ -49,11 +57,6 @@ def _plain(x: Any, self_weight: Any, src_weights: Any, dst_weights: Any, name: A
 
 def _describe(arr: np.ndarray) -> str:
     return f"{arr.dtype} {arr.shape} in neighbor_allreduce"
-
-
-def _describe_layout(entries: list) -> str:
-    layout = [(e.arr.dtype.str, e.arr.shape, e.plan.fingerprint) for e in entries]
-    return f"{len(entries)} queued neighbor_allreduce tensors {layout}"
 
 
 def _done(*requests: Any) -> bool:
@@ -329,10 +332,7 @@ class NeighborOps:
         :meth:`_checked_static_exchange`, and the first wait settles it."""
         overlap = layout is not None and error is None and _TRUNCATES_QUIETLY
         if layout is not None:
-            if error is not None:
-                fp, describe = 0, "an invalid argument"
-            else:
-                fp, describe = fingerprint("fused", layout), partial(_describe_layout, entries)
+            fp, describe = fused_terms(layout, error, entries)
             if overlap:
                 flags, agreement = start_agree(self.comm, MPI, fp, None, posted=True)
             else:

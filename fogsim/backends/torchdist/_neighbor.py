@@ -14,7 +14,6 @@ on (devices included) on its own, so mixing devices across ranks raises instead 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -24,6 +23,7 @@ import torch.distributed as dist
 from ... import _arrays, _core
 from ..._handles import HandleTable
 from .._weights import is_matrix
+from ..mpi._agree import fused_terms
 from ..mpi._plan import RankPlan, check_senders, rank_plan, rank_weights, send_table
 from ._agree import LocalError, agree, fingerprint
 from ._values import Value
@@ -89,11 +89,6 @@ def _combine_cuda(value: Value, plan: RankPlan, recv: Any, weights: np.ndarray,
     for k, row in enumerate(rows):
         out += w[k + 1] * recv[row]  # the product is rounded before the add: no FMA
     return out
-
-
-def _describe_layout(entries: list) -> str:
-    layout = [(e.arr.dtype.str, e.arr.shape, e.plan.fingerprint) for e in entries]
-    return f"{len(entries)} queued neighbor_allreduce tensors {layout}"
 
 
 class NeighborOps:
@@ -279,10 +274,7 @@ class NeighborOps:
         """Agree on the queued calls (``layout``: see :class:`fogsim._core.FusionQueue`),
         pack them and post one transfer per neighbor."""
         if layout is not None:
-            if error is not None:
-                fp, describe = 0, "an invalid argument"
-            else:
-                fp, describe = fingerprint("fused", layout), partial(_describe_layout, entries)
+            fp, describe = fused_terms(layout, error, entries)
             # refused: the queue makes every call of the batch raise it, not only this one
             agree(self._comm, fp, error, describe)
         send = np.empty(total, dtype=np.uint8)
