@@ -355,3 +355,19 @@ def test_a_waited_batch_leaves_no_reference_cycle_behind(dispatch):
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+def test_add_static_queues_plain_float_arrays_only(dispatch):
+    batches = []
+    queue, table = _queue(dispatch, 1 << 20, batches)
+    x = np.arange(4.0)
+    assert queue.add_static(x) is None  # no static plan yet
+    queue.static_plan = _Plan(0.5, np.array([0.25, 0.25]))
+    refused = [x.astype(np.int64), x[::2], x.astype(">f8"), x.tolist(), np.ma.masked_array(x)]
+    assert all(queue.add_static(v) is None for v in refused) and len(queue) == 0
+    handles = [queue.add_static(x), queue.add_static(x.astype(np.float32))]
+    assert len(queue) == 2 and len(table) == 2
+    for h, v in zip(handles, [x, x.astype(np.float32)], strict=True):
+        got = h.wait()
+        half, quarter = v.dtype.type(0.5), v.dtype.type(0.25)
+        assert got.tobytes() == (v * half + v * 2 * quarter + v * 3 * quarter).tobytes()
