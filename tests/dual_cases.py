@@ -9,6 +9,8 @@ MPI both are this rank's row. Error cases assert that *every* agent raises.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 # The helpers and the machine-level cases live beside this file; the names are also
@@ -122,11 +124,14 @@ def case_nonblocking_fused_tensors_come_back_byte_exact():
         [((3,), np.float64), ((2, 5), np.float32), ((), np.float64), ((7,), np.float32)] * 3
     )]  # fmt: skip
     handles = [fs.neighbor_allreduce_nonblocking(fs.local(lambda r, v=v: v[r])) for v in values]
-    for _ in range(100_000):  # polling sends the queue and reports completion
-        if fs.poll(handles[0]):
-            break
-    else:
-        raise AssertionError("poll() never reported the fused batch as complete")
+    # Polling sends the queue and reports completion. The bound is in seconds,
+    # not polls: with 4 ranks on 2 cores a batch can take longer than 100,000
+    # fast polls while another rank waits for the core.
+    deadline = time.monotonic() + 30.0
+    while not fs.poll(handles[0]):
+        if time.monotonic() > deadline:
+            raise AssertionError("poll() never reported the fused batch as complete in 30 s")
+        time.sleep(0)
     results = [fs.wait(h) for h in handles]
     for v, got in zip(values, results, strict=True):
         _same(got, fs.neighbor_allreduce(fs.local(lambda r, v=v: v[r])), exact=True)
