@@ -422,10 +422,14 @@ def neighbor_allreduce(
         return _backend().neighbor_allreduce(
             x, self_weight, src_weights, dst_weights, enable_topo_check, name
         )
-    with tl.op("NEIGHBOR_ALLREDUCE", name or "neighbor_allreduce"):
+    # the hottest ops open their span without the ``with`` object (about 0.2 us less)
+    tid = tl.op_begin("NEIGHBOR_ALLREDUCE", name or "neighbor_allreduce")
+    try:
         return _backend().neighbor_allreduce(
             x, self_weight, src_weights, dst_weights, enable_topo_check, name
         )
+    finally:
+        tl.op_end(tid)
 
 
 def neighbor_allgather(
@@ -511,10 +515,13 @@ def neighbor_allreduce_nonblocking(
         return _backend().neighbor_allreduce_nonblocking(
             x, self_weight, src_weights, dst_weights, enable_topo_check, name
         )
-    with tl.op("ENQUEUE_NEIGHBOR_ALLREDUCE", name or "enqueue_neighbor_allreduce"):
+    tid = tl.op_begin("ENQUEUE_NEIGHBOR_ALLREDUCE", name or "enqueue_neighbor_allreduce")
+    try:
         return _backend().neighbor_allreduce_nonblocking(
             x, self_weight, src_weights, dst_weights, enable_topo_check, name
         )
+    finally:
+        tl.op_end(tid)
 
 
 def neighbor_allgather_nonblocking(
@@ -546,8 +553,11 @@ def wait(handle: Handle) -> Any:
     tl = _timeline.active
     if tl is None:
         return handle.wait()
-    with tl.op("WAIT", handle.name or handle.op):
+    tid = tl.op_begin("WAIT", handle.name or handle.op)
+    try:
         return handle.wait()
+    finally:
+        tl.op_end(tid)
 
 
 def poll(handle: Handle) -> bool:

@@ -106,6 +106,7 @@ class Timeline:
         self._write_error: BaseException | None = None
         # see the comment below tid()
         self.op, self.phase, self.since = self._rec.op, self._rec.phase, self._rec.since
+        self.op_begin, self.op_end = self._rec.op_begin, self._rec.op_end
         self.clock_ns = _core.trace_now_ns
         self.closed = False
         for pid in self.pids:
@@ -186,7 +187,9 @@ class Timeline:
     #   phase(name): record the ``with`` block as phase ``name`` of the op running in this
     #     thread;
     #   since(name, start): record phase ``name`` of that op from ``start`` (clock_ns())
-    #     to now, and return now: the hot paths' form, without an object or a ``with``.
+    #     to now, and return now: the hot paths' form, without an object or a ``with``;
+    #   op_begin(name, track) -> tid, then op_end(tid) in a ``finally``: op()'s span
+    #     without an object or a ``with``, for the hottest API calls (0.2 us less).
 
     def current_track(self) -> str:
         """The track of the op running in this thread (``"fogsim"`` outside ops)."""

@@ -281,6 +281,35 @@ def test_since_records_a_phase_of_the_running_op_and_returns_now(tmp_path, monke
     assert phases["OUTSIDE"]["tid"] != op["tid"]
 
 
+@pytest.mark.parametrize("python", [False, True])
+def test_op_begin_and_op_end_record_the_same_span_as_op(tmp_path, monkeypatch, python):
+    from fogsim import _core
+
+    if python:
+        monkeypatch.setattr(_core, "TraceRecorder", _core.fallback_dispatch.TraceRecorder)
+    tl = TL.Timeline(str(tmp_path / "b.json"), [0], "rank")
+    with tl.op("WITH", "x"):
+        pass
+    tid = tl.op_begin("PLAIN", "x")
+    assert tl._rec.current_tid() == tid and tl._rec.depth(tid) == 1
+    tl.since("INSIDE", tl.clock_ns())  # phases nest in the span, as in a ``with``
+    outer = tl.op_begin("OUTER", "y")
+    with pytest.raises(ZeroDivisionError):
+        try:
+            raise ZeroDivisionError("the op failed")
+        finally:
+            tl.op_end(outer)  # what the API's ``finally`` does when the op raises
+    tl.op_end(tid)
+    assert tl._rec.current_tid() is None and tl._rec.open_tracks() == {}
+    tl.close()
+    events = check_trace(tmp_path / "b.json")
+    spans = [(e["ph"], e["name"], e["tid"]) for e in events if e["ph"] == "B"]
+    assert [name for _, name, _ in spans] == ["WITH", "PLAIN", "OUTER"]
+    assert spans[0][2] == spans[1][2] != spans[2][2]  # tracks "x" (both) and "y"
+    inside = next(e for e in events if e.get("name") == "INSIDE")
+    assert inside["tid"] == spans[1][2]
+
+
 def test_periodic_flushes_go_through_the_writer_thread_and_keep_the_file_valid(tmp_path):
     tl = TL.Timeline(str(tmp_path / "w.json"), [0], "rank")
     for k in range(3):

@@ -411,6 +411,21 @@ class TraceRecorder:
     def op(self, name: str, track: str) -> TraceOp:
         return TraceOp(self.timeline, self, self._ops(), name, self._tid(track))
 
+    def op_begin(self, name: str, track: str) -> int:
+        tid = self._tid(track)
+        self.events.append(("B", tid, time.perf_counter_ns() + self.offset, name, None))
+        self.move(tid, 1)
+        self._ops().append(tid)
+        return tid
+
+    def op_end(self, tid: int) -> None:
+        self._ops().pop()
+        t = time.perf_counter_ns() + self.offset
+        self.events.append(("E", tid, t, None, None))
+        self.move(tid, -1)
+        if len(self.events) >= 100_000 or t - self.last_flush > 2_000_000_000:
+            self.timeline.flush_soon()
+
     def phase(self, name: str) -> TracePhase:
         ops = self._ops()
         return TracePhase(self, name, ops[-1] if ops else self._tid("fogsim"))

@@ -250,6 +250,25 @@ cdef class TraceRecorder:
         op.name = self.intern(name)
         return op
 
+    def op_begin(self, str name, str track):
+        """Open the span of op ``name`` on ``track`` and return its track id for
+        :meth:`op_end` (the same events as :meth:`op`'s ``with``, without an object; the
+        caller ends it in a ``finally``)."""
+        cdef int tid = self._tid(track)
+        self.add(b"B", tid, _now_ns() + self.offset, self.intern(name), -1, 0)
+        self.move_depth(tid, 1)
+        self._ops().append(tid)
+        return tid
+
+    def op_end(self, int tid):
+        """Close the span :meth:`op_begin` opened on track id ``tid`` (in the same thread)."""
+        self._ops().pop()
+        cdef long long t = _now_ns() + self.offset
+        self.add(b"E", tid, t, -1, -1, 0)
+        self.move_depth(tid, -1)
+        if self.n >= 100000 or t - self.last_flush > 2000000000:
+            self.timeline.flush_soon()
+
     def phase(self, str name):
         """Return phase ``name`` (``with``) of the op running in this thread, or of track
         ``"fogsim"`` outside ops."""

@@ -43,13 +43,14 @@ _FLOATS = (np.dtype(np.float64), np.dtype(np.float32))
 
 
 def _plain(x: Any, self_weight: Any, src_weights: Any, dst_weights: Any, name: Any) -> bool:
-    """Whether a call is the common case: a float numpy array and the topology's weights."""
+    """Whether a call is the common case: a float numpy array and the topology's weights
+    (a name only labels the call on the timeline)."""
     return (
         type(x) is np.ndarray
         and self_weight is None
         and src_weights is None
         and dst_weights is None
-        and name is None
+        and (name is None or type(name) is str)
         and x.dtype in _FLOATS
         and x.flags.c_contiguous
     )
