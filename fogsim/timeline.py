@@ -13,8 +13,11 @@ Each process writes one JSON document in Chrome's trace-event format, which Perf
 Inside a process, each tensor name (or op, for unnamed calls) has its own thread track.
 An op is a span (``NEIGHBOR_ALLREDUCE``, ``ENQUEUE_NEIGHBOR_ALLREDUCE``, ``WAIT``,
 ``WIN_PUT`` ...) with nested phases: ``NEGOTIATE`` (the ranks' agreement on shapes and
-senders), ``ALLOCATE``, ``COMMUNICATE``, ``COMPUTE_AVERAGE``, ``FUSION_COPY_IN`` (packing
-fused tensors). User code adds its own spans with :func:`timeline_start_activity` /
+senders), ``COMMUNICATE``, ``COMPUTE_AVERAGE``, and for fused nonblocking calls
+``ALLOCATE`` (the batch's buffers), ``FUSION_COPY_IN`` (packing the tensors),
+``COMMUNICATE`` and ``FUSION_COPY_OUT`` (averaging each tensor out of the received batch),
+the last two inside the ``WAIT`` that completes the batch. The MPI and torch runtimes
+record the same phases. User code adds its own spans with :func:`timeline_start_activity` /
 :func:`timeline_end_activity` or :func:`timeline_context`; the :mod:`fogsim.optim`
 wrappers add ``FORWARD``, ``BACKWARD`` and ``STEP``.
 
@@ -52,6 +55,7 @@ __all__ = [
     "load",
     "phase",
     "plot_gantt",
+    "running",
     "start",
     "stop",
     "summarize",
@@ -402,6 +406,12 @@ _agents_lock = threading.Lock()
 def is_active() -> bool:
     """Return whether a timeline is recording."""
     return active is not None
+
+
+def running() -> Timeline | None:
+    """Return the recording timeline, or None (for work that finishes later, such as a
+    fused batch, to look up when it does)."""
+    return active
 
 
 def begin_activity(track: str, name: str) -> None:

@@ -317,6 +317,43 @@ def test_a_batch_whose_wait_fails_fails_every_entry(dispatch):
             h.wait()
 
 
+@pytest.mark.parametrize("recording", [True, False])
+def test_a_batch_records_its_wait_and_combine_on_the_running_timeline(dispatch, recording):
+    class Timeline:  # what a batch uses of fogsim.timeline.Timeline
+        def __init__(self):
+            self.now, self.phases = 100, []
+
+        def clock_ns(self):
+            self.now += 1
+            return self.now
+
+        def since(self, name, start):
+            self.phases.append((name, start))
+            return self.clock_ns()
+
+    tl, looked_up = Timeline(), []
+
+    def running():  # looked up when the batch completes, not when it is sent
+        looked_up.append(1)
+        return tl if recording else None
+
+    def flush(entries, nbytes, layout, error):
+        recv = np.zeros((1, nbytes), np.uint8)
+        dispatch.FusedBatch(entries, np.empty(nbytes, np.uint8), recv, _Done(), None, None,
+                            running)  # fmt: skip
+
+    queue = dispatch.FusionQueue(1 << 20, flush, dispatch.HandleTable())
+    handles = [queue.add(np.ones(2), _Plan(0.5, np.array([0.5]))) for _ in range(2)]
+    queue.flush()
+    assert looked_up == []
+    assert [h.wait().tolist() for h in handles] == [[0.5, 0.5]] * 2
+    assert looked_up == [1]  # once per batch
+    if recording:  # the wait from the first clock reading, then the combine from its end
+        assert tl.phases == [("COMMUNICATE", 101), ("FUSION_COPY_OUT", 102)]
+    else:
+        assert tl.phases == []
+
+
 def test_a_failed_operation_raises_the_same_error_at_every_wait(dispatch):
     calls = []
 

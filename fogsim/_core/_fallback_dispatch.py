@@ -249,9 +249,10 @@ class FusedBatch:
     """Entries sent in one message (see ``_dispatch.FusedBatch``)."""
 
     def __init__(self, entries: list, send: Any, recv: Any, request: Any,
-                 wait: Callable | None = None, test: Callable | None = None) -> None:  # fmt: skip
+                 wait: Callable | None = None, test: Callable | None = None,
+                 trace: Callable | None = None) -> None:  # fmt: skip
         self.entries, self.send, self.recv, self.request = entries, send, recv, request
-        self._wait, self._test = wait, test
+        self._wait, self._test, self._trace = wait, test, trace
         self.done = False
         for e in entries:
             e.batch = self
@@ -266,6 +267,8 @@ class FusedBatch:
         """Wait for the message and combine every entry's rows (once)."""
         if self.done:
             return
+        tl = None if self._trace is None else self._trace()
+        t = tl.clock_ns() if tl is not None else 0
         if self._wait is None:
             self.request.Wait()
         else:
@@ -276,17 +279,21 @@ class FusedBatch:
                     e.failure = exc
                 self._release()
                 raise
+        if tl is not None:
+            t = tl.since("COMMUNICATE", t)
         for e in self.entries:
             out = combine_rows(np.empty_like(e.arr), e.self_weight, e.arr, e.weights, self.recv,
                                e.offset, e.select)  # fmt: skip
             e.result = out if e.wrap is None else e.wrap(out)
+        if tl is not None:
+            tl.since("FUSION_COPY_OUT", t)
         self.done = True
         self._release()
 
     def _release(self) -> None:
         # no reference cycle left (entries -> batch -> entries) for the garbage collector
         self.send = self.recv = self.request = None
-        self.entries, self._wait, self._test = [], None, None
+        self.entries, self._wait, self._test, self._trace = [], None, None, None
 
 
 _LEAN = (np.dtype(np.float64), np.dtype(np.float32))  # add_static's dtypes (native order)

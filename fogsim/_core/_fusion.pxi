@@ -66,18 +66,21 @@ cdef class FusedBatch:
     ``wait(test, block)``, if given, waits for ``request`` (the runtime's stall guard, or
     a function that also settles an agreement started beside the data: its exception
     fails every entry), else ``request.Wait()`` does; ``test()``, if given, tells whether
-    that would not block, else ``request.Test()`` does.
+    that would not block, else ``request.Test()`` does. ``trace()``, if given, returns
+    the running timeline or None when the batch completes: the wait is then recorded as
+    phase ``COMMUNICATE`` and the combine as ``FUSION_COPY_OUT`` (each entry averaged out
+    of the received bytes into its own result).
     """
 
     cdef readonly list entries
     cdef public object send, recv, request
     cdef readonly bint done
-    cdef object _wait, _test
+    cdef object _wait, _test, _trace
 
-    def __init__(self, list entries, send, recv, request, wait=None, test=None):
+    def __init__(self, list entries, send, recv, request, wait=None, test=None, trace=None):
         cdef FusedEntry e
         self.entries, self.send, self.recv, self.request = entries, send, recv, request
-        self._wait, self._test = wait, test
+        self._wait, self._test, self._trace = wait, test, trace
         for e in entries:
             e.batch = self
 
@@ -93,6 +96,9 @@ cdef class FusedBatch:
         if self.done:
             return
         cdef Py_buffer rv
+        tl = None if self._trace is None else self._trace()
+        if tl is not None:
+            t = tl.clock_ns()
         if self._wait is None:
             self.request.Wait()
         else:
@@ -103,6 +109,8 @@ cdef class FusedBatch:
                     e.failure = exc
                 self._release()
                 raise
+        if tl is not None:
+            t = tl.since("COMMUNICATE", t)
         PyObject_GetBuffer(self.recv, &rv, PyBUF_SIMPLE)
         try:
             for e in self.entries:
@@ -114,6 +122,8 @@ cdef class FusedBatch:
                 e._result = out if e.wrap is None else e.wrap(out)
         finally:
             PyBuffer_Release(&rv)
+        if tl is not None:
+            tl.since("FUSION_COPY_OUT", t)
         self.done = True
         self._release()
 
@@ -122,7 +132,7 @@ cdef class FusedBatch:
         # them (or the wait function, which may refer to them) would make a reference cycle
         # per batch, left for the garbage collector (a full collection costs milliseconds).
         self.send = self.recv = self.request = None
-        self.entries, self._wait, self._test = None, None, None
+        self.entries, self._wait, self._test, self._trace = None, None, None, None
 
 
 cdef uint64_t _FNV_PRIME = 0x100000001b3

@@ -216,7 +216,8 @@ class MPIBackend(OneAgentEach, NeighborOps, WindowOps, Backend):
         req = self.comm.Ibcast(out, root=root)
 
         def finish() -> Any:
-            self.stall.wait(req.Test, req.Wait)
+            with _timeline.phase("COMMUNICATE"):
+                self.stall.wait(req.Test, req.Wait)
             return wrap_like(out, kind)
 
         return self.handles.start("broadcast", finish, req.Test, name)
@@ -236,7 +237,8 @@ class MPIBackend(OneAgentEach, NeighborOps, WindowOps, Backend):
         req = self.comm.Iallgatherv(arr, [out, (counts, displs)])
 
         def finish() -> Any:
-            self.stall.wait(req.Test, req.Wait)
+            with _timeline.phase("COMMUNICATE"):
+                self.stall.wait(req.Test, req.Wait)
             return wrap_like(out, kind)
 
         return self.handles.start("allgather", finish, req.Test, name)

@@ -318,9 +318,12 @@ class NeighborOps:
             reqs.append(self.p2p_comm.Isend(buf, dest=int(j)))
 
         def finish() -> Any:
-            MPI.Request.Waitall(reqs)
+            with _timeline.phase("COMMUNICATE"):
+                MPI.Request.Waitall(reqs)
             keep.clear()
-            return wrap_like(combine(arr, plan, recv, weights), kind)
+            with _timeline.phase("COMPUTE_AVERAGE"):
+                out = combine(arr, plan, recv, weights)
+            return wrap_like(out, kind)
 
         return self.handles.start("neighbor_allreduce", finish,
                                   partial(MPI.Request.Testall, reqs), name)  # fmt: skip
@@ -338,20 +341,22 @@ class NeighborOps:
                 flags, agreement = start_agree(self.comm, MPI, fp, None, posted=True)
             else:
                 agree(self.comm, MPI, fp, error, describe)
-        send = np.empty(total, dtype=np.uint8)
+        with _timeline.phase("ALLOCATE"):
+            send = np.empty(total, dtype=np.uint8)
+            recv = np.empty((len(self._static.srcs), total), np.uint8)
         with _timeline.phase("FUSION_COPY_IN"):
             _core.pack(send, [e.arr for e in entries], [e.offset for e in entries])
-        recv = np.empty((len(self._static.srcs), total), np.uint8)
         data = self.graph_comm.Ineighbor_allgather(send, recv)
         if not overlap:
-            _core.FusedBatch(entries, send, recv, data, self.stall.wait)
+            _core.FusedBatch(entries, send, recv, data, self.stall.wait, None, _timeline.running)
             return
 
         def wait(test: Any, block: Any) -> None:
             self._wait_overlapped(data, agreement)
             settle(self.comm, flags, None, describe, posted=True)
 
-        _core.FusedBatch(entries, send, recv, data, wait, partial(_done, data, agreement))
+        _core.FusedBatch(entries, send, recv, data, wait, partial(_done, data, agreement),
+                         _timeline.running)  # fmt: skip
 
     # -- neighbor_allgather ---------------------------------------------------------------
     def neighbor_allgather(self, x, src_ranks=None, dst_ranks=None, name=None):
@@ -395,7 +400,8 @@ class NeighborOps:
             reqs += [self.p2p_comm.Isend(arr, dest=int(j)) for j in dsts]
 
         def finish() -> Any:
-            MPI.Request.Waitall(reqs)
+            with _timeline.phase("COMMUNICATE"):
+                MPI.Request.Waitall(reqs)
             return wrap_like(out, kind)
 
         return self.handles.start("neighbor_allgather", finish,

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from ... import _arrays, _settings
+from ... import timeline as _timeline
 from ..._handles import Handle
 from ..._stall import Guard
 from .._base import Backend, OneAgentEach
@@ -212,7 +213,8 @@ class TorchBackend(OneAgentEach, MachineOps, NeighborOps, Backend):
             return Handle.completed(op, finish(), name)
 
         def complete() -> Any:
-            work.wait()
+            with _timeline.phase("COMMUNICATE"):
+                work.wait()
             return finish()
 
         return self.handles.start(op, complete, work.is_completed, name)

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from ... import _arrays, _core
+from ... import timeline as _timeline
 from ..._handles import HandleTable
 from .._weights import is_matrix
 from ..mpi._agree import fused_terms
@@ -249,12 +250,14 @@ class NeighborOps:
         select = plan.select if plan.static else None
 
         def finish() -> Any:
-            transfer.Wait()
+            with _timeline.phase("COMMUNICATE"):
+                transfer.Wait()
             ops.clear()  # the scaled send buffers were held until here
-            if recv_arr is None:
-                return value.wrap(_combine_cuda(value, plan, recv, weights, select))
-            out = _core.combine_rows(np.empty_like(value.arr), plan.self_weight, value.arr,
-                                     weights, recv_arr, 0, select)  # fmt: skip
+            with _timeline.phase("COMPUTE_AVERAGE"):
+                if recv_arr is None:
+                    return value.wrap(_combine_cuda(value, plan, recv, weights, select))
+                out = _core.combine_rows(np.empty_like(value.arr), plan.self_weight, value.arr,
+                                         weights, recv_arr, 0, select)  # fmt: skip
             return value.wrap(out)
 
         return self.handles.start("neighbor_allreduce", finish, transfer.Test, name)
@@ -277,14 +280,17 @@ class NeighborOps:
             fp, describe = fused_terms(layout, error, entries)
             # refused: the queue makes every call of the batch raise it, not only this one
             agree(self._comm, fp, error, describe)
-        send = np.empty(total, dtype=np.uint8)
-        _core.pack(send, [e.arr for e in entries], [e.offset for e in entries])
         srcs, dsts = self._static.srcs, self._static_dsts
-        recv = np.empty((len(srcs), total), np.uint8)
+        with _timeline.phase("ALLOCATE"):
+            send = np.empty(total, dtype=np.uint8)
+            recv = np.empty((len(srcs), total), np.uint8)
+        with _timeline.phase("FUSION_COPY_IN"):
+            _core.pack(send, [e.arr for e in entries], [e.offset for e in entries])
         rt, st = torch.from_numpy(recv), torch.from_numpy(send)
         ops = [p2p(dist.irecv, rt[k], j, self.group) for k, j in enumerate(srcs)]
         ops += [p2p(dist.isend, st, j, self.group) for j in dsts]
-        _core.FusedBatch(entries, send, recv, self._p2p(ops if total else [], False, False))
+        _core.FusedBatch(entries, send, recv, self._p2p(ops if total else [], False, False),
+                         None, None, _timeline.running)  # fmt: skip
 
     # -- neighbor_allgather ---------------------------------------------------------------
     def neighbor_allgather(self, x, src_ranks=None, dst_ranks=None, name=None):
