@@ -533,7 +533,8 @@ def summarize(
 
 
 def plot_gantt(prefix: str, path: str | None = None, ax: Any = None) -> Any:
-    """Draw every rank's top-level spans as a Gantt chart; save it to ``path`` if given."""
+    """Draw every rank's spans as a Gantt chart, one row per rank (or agent): each phase
+    thinner than its op and on top of it. Save it to ``path`` if given."""
     import matplotlib
 
     if path is not None and ax is None:
@@ -542,7 +543,7 @@ def plot_gantt(prefix: str, path: str | None = None, ax: Any = None) -> Any:
 
     events = load(prefix)
     if ax is None:
-        _, ax = plt.subplots(figsize=(10, 1 + 0.5 * len(events)))
+        _, ax = plt.subplots(figsize=(12, 1.5 + 0.5 * len(events)))
     colors: dict[str, Any] = {}
     cmap = plt.get_cmap("tab20")
     for row, (_, evs) in enumerate(sorted(events.items())):
@@ -550,13 +551,14 @@ def plot_gantt(prefix: str, path: str | None = None, ax: Any = None) -> Any:
             color = colors.setdefault(name, cmap(len(colors) % 20))
             height = 0.8 / (1 + depth)
             ax.broken_barh([(t0 / 1e3, (t1 - t0) / 1e3)], (row - height / 2, height),
-                           color=color, label=name)  # fmt: skip
+                           color=color, label=name, zorder=2 + depth)  # fmt: skip
     ax.set_yticks(range(len(events)), [f"{pid}" for pid in sorted(events)])
     ax.set_xlabel("time (ms)")
     ax.set_ylabel("rank / agent")
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=True))
-    ax.legend(unique.values(), unique.keys(), fontsize="small", loc="upper right", ncol=2)
+    ax.legend(unique.values(), unique.keys(), fontsize="small", loc="upper left",
+              bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # beside the bars, not on them
     if path is not None:
         ax.figure.tight_layout()
         ax.figure.savefig(path, dpi=120)

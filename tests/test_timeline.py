@@ -152,6 +152,14 @@ def test_summarize_prints_phases_per_agent_and_draws_a_gantt_chart(world, tmp_pa
     out = capsys.readouterr().out
     assert "NEIGHBOR_ALLREDUCE" in out and "COMPUTE_AVERAGE" in out
     assert (tmp_path / "gantt.png").stat().st_size > 1000
+    ax = TL.plot_gantt(prefix)  # every phase drawn on top of its op, not hidden under it
+    zorders = {}
+    for bars in ax.collections:
+        zorders.setdefault(bars.get_label(), set()).add(bars.get_zorder())
+    assert min(zorders["COMPUTE_AVERAGE"]) > max(zorders["NEIGHBOR_ALLREDUCE"])
+    legend = ax.get_legend().get_window_extent(ax.figure.canvas.get_renderer())
+    assert legend.x0 >= ax.get_window_extent().x1  # beside the bars
+    ax.figure.clf()
     run = subprocess.run([sys.executable, "-m", "fogsim", "timeline", "summarize", prefix],
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert run.returncode == 0 and "NEIGHBOR_ALLREDUCE" in run.stdout, run.stderr
