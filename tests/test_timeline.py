@@ -159,7 +159,9 @@ def test_summarize_prints_phases_per_agent_and_draws_a_gantt_chart(world, tmp_pa
     assert min(zorders["COMPUTE_AVERAGE"]) > max(zorders["NEIGHBOR_ALLREDUCE"])
     legend = ax.get_legend().get_window_extent(ax.figure.canvas.get_renderer())
     assert legend.x0 >= ax.get_window_extent().x1  # beside the bars
-    ax.figure.clf()
+    import matplotlib.pyplot as plt
+
+    plt.close(ax.figure)
     run = subprocess.run([sys.executable, "-m", "fogsim", "timeline", "summarize", prefix],
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert run.returncode == 0 and "NEIGHBOR_ALLREDUCE" in run.stdout, run.stderr
