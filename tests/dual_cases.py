@@ -57,6 +57,8 @@ def case_static_neighbor_allreduce_matches_reference_and_simulator():
                 sim = _sim_reference(n, topo, data, weighted=weighted)
                 _same(got, fs.local(lambda r, s=sim: s[r]), exact=True)
                 assert np.asarray(got).dtype == dtype, name
+                named = fs.neighbor_allreduce(fs.local(lambda r, d=data: d[r]), name="w")
+                _same(named, got, exact=True)  # a name only labels the call
     fs.shutdown()
 
 
@@ -216,6 +218,7 @@ def case_shapes_that_differ_raise_everywhere():
         return
     x = fs.local(lambda r: np.ones(4 if r == 1 else 3))
     _raises_everywhere(ValueError, "", fs.neighbor_allreduce, x)
+    _raises_everywhere(ValueError, "", fs.neighbor_allreduce, x, name="x")
     _raises_everywhere(ValueError, "", fs.allreduce, x)
     # the same bytes as another dtype: the data would pass, the agreement does not
     y = fs.local(lambda r: np.ones(4, np.float32) if r == 0 else np.ones(2))
