@@ -416,17 +416,23 @@ class TraceRecorder:
         return tid if tid is not None else self.timeline.tid(track)
 
     def op(self, name: str, track: str) -> TraceOp:
-        return TraceOp(self.timeline, self, self._ops(), name, self._tid(track))
+        return TraceOp(self, self._ops(), name, self._tid(track))
 
     def op_begin(self, name: str, track: str) -> int:
         tid = self._tid(track)
-        self.events.append(("B", tid, time.perf_counter_ns() + self.offset, name, None))
-        self.move(tid, 1)
-        self._ops().append(tid)
+        self.open_span(self._ops(), tid, name)
         return tid
 
     def op_end(self, tid: int) -> None:
-        self._ops().pop()
+        self.close_span(self._ops(), tid)
+
+    def open_span(self, ops: list, tid: int, name: str) -> None:
+        self.events.append(("B", tid, time.perf_counter_ns() + self.offset, name, None))
+        self.move(tid, 1)
+        ops.append(tid)
+
+    def close_span(self, ops: list, tid: int) -> None:
+        ops.pop()
         t = time.perf_counter_ns() + self.offset
         self.events.append(("E", tid, t, None, None))
         self.move(tid, -1)
@@ -472,26 +478,16 @@ class TraceRecorder:
 class TraceOp:
     """An op's span on a timeline (see ``_dispatch.TraceOp``)."""
 
-    __slots__ = ("timeline", "rec", "ops", "name", "tid")
+    __slots__ = ("rec", "ops", "name", "tid")
 
-    def __init__(self, timeline: Any, rec: TraceRecorder, ops: list, name: str,
-                 tid: int) -> None:  # fmt: skip
-        self.timeline, self.rec, self.ops, self.name, self.tid = timeline, rec, ops, name, tid
+    def __init__(self, rec: TraceRecorder, ops: list, name: str, tid: int) -> None:
+        self.rec, self.ops, self.name, self.tid = rec, ops, name, tid
 
     def __enter__(self) -> None:
-        rec = self.rec
-        rec.events.append(("B", self.tid, time.perf_counter_ns() + rec.offset, self.name, None))
-        rec.move(self.tid, 1)
-        self.ops.append(self.tid)
+        self.rec.open_span(self.ops, self.tid, self.name)
 
     def __exit__(self, *exc_info: object) -> bool:
-        rec = self.rec
-        self.ops.pop()
-        t = time.perf_counter_ns() + rec.offset
-        rec.events.append(("E", self.tid, t, None, None))
-        rec.move(self.tid, -1)
-        if len(rec.events) >= 100_000 or t - rec.last_flush > 2_000_000_000:
-            self.timeline.flush_soon()
+        self.rec.close_span(self.ops, self.tid)
         return False
 
 

@@ -246,7 +246,7 @@ cdef class TraceRecorder:
     def op(self, str name, str track):
         """Return the span of op ``name`` on ``track`` (``with``); its phases nest inside."""
         cdef TraceOp op = TraceOp.__new__(TraceOp)  # no __init__ argument parsing
-        op.timeline, op.rec, op.ops, op.tid = self.timeline, self, self._ops(), self._tid(track)
+        op.rec, op.ops, op.tid = self, self._ops(), self._tid(track)
         op.name = self.intern(name)
         return op
 
@@ -255,19 +255,30 @@ cdef class TraceRecorder:
         :meth:`op_end` (the same events as :meth:`op`'s ``with``, without an object; the
         caller ends it in a ``finally``)."""
         cdef int tid = self._tid(track)
-        self.add(b"B", tid, _now_ns() + self.offset, self.intern(name), -1, 0)
-        self.move_depth(tid, 1)
-        self._ops().append(tid)
+        self.open_span(self._ops(), tid, self.intern(name))
         return tid
 
     def op_end(self, int tid):
         """Close the span :meth:`op_begin` opened on track id ``tid`` (in the same thread)."""
-        self._ops().pop()
+        self.close_span(self._ops(), tid)
+
+    cdef int open_span(self, list ops, int tid, Py_ssize_t name) except -1:
+        # an op's begin event; ``ops``: the tracks of the ops running in this thread
+        self.add(b"B", tid, _now_ns() + self.offset, name, -1, 0)
+        self.move_depth(tid, 1)
+        ops.append(tid)
+        return 0
+
+    cdef int close_span(self, list ops, int tid) except -1:
+        # its end event; the timeline is flushed when 100,000 events are waiting or 2 s
+        # have passed since its last flush
+        ops.pop()
         cdef long long t = _now_ns() + self.offset
         self.add(b"E", tid, t, -1, -1, 0)
         self.move_depth(tid, -1)
         if self.n >= 100000 or t - self.last_flush > 2000000000:
             self.timeline.flush_soon()
+        return 0
 
     def phase(self, str name):
         """Return phase ``name`` (``with``) of the op running in this thread, or of track
@@ -422,34 +433,24 @@ cdef bytes _quoted(name, dict quoted):
 cdef class TraceOp:
     """An op's span on a timeline (``with``): begin/end events; its phases use its track.
 
-    ``ops`` is the list of the tracks of the ops running in this thread; ``timeline`` is
-    flushed when 100,000 events are waiting or 2 s have passed since its last flush.
+    ``ops`` is the list of the tracks of the ops running in this thread. The events are
+    the recorder's :meth:`TraceRecorder.op_begin` / :meth:`TraceRecorder.op_end`.
     """
 
     cdef TraceRecorder rec
-    cdef object timeline
     cdef list ops
     cdef Py_ssize_t name
     cdef int tid
 
-    def __init__(self, timeline, TraceRecorder rec, list ops, str name, int tid):
-        self.timeline, self.rec, self.ops, self.tid = timeline, rec, ops, tid
+    def __init__(self, TraceRecorder rec, list ops, str name, int tid):
+        self.rec, self.ops, self.tid = rec, ops, tid
         self.name = rec.intern(name)
 
     def __enter__(self):
-        cdef TraceRecorder rec = self.rec
-        rec.add(b"B", self.tid, _now_ns() + rec.offset, self.name, -1, 0)
-        rec.move_depth(self.tid, 1)
-        self.ops.append(self.tid)
+        self.rec.open_span(self.ops, self.tid, self.name)
 
     def __exit__(self, exc_type, exc, tb):
-        cdef TraceRecorder rec = self.rec
-        self.ops.pop()
-        cdef long long t = _now_ns() + rec.offset
-        rec.add(b"E", self.tid, t, -1, -1, 0)
-        rec.move_depth(self.tid, -1)
-        if rec.n >= 100000 or t - rec.last_flush > 2000000000:
-            self.timeline.flush_soon()
+        self.rec.close_span(self.ops, self.tid)
         return False
 
 
