@@ -3,7 +3,8 @@
     python -m benchmarks                          # everything (2-3 minutes on 2 cores)
     python -m benchmarks --quick                  # smaller grids, fewer rounds (1-2 minutes)
     python -m benchmarks --only mpi,fusion        # some of: sim, mpi, fusion, torch,
-                                                  # hierarchy, timeline, spmd (SUITE below)
+                                                  # hierarchy, timeline, spmd, notebooks
+                                                  # (SUITE below)
     python -m benchmarks -np 2                    # MPI/torch jobs on 2 processes (default 4)
     python -m benchmarks --compare OLD.json       # run, then the change from an earlier run
     python -m benchmarks --compare OLD.json NEW.json   # compare two saved runs, run nothing
@@ -68,6 +69,7 @@ SUITE = {
     "hierarchy": Entry("bench_hierarchy.py"),
     "timeline": Entry("bench_timeline.py"),
     "spmd": Entry("bench_spmd.py", quick=("--quick",), mpi=False),
+    "notebooks": Entry("bench_notebooks.py", quick=("--only", "01_consensus"), mpi=False),
 }  # fmt: skip
 
 _SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}

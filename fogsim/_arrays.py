@@ -55,12 +55,30 @@ def to_numpy(x: Any, argname: str = "x", *, allow_cuda: bool = False) -> tuple[n
         try:
             arr = np.asarray(x)
         except ValueError as exc:
-            raise ValueError(f"{argname} is a ragged nested sequence: {exc}") from None
+            raise ValueError(_ragged_message(x, argname, exc)) from None
         if arr.dtype == object:
             raise TypeError(f"{argname} holds objects that are not numbers")
         return arr, _NUMPY
     raise TypeError(
         f"{argname} must be a numpy array, a torch tensor or a number, got {type(x).__name__}"
+    )
+
+
+def _ragged_message(x: list | tuple, argname: str, exc: ValueError) -> str:
+    """Say which entries of a ragged sequence differ in shape (stacked agents, usually)."""
+    shapes = []
+    for item in x:
+        try:
+            shapes.append(np.shape(item))
+        except ValueError:
+            shapes.append(None)
+    first = shapes[0] if shapes else None
+    odd = next((k for k, shape in enumerate(shapes) if shape != first), None)
+    if odd is None or first is None or shapes[odd] is None:
+        return f"{argname} is a ragged nested sequence: {exc}"
+    return (
+        f"{argname}: entries differ in shape (one per agent in simulation): entry 0 has shape "
+        f"{first}, entry {odd} has shape {shapes[odd]}"
     )
 
 

@@ -26,6 +26,11 @@ is listed here with its meaning:
     once and keep waiting).
 ``FOGSIM_TORCH_PORT``
     TCP port of the torch backend's rendezvous (wins over ``MASTER_PORT``).
+``FOGSIM_PURE_PYTHON``
+    ``1``: run on the pure-Python twins of the compiled kernels and dispatch
+    (:mod:`fogsim._core`) even when the extension is built, to test them against it
+    (``0`` or unset: the compiled extension when it is built). Read when
+    :mod:`fogsim._core` is first imported.
 
 Variables set by MPI launchers (``PMI_SIZE``, ``OMPI_COMM_WORLD_SIZE``, ...) are read to
 tell whether the process was started by ``mpiexec``/``fogrun`` with more than one process.
@@ -47,6 +52,7 @@ __all__ = [
     "Settings",
     "environ",
     "load",
+    "pure_python",
 ]
 
 #: Agents simulated when neither ``size=`` nor ``FOGSIM_SIZE`` says otherwise.
@@ -89,6 +95,7 @@ class Settings:
     stall_timeout: float | None = DEFAULT_STALL_TIMEOUT  # None: never
     stall_warn_only: bool = False
     job_id: str | None = None
+    pure_python: bool = False  # FOGSIM_PURE_PYTHON
 
     @property
     def launched(self) -> bool:
@@ -147,7 +154,23 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         stall_timeout=_stall_timeout(env),
         stall_warn_only=_stall_action(env) == "warn",
         job_id=_job_id(env),
+        pure_python=pure_python(env),
     )
+
+
+def pure_python(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``FOGSIM_PURE_PYTHON`` forces the pure-Python twins of :mod:`fogsim._core`.
+
+    Only this variable is read (not the others ``load`` validates), so that importing the
+    kernels never fails on an unrelated setting.
+    """
+    env = os.environ if environ is None else environ
+    text = env.get("FOGSIM_PURE_PYTHON", "").strip()
+    if text.lower() in ("", "0", "false", "no", "off"):
+        return False
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"FOGSIM_PURE_PYTHON={text!r} is not 1 (pure-Python twins) or 0 (compiled)")
 
 
 def _stall_timeout(environ: Mapping[str, str]) -> float | None:

@@ -30,9 +30,28 @@ A lost message's weight goes, per ``dropped_weight``:
   receiver cannot know the message was lost, but its sender can, by an acknowledgement);
 * ``"none"``: nowhere (the rows no longer sum to one).
 
-Everything is drawn from ``seed`` (default: the world's seed), so a run is reproducible.
-The faults act on the simulator's neighbor averaging; the distributed runtimes run real
-networks, and :func:`inject` refuses them.
+Everything is drawn from ``seed`` (default: the world's seed), so a run is reproducible:
+the drops of step ``t`` are the entries of one ``rng.random(nnz)`` draw below ``p``, one
+number per nonzero entry of ``W`` in canonical CSR order (diagonal included), drawn
+whether or not an agent is down (the noise is drawn after it).
+
+What happened is counted, over the steps since :func:`inject` (a message is a nonzero
+off-diagonal entry ``W[i, j]``, from sender ``j`` to receiver ``i``)::
+
+    f = faults.current()
+    f.messages    # messages the steps' matrices carried before faults
+    f.unsent      # of them, to or from an agent that was down
+    f.dropped     # of the others, lost by link_drop
+    f.delivered   # the rest: messages - unsent - dropped
+    f.delayed     # delivered ones that carried an older value (a straggler's)
+    f.last        # what the last step did: a FaultStep (see below), None before it
+
+:class:`FaultStep` holds ``step``; ``dropped``, an (n, n) boolean CSR matrix, True where
+the message from ``j`` to ``i`` was lost by ``link_drop``; ``down``, the agents down;
+``delay``, how many steps old each agent's delivered value was (a straggler heard ``d``
+steps late is heard ``min(d, t)`` steps late at step ``t``); and ``weights``, the matrix
+applied. The faults act on the simulator's neighbor averaging; the distributed runtimes
+run real networks, and :func:`inject` refuses them.
 """
 
 from __future__ import annotations
@@ -40,12 +59,12 @@ from __future__ import annotations
 import numbers
 from collections import deque
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["Faults", "clear", "current", "inject"]
+__all__ = ["FaultStep", "Faults", "clear", "current", "inject"]
 
 _DROPPED = ("self", "sender", "none")
 
@@ -76,6 +95,16 @@ def _agent_map(value: Any, n: int, argname: str, what: str) -> dict[int, int]:
     return out
 
 
+class FaultStep(NamedTuple):
+    """What the faults did at one step (see the module docstring)."""
+
+    step: int
+    dropped: sp.csr_array  # (receiver, sender) -> lost by link_drop
+    down: np.ndarray  # the agents down
+    delay: np.ndarray  # steps by which each agent's delivered value is old
+    weights: sp.csr_array  # the matrix applied
+
+
 class Faults:
     """The faults of one simulated world (see the module docstring); made by :func:`inject`."""
 
@@ -95,6 +124,8 @@ class Faults:
         self.rng = np.random.default_rng(seed)
         self.step = 0
         self._history: deque = deque(maxlen=max(self.stragglers.values(), default=0) + 1)
+        self.messages = self.unsent = self.dropped = self.delivered = self.delayed = 0
+        self.last: FaultStep | None = None
 
     def failed(self, step: int | None = None) -> np.ndarray:
         """The agents down at ``step`` (default: the next step), as a boolean mask."""
@@ -105,16 +136,26 @@ class Faults:
         return mask
 
     def weights(self, W: sp.csr_array) -> sp.csr_array:
-        """This step's matrix: ``W`` with the lost messages' weights moved (see module doc)."""
+        """Draw this step's matrix: ``W`` with the lost messages' weights moved (module doc).
+
+        It draws from the generator but neither counts nor advances the step; :meth:`apply`
+        does both.
+        """
+        return self._draw(W)[0]
+
+    def _draw(self, W: sp.csr_array) -> tuple[sp.csr_array, np.ndarray, np.ndarray, Any]:
         W = sp.csr_array(W, dtype=np.float64, copy=True)
         W.sum_duplicates()
+        W.eliminate_zeros()  # a zero weight is no message
         coo = W.tocoo()
         rows, cols, data = coo.row, coo.col, coo.data.copy()
         off = rows != cols
         down = self.failed()
-        lost = off & (down[cols] | down[rows])  # a failed agent neither sends nor receives
+        unsent = off & (down[cols] | down[rows])  # a failed agent neither sends nor receives
+        dropped = np.zeros_like(off)
         if self.link_drop:
-            lost |= off & (self.rng.random(len(data)) < self.link_drop)
+            dropped = off & ~unsent & (self.rng.random(len(data)) < self.link_drop)
+        lost = unsent | dropped
         moved = np.where(lost, data, 0.0)
         data[lost] = 0.0
         diag = np.zeros(self.n)
@@ -127,26 +168,35 @@ class Faults:
         data[~off] = 0.0
         out = sp.csr_array((data, (rows, cols)), shape=W.shape) + sp.diags_array(diag)
         out.eliminate_zeros()
-        return sp.csr_array(out)
+        counts = (int(off.sum()), int(unsent.sum()), int(dropped.sum()))
+        mask = sp.csr_array((dropped[dropped], (rows[dropped], cols[dropped])), shape=W.shape)
+        return sp.csr_array(out), mask, down, counts
 
     def apply(self, W: sp.csr_array, x: np.ndarray) -> np.ndarray:
-        """One faulty step ``x <- W' x`` on stacked ``x`` of shape (n, m)."""
-        Wf = self.weights(W)
+        """Apply one faulty step ``x <- W' x`` to stacked ``x`` of shape (n, m); count it."""
+        Wf, mask, down, (messages, unsent, dropped) = self._draw(W)
+        delay = np.zeros(self.n, dtype=np.int64)
         if self.stragglers:  # a copy: the caller may change x in place later
             self._history.append(x.copy())
         stale = x
         if self.stragglers:
             stale = x.copy()
             for agent, d in self.stragglers.items():
-                past = self._history[max(0, len(self._history) - 1 - d)]
-                stale[agent] = past[agent]
+                delay[agent] = min(d, len(self._history) - 1)
+                stale[agent] = self._history[-1 - delay[agent]][agent]
         diag = Wf.diagonal()
         off = Wf - sp.diags_array(diag)
         out = off @ stale + diag[:, None] * x
+        coo = sp.coo_array(off)
         if self.noise:
-            coo = sp.coo_array(off)
             eps = self.rng.standard_normal((coo.nnz, x.shape[1])) * self.noise
             np.add.at(out, coo.row, coo.data[:, None] * eps)
+        self.messages += messages
+        self.unsent += unsent
+        self.dropped += dropped
+        self.delivered += messages - unsent - dropped
+        self.delayed += int(np.count_nonzero(delay[coo.col[coo.data != 0]]))
+        self.last = FaultStep(self.step, mask, down, delay, Wf)
         self.step += 1
         return out.astype(x.dtype, copy=False)
 

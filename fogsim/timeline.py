@@ -442,7 +442,7 @@ def timeline_start_activity(tensor_name: str, activity_name: str) -> bool:
     """Open span ``activity_name`` on the track of ``tensor_name``; False when no timeline."""
     if active is None:
         return False
-    _check_names(tensor_name, activity_name)
+    _check_names(tensor_name=tensor_name, activity_name=activity_name)
     active.begin(activity_name, tensor_name)
     return True
 
@@ -451,7 +451,7 @@ def timeline_end_activity(tensor_name: str) -> bool:
     """Close the innermost activity on the track of ``tensor_name``; False when no timeline."""
     if active is None:
         return False
-    _check_names(tensor_name)
+    _check_names(tensor_name=tensor_name)
     active.end(tensor_name)
     return True
 
@@ -467,10 +467,10 @@ def timeline_context(tensor_name: str, activity_name: str) -> Iterator[None]:
             active.end(tensor_name)
 
 
-def _check_names(*names: Any) -> None:
-    for name in names:
+def _check_names(**names: Any) -> None:
+    for arg, name in names.items():
         if not isinstance(name, str) or not name:
-            raise TypeError(f"timeline names must be non-empty strings, got {name!r}")
+            raise TypeError(f"timeline {arg} must be a non-empty string, got {name!r}")
 
 
 # -- reading ------------------------------------------------------------------------------

@@ -1,16 +1,69 @@
-"""Fixtures shared by the tests of fogsim._core."""
+"""Suite-wide rules (CI=true: no silent fall-back, no skip but for missing hardware) and the
+fixtures of the tests of fogsim._core."""
+
+from __future__ import annotations
+
+import importlib
 
 import pytest
 
 from fogsim._core import _fallback, _fallback_dispatch
 
-BUILD_HINT = "fogsim._core._kernels is not built (run: python setup.py build_ext --inplace)"
+from . import environment
+
+
+def pytest_sessionstart(session):
+    """Under CI=true, refuse to run a suite that would test less than it claims."""
+    if environment.in_ci():
+        problems = environment.ci_problems()
+        if problems:
+            lines = "\n".join(f"  - {p}" for p in problems)
+            pytest.exit(f"CI=true, but the suite cannot run in full:\n{lines}", returncode=1)
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def _fail_forbidden_skip(report) -> None:
+    reason = _skip_reason(report)
+    if reason.startswith(environment.NEEDS_HARDWARE):
+        return
+    report.outcome = "failed"
+    report.longrepr = (
+        f"skipped under CI=true, where only skips for missing hardware are allowed "
+        f"(reasons starting {environment.NEEDS_HARDWARE!r}): {reason}"
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and environment.in_ci() and not hasattr(report, "wasxfail"):
+        _fail_forbidden_skip(report)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and environment.in_ci():
+        _fail_forbidden_skip(report)
+
+
+def _compiled_module(name: str):
+    environment.require_compiled()
+    return importlib.import_module(f"fogsim._core.{name}")
 
 
 @pytest.fixture
 def compiled():
-    """The compiled kernels (skipped with a reason when the extension is not built)."""
-    return pytest.importorskip("fogsim._core._kernels", reason=BUILD_HINT)
+    """The compiled kernels (skipped with a reason, or failed under CI, when not built)."""
+    return _compiled_module("_kernels")
 
 
 @pytest.fixture(params=["fallback", "compiled"])
@@ -18,7 +71,7 @@ def impl(request):
     """Each implementation of the kernels in turn."""
     if request.param == "fallback":
         return _fallback
-    return pytest.importorskip("fogsim._core._kernels", reason=BUILD_HINT)
+    return _compiled_module("_kernels")
 
 
 @pytest.fixture(params=["fallback", "compiled"])
@@ -26,4 +79,4 @@ def dispatch(request):
     """Each implementation of the dispatch module (handles, pack, combine_rows) in turn."""
     if request.param == "fallback":
         return _fallback_dispatch
-    return pytest.importorskip("fogsim._core._dispatch", reason=BUILD_HINT)
+    return _compiled_module("_dispatch")

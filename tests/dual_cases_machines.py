@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-from dual_helpers import _data, _raises_everywhere, _same
 
 import fogsim as fs
 from fogsim import topology as T
+
+from .dual_helpers import _data, _raises_everywhere, _same
 
 
 # -- machine level ------------------------------------------------------------------------
@@ -127,11 +128,12 @@ def case_machine_level_bad_input_raises_everywhere():
                        algorithm="decomposed", factors=(n + 1,))  # fmt: skip
     _raises_everywhere(ValueError, "factors[0] = 0", fs.allreduce, x, factors=(0, n))
     _raises_everywhere(TypeError, "factors must be a sequence", fs.allreduce, x, factors=n)
-    _raises_everywhere(ValueError, "algorithm must be", fs.allreduce, x, algorithm="tree")
+    _raises_everywhere(ValueError, "algorithm must be None, 'flat' or 'decomposed', got 'tree'",
+                       fs.allreduce, x, algorithm="tree")  # fmt: skip
     _raises_everywhere(ValueError, "is_hierarchical_local=True reduces within", fs.allreduce,
                        x, is_hierarchical_local=True, algorithm="decomposed")  # fmt: skip
-    _raises_everywhere(TypeError, "is_weighted", fs.set_machine_topology, T.ring_graph,
-                       is_weighted=1)  # fmt: skip
+    _raises_everywhere(TypeError, "is_weighted must be a bool", fs.set_machine_topology,
+                       T.ring_graph, is_weighted=1)  # fmt: skip
     _raises_everywhere(ValueError, f"machine topology has {n + 1} nodes but there are 1 "
                        "machines", fs.set_machine_topology, T.ring_graph(n + 1))  # fmt: skip
     fs.shutdown()
@@ -139,7 +141,7 @@ def case_machine_level_bad_input_raises_everywhere():
     if n >= 3:  # one machine per agent: name a machine that is not an in-neighbor
         fs.set_machine_topology(T.ring_graph(n, style="right"))
         bad = fs.local(lambda r: {(r + 1) % n: 0.5})
-        message = _raises_everywhere(ValueError, "src_machine_weights",
+        message = _raises_everywhere(ValueError, "src_machine_weights[0] names machine",
                                      fs.hierarchical_neighbor_allreduce, x, self_weight=0.5,
                                      src_machine_weights=bad)  # fmt: skip
         assert "machine" in message and "rank" not in message, message

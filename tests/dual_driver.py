@@ -1,6 +1,6 @@
 """Run the cases of dual_cases.py under mpiexec; rank 0 prints one JSON line per case.
 
-fogrun -np 4 python tests/dual_driver.py [case_name ...]
+fogrun -np 4 python -m tests.dual_driver [case_name ...]   (from the repository root)
 """
 
 from __future__ import annotations
@@ -8,14 +8,11 @@ from __future__ import annotations
 import json
 import sys
 import traceback
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+from mpi4py import MPI
 
-import dual_cases  # noqa: E402
-from mpi4py import MPI  # noqa: E402
-
-import fogsim as fs  # noqa: E402
+import fogsim as fs
+from tests import dual_cases
 
 
 def main() -> None:

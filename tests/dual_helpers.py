@@ -20,10 +20,12 @@ def _same(got, want, exact=False, rtol=1e-12):
 
 
 def _raises_everywhere(exc_type, match, fn, *args, **kwargs):
+    """Call ``fn``: it must raise ``exc_type`` with ``match`` (or each part of a tuple) in it."""
     try:
         fn(*args, **kwargs)
     except exc_type as exc:
-        assert match in str(exc), f"{match!r} not in {str(exc)!r}"
+        for part in match if isinstance(match, tuple) else (match,):
+            assert part in str(exc), f"{part!r} not in {str(exc)!r}"
         return str(exc)
     raise AssertionError(f"{fn.__name__} did not raise {exc_type.__name__}")
 

@@ -107,17 +107,17 @@ def test_least_squares_random_is_per_agent_reproducible():
 
 def test_least_squares_rejects_bad_data():
     world(4)
-    with pytest.raises(ValueError, match="stacked"):
+    with pytest.raises(ValueError, match="A_local must be stacked over the 4"):
         A.LeastSquares(np.zeros((3, 5, 2)), np.zeros((3, 5)))
     with pytest.raises(ValueError, match="b_local must have shape"):
         A.LeastSquares(np.zeros((4, 5, 2)), np.zeros((4, 4)))
-    with pytest.raises(ValueError, match=r"\(n, m, d\)"):
+    with pytest.raises(ValueError, match=r"A_local must be stacked \(n, m, d\)"):
         A.LeastSquares(np.zeros((4, 5)), np.zeros((4, 5)))
-    with pytest.raises(TypeError, match="real numbers"):
+    with pytest.raises(TypeError, match="A_local must hold real numbers"):
         A.LeastSquares(np.full((4, 2, 2), "a"), np.zeros((4, 2)))
-    with pytest.raises(ValueError, match="not finite"):
+    with pytest.raises(ValueError, match="A_local holds values that are not finite"):
         A.LeastSquares(np.full((4, 2, 2), np.nan), np.zeros((4, 2)))
-    with pytest.raises(ValueError, match="singular"):
+    with pytest.raises(ValueError, match=r"sum_i A_i\^T A_i is singular"):
         A.LeastSquares(np.zeros((4, 2, 2)), np.zeros((4, 2))).solution()
     with pytest.raises(ValueError, match="m must be"):
         A.LeastSquares.random(0, 2)
@@ -198,7 +198,7 @@ def test_push_sum_defaults_to_push_shares_of_the_current_topology():
     explicit = A.push_sum(x0, 30, A.push_weights(hub_digraph(n)))
     np.testing.assert_array_equal(default.x, explicit.x)
     fs.set_topology(T.uniform_weights(hub_digraph(n)), is_weighted=True)
-    with pytest.raises(ValueError, match="not column-stochastic"):
+    with pytest.raises(ValueError, match="topology is weighted but its weights are not column-"):
         A.push_sum(x0, 3)
     with pytest.raises(ValueError, match="step 2: the weights are not column-stochastic"):
         steps = iter([A.push_weights(hub_digraph(n)), T.uniform_weights(hub_digraph(n))])
@@ -445,7 +445,7 @@ def test_bad_arguments_raise_clear_errors():
     cases = [
         (TypeError, "iters must be an int", lambda: A.consensus(x0, 2.5)),
         (ValueError, "iters must be >= 0", lambda: A.consensus(x0, -1)),
-        (ValueError, "stacked over the 4", lambda: A.consensus(np.zeros((3, 2)), 2)),
+        (ValueError, "x0 must be stacked over the 4", lambda: A.consensus(np.zeros((3, 2)), 2)),
         (ValueError, "alpha must be a finite number > 0", lambda: A.dgd(p, 0.0, 2)),
         (ValueError, "alpha must be a finite number > 0", lambda: A.exact_diffusion(p, np.nan, 2)),
         (TypeError, "alpha must be a real number", lambda: A.gradient_tracking(p, "0.1", 2)),
@@ -458,18 +458,30 @@ def test_bad_arguments_raise_clear_errors():
             "problem.grad returned shape",
             lambda: A.dgd(lambda x: x[:, :1], 0.1, 2, x0=x0),
         ),
-        (ValueError, "ran out after 2 steps", lambda: A.consensus(x0, 3, iter([np.eye(4)] * 2))),
-        (TypeError, "itertools.cycle", lambda: A.consensus(x0, 3, [T.ring_graph(4)])),
-        (ValueError, "has 5 agents but the world has 4", lambda: A.consensus(x0, 3, np.eye(5))),
+        (
+            ValueError,
+            "schedule ran out after 2 steps",
+            lambda: A.consensus(x0, 3, iter([np.eye(4)] * 2)),
+        ),
+        (
+            TypeError,
+            "schedule must be a weight matrix or an iterator",
+            lambda: A.consensus(x0, 3, [T.ring_graph(4)]),
+        ),
+        (
+            ValueError,
+            "schedule has 5 agents but the world has 4",
+            lambda: A.consensus(x0, 3, np.eye(5)),
+        ),
         (TypeError, "progress must be a bool", lambda: A.consensus(x0, 3, progress="yes")),
         (ValueError, "x_star of shape (3,)", lambda: A.dgd(p, 0.1, 2, x_star=np.zeros(3))),
         (
             ValueError,
-            "not column-stochastic",
+            "schedule: the weights are not column-stochastic",
             lambda: A.push_diging(p, 0.1, 2, np.full((4, 4), 0.5)),
         ),
         (TypeError, "stream must be a function", lambda: A.diffusion_lms([], 0.1, 2)),
-        (TypeError, "must return (u, d)", lambda: A.diffusion_lms(lambda k: 1.0, 0.1, 2)),
+        (TypeError, "stream(0) must return (u, d)", lambda: A.diffusion_lms(lambda k: 1.0, 0.1, 2)),
         (ValueError, "mu must be", lambda: A.diffusion_lms(A.MovingTarget(2), -1.0, 2)),
         (ValueError, "period must be", lambda: A.MovingTarget(2, period=0)),
     ]

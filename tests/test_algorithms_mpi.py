@@ -1,26 +1,21 @@
 """fogsim.algorithms under fogrun: the simulator's numbers, and the theory holds under MPI.
 
-This file is also the job both modes run: ``fogrun [--sim] -np N python
-tests/test_algorithms_mpi.py OUT.npz`` runs every algorithm once, and the main process
-saves every agent's final value and the metrics. The tests compare the two modes and
+This file is also the job both modes run: from the repository root, ``fogrun [--sim] -np N
+python -m tests.test_algorithms_mpi OUT.npz`` runs every algorithm once, and the main
+process saves every agent's final value and the metrics. The tests compare the two modes and
 check the MPI results against numpy references.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-HERE = Path(__file__).parent
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
-sys.path.insert(0, str(HERE))
-
-from test_algorithms import hub_digraph, random_push_schedule  # noqa: E402
+from tests import _jobs
+from tests.test_algorithms import hub_digraph, random_push_schedule
 
 
 def job(out: str) -> None:
@@ -62,7 +57,8 @@ def job(out: str) -> None:
         message = str(exc)
     else:
         message = "no error"
-    refused = fs.global_view(fs.local(lambda r: float("column-stochastic" in message)))
+    named = "topology_or_schedule: the weights are not column-stochastic" in message
+    refused = fs.global_view(fs.local(lambda r: float(named)))
     saved["refused_everywhere"] = np.array(bool(np.all(refused)))
     if fs.is_main_process():
         np.savez(out, **saved)
@@ -71,13 +67,8 @@ def job(out: str) -> None:
 
 def fogrun(tmp_path: Path, mode: list[str], n: int) -> dict[str, np.ndarray]:
     out = tmp_path / f"algorithms-{'sim' if mode else 'mpi'}-{n}.npz"
-    cmd = [sys.executable, "-m", "fogsim.run", *mode, "-np", str(n), "--timeout", "120",
-           "python", str(Path(__file__).resolve()), str(out)]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), str(HERE)])}
-    env.pop("FOGSIM_SIZE", None)
-    env.pop("FOGSIM_BACKEND", None)
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
-    assert run.returncode == 0, run.stderr[-3000:]
+    run = _jobs.fogrun(n, "-m", "tests.test_algorithms_mpi", str(out), options=tuple(mode),
+                       timeout=120).check()  # fmt: skip
     assert run.stderr.count("| 0/50 [") == 1  # one progress bar: the main process's
     with np.load(out) as saved:
         return dict(saved)
@@ -85,9 +76,7 @@ def fogrun(tmp_path: Path, mode: list[str], n: int) -> dict[str, np.ndarray]:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install 'fogsim[mpi]')")
-    if not MPIEXEC.exists():
-        pytest.skip(f"no mpiexec next to {sys.executable} (pip install 'fogsim[mpi]')")
+    _jobs.environment.require_mpiexec()
     tmp = tmp_path_factory.mktemp("algorithms")
     cache: dict[tuple[str, int], dict] = {}
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from _jobs import fogrun_script
+
+from tests._jobs import fogrun_script
 
 SCRIPT = """
 import torch

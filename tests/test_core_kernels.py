@@ -5,9 +5,6 @@ The compiled and fallback kernels must agree bit for bit (``np.array_equal``); b
 reason when it is not built.
 """
 
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,6 +12,7 @@ import scipy.sparse as sp
 
 from fogsim import _core
 from fogsim._core import _fallback
+from tests import _jobs
 
 DTYPES = [np.float32, np.float64]
 # Relative to |W| @ |x|; float32 sums of up to ~12 rounded products stay far below 1e-5.
@@ -410,6 +408,4 @@ def test_falls_back_without_extension():
         "assert c.compiled is False and c.kernels is c.fallback\n"
         "assert c.csr_combine is c.fallback.csr_combine\n"
     )
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
+    _jobs.python("-c", code, timeout=60).check()

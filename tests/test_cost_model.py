@@ -137,7 +137,7 @@ def test_levels_and_networks_are_checked():
         H.Level(2, "1us", 1e9)
     with pytest.raises(ValueError, match="kind must be 'fat_tree' or 'torus'"):
         H.Network([H.Level(2, 0, 1)], kind="mesh")
-    with pytest.raises(TypeError, match="Level objects"):
+    with pytest.raises(TypeError, match="Network levels must be a non-empty sequence of Level"):
         H.Network([])
     with pytest.raises(ValueError, match="algorithm must be one of"):
         H.allreduce_time(FIG1, MB, "tree")
@@ -172,7 +172,7 @@ def test_a_schedule_costs_its_average_step():
     steps = list(itertools.islice(T.one_peer_exponential_two(8), 3))
     assert H.schedule_time(TWO_BY_FOUR, MB, steps) == pytest.approx(10e-6 + 7 / 3 * 1e-3)
     assert H.schedule_time(TWO_BY_FOUR, MB, steps[2:]) == pytest.approx(10e-6 + 4e-3)
-    with pytest.raises(ValueError, match="at least one step"):
+    with pytest.raises(ValueError, match="schedule_time: steps is empty"):
         H.schedule_time(TWO_BY_FOUR, MB, [])
 
 

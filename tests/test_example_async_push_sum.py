@@ -2,30 +2,22 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).parent.parent
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
+from tests import _jobs
+
+ROOT = _jobs.ROOT
 FINAL = re.compile(r"final relative error (\S+), total mass sum\(p\) = (\S+) \(n = (\d+)\)")
 
 
 def run(tmp_path: Path, mode: list[str], n: int, *options: str) -> tuple[float, float, np.ndarray]:
     out = tmp_path / f"ps-{'-'.join(mode) or 'mpi'}-{n}-{len(list(tmp_path.iterdir()))}.npy"
-    cmd = [sys.executable, "-m", "fogsim.run", *mode, "-np", str(n), "--timeout", "150",
-           "python", str(ROOT / "examples" / "async_push_sum.py"), "--save", str(out),
-           *options]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("FOGSIM_SIZE", None)
-    env.pop("FOGSIM_BACKEND", None)
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=200, env=env)
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = _jobs.fogrun(n, str(ROOT / "examples" / "async_push_sum.py"), "--save", str(out),
+                        *options, options=tuple(mode), timeout=150).check()  # fmt: skip
     found = FINAL.findall(done.stdout)
     assert len(found) == 1, done.stdout[-2000:]  # printed once per job
     error, mass, size = found[0]
@@ -49,8 +41,6 @@ def test_simulated_asynchrony_with_delays_conserves_mass(tmp_path):
 
 @pytest.mark.mpi
 def test_mpi_asynchronous_processes_reach_the_average(tmp_path):
-    if not MPIEXEC.exists():
-        pytest.skip("no mpiexec next to the interpreter (pip install 'fogsim[mpi]')")
     error, mass, _ = run(tmp_path, [], 4, "--iters", "300")
     assert error < 1e-6
     assert mass == pytest.approx(4, rel=1e-12)
@@ -59,8 +49,6 @@ def test_mpi_asynchronous_processes_reach_the_average(tmp_path):
 @pytest.mark.mpi
 @pytest.mark.parametrize("n", [2, 4])
 def test_mpi_lock_step_equals_the_simulator(tmp_path, n):
-    if not MPIEXEC.exists():
-        pytest.skip("no mpiexec next to the interpreter (pip install 'fogsim[mpi]')")
     options = ("--iters", "30", "--lockstep", "--topology", "ring")
     _, _, distributed = run(tmp_path, [], n, *options)
     _, _, simulated = run(tmp_path, ["--sim"], n, *options)

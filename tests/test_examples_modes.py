@@ -3,16 +3,14 @@ per-agent threads of one process (fogrun --spmd)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).parent.parent
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
+from tests import _jobs
+
+ROOT = _jobs.ROOT
 CONFIGS = [
     *[(n, "exp2") for n in (1, 2, 3, 4)],
     (4, "ring"),
@@ -26,14 +24,9 @@ def fogrun(
 ) -> np.ndarray:
     how = mode[0].strip("-") if mode else "mpi"
     out = tmp_path / f"{example}-{how}-{n}-{topology}.npy"
-    cmd = [sys.executable, "-m", "fogsim.run", *mode, "-np", str(n), "--timeout", "120",
-           "python", str(ROOT / "examples" / f"{example}.py"), "--topology", topology,
-           "--iters", "40", "--save", str(out), *options]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("FOGSIM_SIZE", None)
-    env.pop("FOGSIM_BACKEND", None)
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
-    assert run.returncode == 0, run.stderr[-2000:]
+    run = _jobs.fogrun(n, str(ROOT / "examples" / f"{example}.py"), "--topology", topology,
+                       "--iters", "40", "--save", str(out), *options, options=tuple(mode),
+                       timeout=120).check()  # fmt: skip
     lines = [ln for ln in run.stdout.splitlines() if ln.strip() and ln.split()[0].isdigit()]
     assert lines and len(set(lines)) == len(lines), "progress must be printed once per job"
     return np.load(out)
@@ -43,8 +36,6 @@ def fogrun(
 @pytest.mark.parametrize("example", ["consensus", "dgd"])
 @pytest.mark.parametrize(("n", "topology"), CONFIGS)
 def test_example_same_numbers_in_both_modes(tmp_path, example, n, topology):
-    if not MPIEXEC.exists():
-        pytest.skip("no mpiexec next to the interpreter (pip install 'fogsim[mpi]')")
     simulated = fogrun(tmp_path, ["--sim"], n, example, topology)
     distributed = fogrun(tmp_path, [], n, example, topology)
     threads = fogrun(tmp_path, ["--spmd"], n, example, topology)
@@ -65,8 +56,6 @@ OTHERS = {
 @pytest.mark.mpi
 @pytest.mark.parametrize("example", list(OTHERS))
 def test_other_examples_same_numbers_in_both_modes(tmp_path, example):
-    if not MPIEXEC.exists():
-        pytest.skip("no mpiexec next to the interpreter (pip install 'fogsim[mpi]')")
     topology, *options = OTHERS[example]
     simulated = fogrun(tmp_path, ["--sim"], 4, example, topology, *options)
     distributed = fogrun(tmp_path, [], 4, example, topology, *options)

@@ -3,10 +3,6 @@ reproducibility, its errors, and the example in both modes (fogrun --sim and fog
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +12,10 @@ import scipy.sparse as sp
 import fogsim as fs
 from fogsim import topology as T
 from fogsim.demos import fish_school as fish
+from tests import _jobs, environment
 
 ROOT = Path(__file__).parent.parent
 EXAMPLE = ROOT / "examples" / "fish_school.py"
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
 
 
 @pytest.fixture(autouse=True)
@@ -169,13 +165,13 @@ def test_runs_in_the_current_world_or_a_private_one():
         ({"n": 2.5}, TypeError, "n must be an integer"),
         ({"n": 5, "radius": 0.0}, ValueError, "radius must be finite and > 0"),
         ({"n": 5, "radius": -1.0}, ValueError, "radius must be finite and > 0"),
-        ({"n": 5, "radius": float("nan")}, ValueError, "radius"),
+        ({"n": 5, "radius": float("nan")}, ValueError, "radius must be finite and > 0, got nan"),
         ({"n": 5, "mode": "flee"}, ValueError, "mode must be one of"),
         ({"n": 5, "predator": "zigzag"}, ValueError, "predator must be one of"),
         ({"n": 5, "steps": -1}, ValueError, "steps must be >= 0"),
-        ({"n": 5, "noise": -0.1}, ValueError, "noise"),
+        ({"n": 5, "noise": -0.1}, ValueError, "noise must be finite and >= 0"),
         ({"n": 5, "speed": 2.0, "max_speed": 1.0}, ValueError, "max_speed"),
-        ({"n": 5, "step_size": 0.0}, ValueError, "step_size"),
+        ({"n": 5, "step_size": 0.0}, ValueError, r"step_size must be in \(0, 1\]"),
         ({}, ValueError, "give n"),
     ],
 )
@@ -185,18 +181,15 @@ def test_bad_input_is_refused(kwargs, error, match):
 
 
 def test_bad_proximity_input_is_refused():
-    with pytest.raises(ValueError, match="radius"):
+    with pytest.raises(ValueError, match="radius must be finite and > 0, got 0.0"):
         fish.proximity_pairs(np.zeros((3, 2)), 0.0)
-    with pytest.raises(ValueError, match=r"\(n, 2\)"):
+    with pytest.raises(ValueError, match=r"positions must be an \(n, 2\) array, got shape \(3,"):
         fish.proximity_pairs(np.zeros((3, 3)), 1.0)
 
 
 # -- pictures and the example -----------------------------------------------------------
 def load_example():
-    spec = importlib.util.spec_from_file_location("fish_school_example", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return environment.load_example("fish_school")
 
 
 def test_example_writes_gif_plot_and_trajectories(tmp_path, capsys):
@@ -216,21 +209,14 @@ def test_example_writes_gif_plot_and_trajectories(tmp_path, capsys):
 
 def fogrun(tmp_path: Path, mode: list[str], n: int, extra: list[str]) -> np.ndarray:
     out = tmp_path / f"fish-{'sim' if mode else 'mpi'}-{n}.npy"
-    cmd = [sys.executable, "-m", "fogsim.run", *mode, "-np", str(n), "--timeout", "120",
-           "python", str(EXAMPLE), "--save", str(out), *extra]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("FOGSIM_SIZE", None)
-    env.pop("FOGSIM_BACKEND", None)
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
-    assert run.returncode == 0, run.stderr[-2000:]
+    run = _jobs.fogrun(n, str(EXAMPLE), "--save", str(out), *extra, options=tuple(mode),
+                       timeout=120).check()  # fmt: skip
     assert run.stdout.count(f"{n} fish, ") == 1, "the report must be printed once per job"
     return np.load(out)
 
 
 @pytest.mark.mpi
 def test_example_same_trajectories_simulated_and_under_mpi(tmp_path):
-    if not MPIEXEC.exists():
-        pytest.skip("no mpiexec next to the interpreter (pip install 'fogsim[mpi]')")
     extra = ["--steps", "30", "--mode", "encircle", "--switch-step", "15", "--seed", "4"]
     simulated = fogrun(tmp_path, ["--sim"], 4, extra)
     distributed = fogrun(tmp_path, [], 4, extra)

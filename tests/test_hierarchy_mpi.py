@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _jobs import fogrun_script
 
 import fogsim as fs
+from tests._jobs import fogrun_script
 
 SCRIPT = """
 import sys

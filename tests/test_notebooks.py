@@ -1,9 +1,10 @@
-"""The teaching notebooks run top to bottom, headless, within a minute, and are saved stripped."""
+"""The teaching notebooks run top to bottom, headless, and are saved stripped.
+
+How long they take is measured by benchmarks/bench_notebooks.py, not here."""
 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,8 @@ import pytest
 NOTEBOOK_DIR = Path(__file__).parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 
-#: Seconds a notebook may take, kernel start included (a laptop, no cluster).
-TIME_LIMIT = 60
+#: Seconds one cell may run before it counts as hung (a guard, far above what a cell takes).
+CELL_TIMEOUT = 600
 
 
 def _ids(path: Path) -> str:
@@ -47,11 +48,8 @@ def test_notebook_executes(path):
     nbclient = pytest.importorskip("nbclient", reason="the notebooks extra is not installed")
     nb = nbformat.read(path, as_version=4)
     resources = {"metadata": {"path": str(NOTEBOOK_DIR)}}  # run from notebooks/, as Jupyter does
-    client = nbclient.NotebookClient(nb, timeout=TIME_LIMIT, kernel_name="python3",
+    client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
                                      resources=resources)  # fmt: skip
-    start = time.perf_counter()
     client.execute()
-    elapsed = time.perf_counter() - start
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors, [f"{e.ename}: {e.evalue}" for e in errors]
-    assert elapsed < TIME_LIMIT, f"{path.name} took {elapsed:.1f} s"

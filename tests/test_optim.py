@@ -7,12 +7,12 @@ tests/test_optim_mpi.py checks that MPI runs give the simulator's numbers.
 
 from __future__ import annotations
 
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests import environment
 
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
@@ -244,7 +244,7 @@ def test_win_put_in_lockstep_is_adapt_then_combine(overlap):
     assert_close(params(model), {k: mix(W, x[k] - LR * g[k]) for k in x})
     opt.free_windows()
     assert fs.win_names() == []
-    with pytest.raises(ValueError, match="freed"):
+    with pytest.raises(ValueError, match="the windows were freed"):
         opt.step()
 
 
@@ -397,13 +397,14 @@ def test_broadcast_parameters_copies_the_root_agent():
     fo.broadcast_parameters(other.named_parameters(), root_rank=1)
     fo.broadcast_parameters(other, root_rank=1)  # a module: its state dict
     assert torch.equal(other[0].bias[0], other[0].bias[3])
-    with pytest.raises(ValueError, match="out of range"):
+    with pytest.raises(ValueError, match=f"root_rank={N} is out of range"):
         fo.broadcast_parameters(model.state_dict(), root_rank=N)
-    with pytest.raises(TypeError, match="not one tensor"):
+    with pytest.raises(TypeError, match="params must be a module, .* not one tensor"):
         fo.broadcast_parameters(model[0].weight)
-    with pytest.raises(TypeError, match="not a tensor"):
+    with pytest.raises(TypeError, match="broadcast_parameters: w is a float, not a tensor"):
         fo.broadcast_parameters({"w": 1.0})
-    with pytest.raises(ValueError, match="agent"):  # an unstacked tensor in simulation
+    # an unstacked tensor in simulation
+    with pytest.raises(ValueError, match=r"x has 3 entries on its leading \(agent\) axis"):
         fo.broadcast_parameters({"w": torch.zeros(3, 2)})
 
 
@@ -420,7 +421,7 @@ def test_broadcast_optimizer_state_copies_per_agent_state():
         torch.testing.assert_close(inner.state[p]["momentum_buffer"], buf[3].expand_as(buf))
     inner.state[model[0].bias]["momentum_buffer"] = None  # robust to None-valued state
     fo.broadcast_optimizer_state(inner, root_rank=1)
-    with pytest.raises(TypeError, match="torch optimizer"):
+    with pytest.raises(TypeError, match="optimizer must be a torch optimizer"):
         fo.broadcast_optimizer_state(model)
 
 
@@ -429,9 +430,9 @@ def test_bad_arguments_are_refused():
     model = fo.replicate(net)
     sgd = torch.optim.SGD(model.parameters(), lr=LR)
     ATC = fo.DistributedAdaptThenCombineOptimizer
-    with pytest.raises(TypeError, match="torch.optim.Optimizer"):
+    with pytest.raises(TypeError, match=r"optimizer must be a torch\.optim\.Optimizer"):
         ATC(model, model)
-    with pytest.raises(TypeError, match="nn.Module"):
+    with pytest.raises(TypeError, match=r"model must be an nn\.Module"):
         ATC(sgd, sgd)
     with pytest.raises(ValueError, match="none of model's parameters"):
         ATC(sgd, net())
@@ -442,20 +443,20 @@ def test_bad_arguments_are_refused():
     for bad, exc in [(0, ValueError), (1.5, TypeError), (True, TypeError)]:
         with pytest.raises(exc, match="num_steps_per_communication"):
             ATC(sgd, model, num_steps_per_communication=bad)
-    with pytest.raises(TypeError, match="overlap"):
+    with pytest.raises(TypeError, match="overlap must be a bool or None"):
         ATC(sgd, model, overlap="yes")
     opt = ATC(sgd, model)
-    with pytest.raises(TypeError, match="already wrapped"):
+    with pytest.raises(TypeError, match="optimizer is already wrapped"):
         ATC(opt, model)
     with pytest.raises(NotImplementedError, match="before wrapping"):
         opt.add_param_group({"params": [torch.zeros(N, 2, requires_grad=True)]})
-    with pytest.raises(ValueError, match="leading axis of 4"):
+    with pytest.raises(ValueError, match=r"positional argument 0 has shape \(3, 5\)"):
         model(torch.zeros(3, 5))
-    with pytest.raises(TypeError, match="nn.Module or a function"):
+    with pytest.raises(TypeError, match=r"model must be an nn\.Module or a function"):
         fo.replicate(3)
     with pytest.raises(TypeError, match=r"model\(0\) must return an nn.Module"):
         fo.replicate(lambda r: None)
-    with pytest.raises(TypeError, match="takes a function"):
+    with pytest.raises(TypeError, match="per_agent.*fn must be a function"):
         fo.per_agent(None)
     with pytest.raises(ValueError, match="differ in structure"):
         fo.AgentModel([nn.Linear(2, 2), nn.Linear(3, 2)])
@@ -500,15 +501,9 @@ def test_schedulers_state_dicts_and_closures_go_to_the_wrapped_optimizer():
 
 
 def test_example_reaches_95_percent_test_accuracy(capsys):
-    """The simulated example, all three methods on 8 agents, in well under 30 s."""
-    sys.path.insert(0, str(ROOT / "examples"))
-    try:
-        import decentralized_training as example
-    finally:
-        sys.path.pop(0)
-    start = time.perf_counter()
+    """The simulated example, all three methods on 8 agents (speed: benchmarks/bench_torch.py)."""
+    example = environment.load_example("decentralized_training")
     results = example.main(["--no-progress"])
-    elapsed = time.perf_counter() - start
     printed = capsys.readouterr().out
     assert printed.count("epoch  15") == 3 and "final test accuracy" in printed
     for method in example.METHODS:
@@ -520,7 +515,6 @@ def test_example_reaches_95_percent_test_accuracy(capsys):
         assert results["source"].startswith("synthetic")
     else:
         assert results["source"] == "digits"
-    assert elapsed < 30
 
 
 def test_public_namespace():

@@ -1,9 +1,9 @@
 """fogsim.optim under fogrun: every wrapper gives the simulator's parameters to 1e-9.
 
 Both distributed backends are checked, MPI and torch.distributed (gloo, selected with
-``FOGSIM_BACKEND=torch``). This file is also the job: ``fogrun -np 4 python
-tests/test_optim_mpi.py OUT.npz`` (or ``job(OUT, backend="sim", size=4)``) trains a small
-float64 MLP for a few steps with each wrapper (SGD with momentum or Nesterov, Adam; one
+``FOGSIM_BACKEND=torch``). This file is also the job: from the repository root, ``fogrun
+-np 4 python -m tests.test_optim_mpi OUT.npz`` (or ``job(OUT, backend="sim", size=4)``) trains
+a small float64 MLP for a few steps with each wrapper (SGD with momentum or Nesterov, Adam; one
 run mixes hierarchically, on two machines of two agents),
 starting from per-agent initializations equalized by broadcast_parameters, and the main
 process saves every agent's parameters. Distributed, the wrappers overlap communication
@@ -12,16 +12,14 @@ with the backward pass from hooks; simulated, they do the whole step in ``step()
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-HERE = Path(__file__).parent
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
+from tests import _jobs
+
 STEPS = 6
 
 
@@ -123,13 +121,8 @@ def _train_all(out: str, world: dict) -> None:
 
 def fogrun(tmp_path: Path, backend: str, n: int) -> dict[str, np.ndarray]:
     out = tmp_path / f"optim-{backend}-{n}.npz"
-    cmd = [sys.executable, "-m", "fogsim.run", "-np", str(n), "--local-size", "2",
-           "--timeout", "120", "python", str(Path(__file__).resolve()), str(out)]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), str(HERE)]),
-           "FOGSIM_BACKEND": backend}  # fmt: skip
-    env.pop("FOGSIM_SIZE", None)
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
-    assert run.returncode == 0, run.stderr[-3000:]
+    _jobs.fogrun(n, "-m", "tests.test_optim_mpi", str(out), options=("--local-size", "2"),
+                 timeout=120, env={"FOGSIM_BACKEND": backend}).check()  # fmt: skip
     with np.load(out) as saved:
         return dict(saved)
 
@@ -147,14 +140,9 @@ def simulated(tmp_path_factory) -> dict[str, np.ndarray]:
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["mpi", "torch"])
 def test_distributed_runs_give_the_simulators_parameters(tmp_path, simulated, backend):
-    pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install 'fogsim[mpi]')")
-    if not MPIEXEC.exists():
-        pytest.skip(f"no mpiexec next to {sys.executable} (pip install 'fogsim[mpi]')")
+    _jobs.environment.require_mpiexec()
     if backend == "torch":
-        try:
-            import fogsim.backends.torchdist  # noqa: F401
-        except ImportError as exc:
-            pytest.skip(f"the torch backend is not available: {exc}")
+        import fogsim.backends.torchdist  # noqa: F401 - fails the test when it cannot import
     distributed = fogrun(tmp_path, backend, 4)
     synchronous = {key for key in simulated if not key.startswith("async/")}
     assert set(distributed) - synchronous <= set(simulated) - synchronous

@@ -100,33 +100,33 @@ def test_invalid_calls_raise_naming_the_argument(world, bad):
         src[i] = {**src[i], (i + 1) % n: float("nan")} if n > 1 else {}
         if n == 1:
             sw[0] = float("nan")
-        expect = (ValueError, "finite")
+        expect = (ValueError, f"src_weights[{i}]: weight nan" if n > 1 else "self_weight[0] is nan")
     elif bad == "inf_self":
         sw[i] = float("inf")
-        expect = (ValueError, "self_weight")
+        expect = (ValueError, f"self_weight[{i}] is inf")
     elif bad == "unknown_rank":
         src[i] = {**src[i], n + 3: 0.5}
-        expect = (ValueError, "src_weights")
+        expect = (ValueError, f"src_weights[{i}]: rank {n + 3} is out of range")
     elif bad == "negative_rank":
         dst[i] = {**dst[i], -1: 1.0}
-        expect = (ValueError, "dst_weights")
+        expect = (ValueError, f"dst_weights[{i}]: rank -1 is out of range")
     elif bad == "unlisted_sender":
         if n == 1:
             return
         j = (i + 1) % n
         src[i] = {k: w for k, w in src[i].items() if k != j}
         dst[j] = {**dst[j], i: 1.0}  # j sends to i, which does not expect it
-        expect = (ValueError, f"agent {j}")
+        expect = (ValueError, f"agent {j} sends to agent {i} (dst_weights[{j}])")
     elif bad == "int_dtype":
         x = np.arange(n * 2).reshape(n, 2)
-        expect = (TypeError, "float")
+        expect = (TypeError, "x must be float32 or float64")
     elif bad == "bad_shape":
         x = np.ones((n + 1, 2))
-        expect = (ValueError, "leading (agent) axis")
+        expect = (ValueError, f"x has {n + 1} entries on its leading (agent) axis")
     else:  # src_without_self
         sw = None
         dst = None
-        expect = (ValueError, "self_weight")
+        expect = (ValueError, "src_weights was given without self_weight")
     with fs.Context(backend="sim", size=n) as world_:
         with pytest.raises(expect[0]) as info:
             fs.neighbor_allreduce(x, self_weight=sw, src_weights=src, dst_weights=dst)

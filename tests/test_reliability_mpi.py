@@ -10,10 +10,9 @@ a time bound: a hang fails the test instead of blocking the suite.
 
 from __future__ import annotations
 
-import time
-
 import pytest
-from _jobs import fogrun_script
+
+from tests._jobs import fogrun_script
 
 PATTERNS = 200
 
@@ -50,7 +49,7 @@ for k in range({patterns}):
         fs.neighbor_allreduce(np.full(3, float(r)), self_weight=0.5, src_weights=src,
                               dst_weights=dst)
     except ValueError as exc:
-        caught += 1
+        caught += "topology check failed: agent" in str(exc)
         messages.add(str(exc).split(":")[0])
     # a valid call right after: the world still works
     ok = fs.neighbor_allreduce(np.full(2, float(r)), self_weight=0.5,
@@ -102,8 +101,8 @@ pairs += [(b, a) for a, b in pairs]
 for odd, rest in pairs:  # rank 1 makes one op, the others another
     try:
         OPS[odd if r == 1 else rest]()
-    except (ValueError, TypeError):
-        caught += 1
+    except ValueError as exc:  # the agreement's refusal, or rank 1's bad argument, everywhere
+        caught += "ranks disagree: " in str(exc) or "self_weight and src_weights" in str(exc)
     ok = fs.neighbor_allreduce(np.full(2, float(r)))  # the world still works
     assert np.allclose(ok, fs.neighbor_allreduce(np.full(2, float(r)),
                                                  enable_topo_check=False)), ok
@@ -147,11 +146,12 @@ for _ in range(10_000):  # the others would go on for minutes
 @pytest.mark.mpi
 @pytest.mark.parametrize("how", ["raise", "kill"])
 def test_a_rank_that_dies_ends_the_job_naming_it(tmp_path, how):
-    start = time.monotonic()
-    run = fogrun_script(tmp_path, DIE, 3, how, timeout=60)
-    assert time.monotonic() - start < 30  # ended by the death, not by the timeout
-    assert run.returncode not in (0, 124)
+    run = fogrun_script(tmp_path, DIE, 3, how, timeout=300)  # the timeout only guards a hang
+    assert not run.timed_out and run.returncode not in (0, 124), run.describe()
     said = run.stdout + run.stderr
+    # ended by the death: neither fogrun's timeout nor the survivors' stall report ended it
+    assert not run.timed_out and "fogrun: timed out" not in said, said[-2000:]
+    assert "StallError" not in said and "have not reached" not in said, said[-2000:]
     if how == "raise":
         assert "rank 1 gives up" in said and "(rank 1 in comm 0)" in said, said[-2000:]
         assert "fogrun: rank 1 (process" in said and ") failed and ended" in said, said[-2000:]

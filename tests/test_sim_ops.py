@@ -150,8 +150,9 @@ def test_circulant_and_csr_paths_agree_bitwise(world):
     x = stacked(n, (9,), np.float64)
     circ = fs.neighbor_allreduce(x)  # exp-2 is circulant: the offsets kernel runs
     csr = fs.neighbor_allreduce(x, src_weights=topo.to_dense() + 0.0 * np.eye(n))
-    dicts = fs.local(lambda r: {j: 1 / 6 for j in topo.in_neighbors(r)})
-    via_dicts = fs.neighbor_allreduce(x, self_weight=1 / 6, src_weights=dicts)
+    W = topo.to_dense()  # exact weights: 1/6 rounded to 2**-53, self weight 1 - 5 w
+    dicts = fs.local(lambda r: {j: W[r, j] for j in topo.in_neighbors(r)})
+    via_dicts = fs.neighbor_allreduce(x, self_weight=W[0, 0], src_weights=dicts)
     assert np.array_equal(circ, csr)
     assert np.array_equal(circ, via_dicts)
 
@@ -198,7 +199,7 @@ def test_integer_sum_allowed_average_refused(world):
     world(T.ring_graph(4))
     x = np.arange(8).reshape(4, 2)
     assert np.array_equal(fs.allreduce(x, average=False), np.tile([12, 16], (4, 1)))
-    with pytest.raises(TypeError, match="float32 or float64"):
+    with pytest.raises(TypeError, match="allreduce averages, so x must be float32 or float64"):
         fs.allreduce(x)
     with pytest.raises(TypeError, match="neighbor_allreduce averages"):
         fs.neighbor_allreduce(x)

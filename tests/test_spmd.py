@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 import time
 
-import dual_cases
 import numpy as np
 import pytest
 
@@ -19,6 +18,7 @@ import fogsim.spmd as spmd
 from fogsim import _context
 from fogsim import topology as T
 from fogsim.spmd import SpmdAborted, SpmdError, SpmdTimeout
+from tests import dual_cases
 
 SIZES = [1, 4, 16]
 
@@ -398,11 +398,11 @@ def test_an_agent_that_returns_early_ends_the_wait_of_the_others():
             return "done"
         fs.allreduce(np.ones(2))
 
-    t0 = time.monotonic()
+    # Ended by agent 3's return, not by the (far longer) rendezvous timeout, a hang guard.
     with pytest.raises(SpmdError, match=r"agent 3 finished while agents 0, 1, 2 wait in "
-                                        r"allreduce"):  # fmt: skip
-        spmd.run(main, size=4)
-    assert time.monotonic() - t0 < 10
+                                        r"allreduce") as info:  # fmt: skip
+        spmd.run(main, size=4, timeout=120)
+    assert not isinstance(info.value, SpmdTimeout), info.value
 
 
 def test_a_stalled_rendezvous_times_out():
@@ -457,11 +457,11 @@ def test_the_spmd_backend_refuses_to_start_outside_a_run():
 
 
 def test_run_checks_its_arguments():
-    with pytest.raises(TypeError, match="function"):
+    with pytest.raises(TypeError, match="main must be a function"):
         spmd.run(42, size=2)
     with pytest.raises(ValueError, match="size must be >= 1"):
         spmd.run(lambda: None, size=0)
-    with pytest.raises(ValueError, match="timeout"):
+    with pytest.raises(ValueError, match="timeout must be a number of seconds >= 0"):
         spmd.run(lambda: None, size=2, timeout=-1)
     assert spmd.run(lambda a, b: (fs.rank(), a + b), 1, 2, size=3) == [(0, 3), (1, 3), (2, 3)]
 

@@ -5,18 +5,27 @@ without them the package runs on ``_fallback`` and ``_fallback_dispatch``, which
 bit-identical results more slowly. ``kernels`` is the kernel module in use and ``fallback``
 the numpy one; ``dispatch`` and ``fallback_dispatch`` likewise for handles, the handle table
 and tensor fusion (``FusionQueue``, ``FusedBatch``, ``pack``, ``combine_rows``).
+
+``FOGSIM_PURE_PYTHON=1`` in the environment (see :mod:`fogsim._settings`) forces the twins
+even when the extension is built (``compiled`` is then False), so that the same workload can
+be run on both and compared bit for bit (``tests/test_pure_python.py``). It is read once,
+when this module is first imported.
 """
 
+from .. import _settings
 from . import _fallback as fallback
 from . import _fallback_dispatch as fallback_dispatch
 
-try:
-    from . import _dispatch as dispatch
-    from . import _kernels as kernels
-except ImportError:
+if _settings.pure_python():
     kernels, dispatch, compiled = fallback, fallback_dispatch, False
 else:
-    compiled = True
+    try:
+        from . import _dispatch as dispatch
+        from . import _kernels as kernels
+    except ImportError:
+        kernels, dispatch, compiled = fallback, fallback_dispatch, False
+    else:
+        compiled = True
 
 assemble_csr = kernels.assemble_csr
 circulant_combine = kernels.circulant_combine

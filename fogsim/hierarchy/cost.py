@@ -170,7 +170,7 @@ class Network:
     def __init__(self, levels: Iterable[Level], kind: str = "fat_tree") -> None:
         levels = tuple(levels)
         if not levels or not all(isinstance(level, Level) for level in levels):
-            raise TypeError("Network needs a non-empty sequence of Level objects")
+            raise TypeError("Network levels must be a non-empty sequence of Level objects")
         if kind not in ("fat_tree", "torus"):
             raise ValueError(f"Network kind must be 'fat_tree' or 'torus', got {kind!r}")
         object.__setattr__(self, "levels", levels)
@@ -325,7 +325,7 @@ def schedule_time(network: Network, n: float, steps: Iterable[Any]) -> float:
     """
     times = [neighbor_allreduce_time(network, n, getattr(s, "weights", s)) for s in steps]
     if not times:
-        raise ValueError("schedule_time needs at least one step")
+        raise ValueError("schedule_time: steps is empty; it needs at least one step")
     return float(np.mean(times))
 
 

@@ -44,7 +44,8 @@ def replicate(model: nn.Module | Callable[[int], nn.Module]) -> nn.Module:
         return AgentModel([model] * fs.size())
     if not callable(model):
         raise TypeError(
-            f"replicate() takes an nn.Module or a function of the rank, got {type(model).__name__}"
+            "replicate(): model must be an nn.Module or a function of the rank, got "
+            f"{type(model).__name__}"
         )
     if not is_simulated():
         return _checked_module(model(fs.rank()), "model(rank)")
@@ -63,7 +64,7 @@ def per_agent(fn: Callable[..., Any], in_dims: Any = 0, randomness: str = "error
     samples, then a mean or sum per agent; other calls go through vmap.
     """
     if not callable(fn):
-        raise TypeError(f"per_agent() takes a function, got {type(fn).__name__}")
+        raise TypeError(f"per_agent(): fn must be a function, got {type(fn).__name__}")
     if not is_simulated():
         return fn
     mapped = torch.func.vmap(fn, in_dims=in_dims, randomness=randomness)

@@ -24,8 +24,8 @@ def _tensors(params: Any) -> list[tuple[str, torch.Tensor]]:
         items = params.items()
     elif isinstance(params, torch.Tensor):
         raise TypeError(
-            "broadcast_parameters takes a module, a state dict or (name, tensor) pairs, "
-            "not one tensor: wrap it as [('name', tensor)]"
+            "broadcast_parameters: params must be a module, a state dict or (name, tensor) "
+            "pairs, not one tensor: wrap it as [('name', tensor)]"
         )
     else:
         items = list(params)
@@ -70,7 +70,8 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
     inner = getattr(optimizer, "optimizer", optimizer)
     if not isinstance(inner, torch.optim.Optimizer):
         raise TypeError(
-            f"broadcast_optimizer_state takes a torch optimizer, got {type(optimizer).__name__}"
+            "broadcast_optimizer_state: optimizer must be a torch optimizer, got "
+            f"{type(optimizer).__name__}"
         )
     if is_simulated():
         _broadcast_stacked_state(inner, root_rank)

@@ -139,7 +139,8 @@ def run(
     that returns while others wait in an op ends the run with :class:`SpmdError`.
     """
     if not callable(main):
-        raise TypeError(f"run() takes a function to run on every agent, got {type(main).__name__}")
+        raise TypeError(f"run(): main must be a function to run on every agent, got "
+                        f"{type(main).__name__}")  # fmt: skip
     settings = _settings.load()
     n = _size(size, settings)
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)

@@ -15,6 +15,7 @@ from ._circulant import (
     has_partial_zeros,
     make_circulant,
 )
+from ._exact import uniform_split
 from ._util import check_agent, check_positive_int, readonly
 
 if TYPE_CHECKING:
@@ -181,20 +182,24 @@ class Topology:
         return np.bincount(self.offdiag_csr()[1], minlength=self._size).astype(np.int64)
 
     def uniform(self) -> Topology:
-        """Return the same pattern with weights ``1 / (in_degree + 1)`` on self and in-neighbors."""
+        """Return the same pattern with weights ``1 / (in_degree + 1)`` on self and in-neighbors.
+
+        Exact: the neighbor weights are rounded to multiples of ``2**-53`` and the self weight
+        is one minus them, so every row sums to exactly 1.0 in any order.
+        """
         form = self.circulant_form()
         if form is not None:
-            w = 1.0 / (form.num_offsets + 1)
-            return Topology.circulant(self._size, form.offsets, w, w)
+            w, w_self = uniform_split(form.num_offsets)
+            return Topology.circulant(self._size, form.offsets, float(w), float(w_self))
         indptr, indices, _ = self.offdiag_csr()
         degrees = np.diff(indptr)
-        weight = 1.0 / (degrees + 1)
+        weight, self_weight = uniform_split(degrees)
         rows = np.repeat(np.arange(self._size), degrees)
         return _from_coo(
             self._size,
             np.concatenate([rows, np.arange(self._size)]),
             np.concatenate([indices, np.arange(self._size)]),
-            np.concatenate([weight[rows], weight]),
+            np.concatenate([weight[rows], self_weight]),
         )
 
     def transpose(self) -> Topology:

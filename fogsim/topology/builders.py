@@ -2,7 +2,9 @@
 
 Agents are ``0..n-1``; ``W[i, j]`` is the weight agent ``i`` gives to what it receives from
 ``j``. Regular graphs use uniform weights ``1 / (degree + 1)``; irregular ones use
-Metropolis-Hastings weights (doubly stochastic).
+Metropolis-Hastings weights (doubly stochastic). As with every weight rule, the rows (and the
+columns of the doubly stochastic ones) sum to exactly 1.0 in floating point: the neighbor
+weights are multiples of ``2**-53`` and the self weight is one minus them.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import math
 
 import numpy as np
 
+from ._exact import uniform_split
 from ._topology import Topology, _from_coo
 from ._util import check_agent, check_positive_int
 from .weights import metropolis_hastings_weights
@@ -42,8 +45,7 @@ def exponential_graph(n: int, base: int = 2) -> Topology:
     if base < 2:
         raise ValueError(f"base must be >= 2, got {base}")
     powers = _powers_below(n, base)
-    w = 1.0 / (len(powers) + 1)
-    return Topology.circulant(n, [-p for p in powers], w, w)
+    return _uniform_circulant(n, [-p for p in powers])
 
 
 def exponential_two_graph(n: int) -> Topology:
@@ -65,8 +67,7 @@ def symmetric_exponential_graph(n: int, base: int = 2) -> Topology:
         raise ValueError(f"base must be >= 2, got {base}")
     powers = np.array(_powers_below(n, base), dtype=np.int64)
     offsets = np.union1d(powers, n - powers)
-    w = 1.0 / (offsets.shape[0] + 1)
-    return Topology.circulant(n, offsets, w, w)
+    return _uniform_circulant(n, offsets.tolist())
 
 
 def ring_graph(n: int, style: str = "bidirectional") -> Topology:
@@ -83,8 +84,7 @@ def ring_graph(n: int, style: str = "bidirectional") -> Topology:
     if n == 1:
         return Topology.circulant(1, [], 0.0, 1.0)
     offsets = {"bidirectional": {1, n - 1}, "left": {1}, "right": {n - 1}}[style]
-    w = 1.0 / (len(offsets) + 1)
-    return Topology.circulant(n, sorted(offsets), w, w)
+    return _uniform_circulant(n, sorted(offsets))
 
 
 def star_graph(n: int, center: int = 0) -> Topology:
@@ -138,15 +138,18 @@ def hypercube_graph(n: int) -> Topology:
         raise ValueError(f"n must be a power of two for a hypercube, got {n}")
     dim = n.bit_length() - 1
     agents = np.arange(n)
-    rows = np.concatenate([agents] * (dim + 1))
-    cols = np.concatenate([agents] + [agents ^ (1 << k) for k in range(dim)])
-    return _from_coo(n, rows, cols, np.full(rows.shape[0], 1.0 / (dim + 1)))
+    rows = np.tile(agents, dim)
+    cols = np.concatenate([agents ^ (1 << k) for k in range(dim)] or [agents[:0]])
+    return _from_coo(n, rows, cols, np.ones(rows.shape[0])).uniform()
 
 
 def fully_connected_graph(n: int) -> Topology:
     """Return the complete graph with ``w_ij = 1/n`` everywhere (exact averaging, ``rho = 0``)."""
     n = check_positive_int(n, "n")
-    return Topology(np.full((n, n), 1.0 / n))
+    w, w_self = uniform_split(n - 1)
+    matrix = np.full((n, n), w)
+    np.fill_diagonal(matrix, w_self)
+    return Topology(matrix)
 
 
 def random_geometric_graph(n: int, radius: float, seed: int | None = None) -> Topology:
@@ -184,6 +187,11 @@ def erdos_renyi_graph(n: int, p: float, seed: int | None = None) -> Topology:
     i += (i + 1) * i // 2 <= keys
     j = keys - i * (i - 1) // 2
     return _mh_from_edges(n, i, j)
+
+
+def _uniform_circulant(n: int, offsets: list[int]) -> Topology:
+    w, w_self = uniform_split(len(offsets))
+    return Topology.circulant(n, offsets, float(w), float(w_self))
 
 
 def _powers_below(n: int, base: int) -> list[int]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ._exact import uniform_split
 from ._topology import Topology, _csr_from_parts, _from_coo, as_topology
 from ._util import check_nonnegative_int, check_positive_int
 
@@ -63,7 +64,8 @@ def one_peer_schedule(topology: Any, start: int = 0) -> Iterator[DynamicStep]:
     """Yield BlueFog's one-peer steps of a static topology.
 
     At step t agent i sends to its out-neighbor number ``t % out_degree(i)``, ordered by the
-    distance ``(j - i) % n``; ``w = 1 / (len(recv) + 1)`` on self and each received value.
+    distance ``(j - i) % n``; ``w = 1 / (len(recv) + 1)`` on each received value and
+    ``1 - len(recv) w`` on self, so every row sums to exactly 1.0.
     """
     topo = as_topology(topology)
     start = check_nonnegative_int(start, "start")
@@ -85,12 +87,12 @@ def one_peer_schedule(topology: Any, start: int = 0) -> Iterator[DynamicStep]:
 
     def build(t: int) -> Topology:
         receivers = ordered_out[first + t % sender_degrees]
-        w = 1.0 / (np.bincount(receivers, minlength=n) + 1.0)
+        w, w_self = uniform_split(np.bincount(receivers, minlength=n))
         return _from_coo(
             n,
             np.concatenate([receivers, agents]),
             np.concatenate([senders, agents]),
-            np.concatenate([w[receivers], w]),
+            np.concatenate([w[receivers], w_self]),
         )
 
     # The sequence repeats after lcm(out-degrees) steps: keep them all when that is small.

@@ -3,6 +3,12 @@
 Every rule accepts anything :func:`~fogsim.topology.as_topology` accepts, uses only the
 structurally nonzero off-diagonal entries (the pattern) unless it says otherwise, and returns a
 :class:`~fogsim.topology.Topology`. Circulant inputs give circulant (lazy) outputs.
+
+Every rule is exact: the sums it promises to be 1 (rows, columns, or both) are exactly 1.0 in
+floating point, in any summation order. The weights are rounded to multiples of ``2**-53``
+(a change of at most ``2**-54``) and one weight per row (the self weight, or the largest where
+a rule says so) is one minus the others, so a mean-preserving rule keeps the mean of
+``x <- W x`` with no drift from its weights.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 from ._circulant import row_weights
+from ._exact import exact_rows, exact_rows_and_columns, largest_pivots, uniform_split
 from ._topology import Topology, _from_coo, as_topology
 from ._util import check_positive_int
 
@@ -30,7 +37,9 @@ __all__ = [
 def uniform_weights(topology: Any) -> Topology:
     """Return the pattern with weight ``1 / (d_i + 1)`` on self and each in-neighbor.
 
-    ``w_ij = 1 / (1 + d_i)`` for ``j`` in ``N_in(i) + {i}``; row-stochastic.
+    ``w_ij = 1 / (1 + d_i)`` for ``j`` in ``N_in(i) + {i}``; row-stochastic, every row
+    exactly (``w_ii = 1 - sum_j w_ij``); doubly stochastic, exactly, on regular symmetric
+    patterns.
     """
     return as_topology(topology).uniform()
 
@@ -38,44 +47,46 @@ def uniform_weights(topology: Any) -> Topology:
 def metropolis_hastings_weights(topology: Any) -> Topology:
     """Return Metropolis-Hastings weights on the symmetrized pattern (doubly stochastic).
 
-    ``w_ij = 1 / (1 + max(d_i, d_j))`` for neighbors, ``w_ii = 1 - sum_j w_ij``.
+    ``w_ij = 1 / (1 + max(d_i, d_j))`` for neighbors, ``w_ii = 1 - sum_j w_ij``. The matrix
+    is symmetric and its rows and columns sum to exactly 1.0.
     """
     topo = as_topology(topology)
     n = topo.size
     form = topo.circulant_form()
     if form is not None:
         offsets = np.union1d(form.offsets, n - form.offsets)
-        w = 1.0 / (offsets.shape[0] + 1)
-        return Topology.circulant(n, offsets, w, w)
+        w, w_self = uniform_split(offsets.shape[0])
+        return Topology.circulant(n, offsets, float(w), float(w_self))
     rows, cols = _symmetric_pattern(topo)
     degrees = np.bincount(rows, minlength=n)
     data = 1.0 / (1.0 + np.maximum(degrees[rows], degrees[cols]))
-    self_weight = 1.0 - np.bincount(rows, weights=data, minlength=n)
-    return _with_diagonal(n, rows, cols, data, self_weight)
+    return _with_diagonal(n, rows, cols, data)
 
 
 def max_degree_weights(topology: Any) -> Topology:
     """Return max-degree weights on the pattern (doubly stochastic if the pattern is symmetric).
 
-    ``w_ij = 1 / (1 + d_max)`` for in-neighbors, ``w_ii = 1 - d_i / (1 + d_max)``.
+    ``w_ij = 1 / (1 + d_max)`` for in-neighbors, ``w_ii = 1 - d_i / (1 + d_max)``; rows (and,
+    for a symmetric pattern, columns) sum to exactly 1.0.
     """
     topo = as_topology(topology)
     n = topo.size
     form = topo.circulant_form()
     if form is not None:
-        w = 1.0 / (form.num_offsets + 1)
-        return Topology.circulant(n, form.offsets, w, w)
+        w, w_self = uniform_split(form.num_offsets)
+        return Topology.circulant(n, form.offsets, float(w), float(w_self))
     indptr, indices, _ = topo.offdiag_csr()
     degrees = np.diff(indptr)
     w = 1.0 / (1.0 + degrees.max())
     rows = np.repeat(np.arange(n), degrees)
-    return _with_diagonal(n, rows, indices, np.full(rows.shape[0], w), 1.0 - degrees * w)
+    return _with_diagonal(n, rows, indices, np.full(rows.shape[0], w))
 
 
 def row_normalize(topology: Any) -> Topology:
     """Return ``W`` with every row scaled to sum to 1 (pull weights).
 
-    ``w_ij <- w_ij / sum_k w_ik``.
+    ``w_ij <- w_ij / sum_k w_ik``. A row of nonnegative weights then sums to exactly 1.0: its
+    largest weight (the self weight on ties) is one minus the others.
     """
     topo = as_topology(topology)
     n = topo.size
@@ -84,17 +95,18 @@ def row_normalize(topology: Any) -> Topology:
         weights = row_weights(form, n)
         sums = form.self_weight + weights.sum(axis=0)
         _check_sums(sums, "row")
-        return Topology.circulant(n, form.offsets, weights / sums, form.self_weight / sums)
+        return _exact_circulant(n, form.offsets, weights / sums, form.self_weight / sums)
     csr = topo.to_sparse()
     sums = np.asarray(csr.sum(axis=1)).ravel()
     _check_sums(sums, "row")
-    return Topology(sp.diags_array(1.0 / sums) @ csr)
+    return _exact_csr(sp.csr_array(sp.diags_array(1.0 / sums) @ csr))
 
 
 def column_normalize(topology: Any) -> Topology:
     """Return ``W`` with every column scaled to sum to 1 (push weights).
 
-    ``w_ij <- w_ij / sum_k w_kj``.
+    ``w_ij <- w_ij / sum_k w_kj``. A column of nonnegative weights then sums to exactly 1.0:
+    its largest weight (the self weight on ties) is one minus the others.
     """
     topo = as_topology(topology)
     n = topo.size
@@ -108,17 +120,26 @@ def column_normalize(topology: Any) -> Topology:
         sums = self_weight + np.take_along_axis(weights, sent, axis=1).sum(axis=0)
         _check_sums(sums, "column")
         scaled = weights / sums[(agents[None, :] + form.offsets[:, None]) % n]
-        return Topology.circulant(n, form.offsets, scaled, self_weight / sums)
+        # The columns of W are the rows of W^T, a circulant too.
+        pushed = Topology.circulant(n, form.offsets, scaled, self_weight / sums).transpose()
+        pushed_form = pushed.circulant_form()
+        if pushed_form is None:  # some per-agent weights are zero: a matrix-backed topology
+            return _exact_csr(sp.csr_array(pushed.to_sparse())).transpose()
+        exact = _exact_circulant(
+            n, pushed_form.offsets, row_weights(pushed_form, n), pushed_form.self_weight
+        )
+        return exact.transpose()
     csr = topo.to_sparse()
     sums = np.asarray(csr.sum(axis=0)).ravel()
     _check_sums(sums, "column")
-    return Topology(csr @ sp.diags_array(1.0 / sums))
+    return _exact_csr(sp.csr_array((csr @ sp.diags_array(1.0 / sums)).T)).transpose()
 
 
 def doubly_stochastic(topology: Any, tol: float = 1e-12, max_iter: int = 10000) -> Topology:
     """Return the doubly stochastic matrix with the pattern plus self loops (Sinkhorn scaling).
 
     ``W = diag(r) P diag(c)`` with ``P`` the 0/1 pattern plus identity, ``W 1 = W^T 1 = 1``.
+    The converged scaling is then made exact: rows and columns sum to exactly 1.0.
     """
     topo = as_topology(topology)
     if not tol > 0:
@@ -127,8 +148,8 @@ def doubly_stochastic(topology: Any, tol: float = 1e-12, max_iter: int = 10000) 
     n = topo.size
     form = topo.circulant_form()
     if form is not None:
-        w = 1.0 / (form.num_offsets + 1)
-        return Topology.circulant(n, form.offsets, w, w)
+        w, w_self = uniform_split(form.num_offsets)
+        return Topology.circulant(n, form.offsets, float(w), float(w_self))
     indptr, indices, _ = topo.offdiag_csr()
     rows = np.repeat(np.arange(n), np.diff(indptr))
     cols = indices.astype(np.int64)
@@ -158,7 +179,7 @@ def doubly_stochastic(topology: Any, tol: float = 1e-12, max_iter: int = 10000) 
             f"Sinkhorn scaling did not converge in {max_iter} iterations "
             f"(row sums off by {error:.3g} > tol={tol})"
         )
-    return _from_coo(n, rows, cols, r[rows] * c[cols])
+    return _from_coo(n, rows, cols, exact_rows_and_columns(n, rows, cols, r[rows] * c[cols]))
 
 
 def _symmetric_pattern(topo: Topology) -> tuple[np.ndarray, np.ndarray]:
@@ -169,16 +190,42 @@ def _symmetric_pattern(topo: Topology) -> tuple[np.ndarray, np.ndarray]:
     return both.row.astype(np.int64), both.col.astype(np.int64)
 
 
-def _with_diagonal(
-    n: int, rows: np.ndarray, cols: np.ndarray, data: np.ndarray, diagonal: np.ndarray
-) -> Topology:
-    diag = np.arange(n)
+def _with_diagonal(n: int, rows: np.ndarray, cols: np.ndarray, data: np.ndarray) -> Topology:
+    """Return the off-diagonal ``data`` plus self weights ``1 - sum_j w_ij``, rows exact."""
+    all_rows = np.concatenate([rows, np.arange(n)])
+    pivot = np.concatenate([np.zeros(rows.shape[0], dtype=bool), np.ones(n, dtype=bool)])
+    data = np.concatenate([data, np.zeros(n)])
     return _from_coo(
-        n,
-        np.concatenate([rows, diag]),
-        np.concatenate([cols, diag]),
-        np.concatenate([data, diagonal]),
+        n, all_rows, np.concatenate([cols, np.arange(n)]), exact_rows(n, all_rows, data, pivot)
     )
+
+
+def _exact_csr(csr: sp.csr_array) -> Topology:
+    """Return the row-normalized ``csr`` with its nonnegative rows summing to exactly 1."""
+    n = csr.shape[0]
+    rows = np.repeat(np.arange(n), np.diff(csr.indptr))
+    cols = csr.indices.astype(np.int64)
+    pivot = largest_pivots(n, rows, cols, csr.data)
+    return _from_coo(n, rows, cols, exact_rows(n, rows, csr.data, pivot))
+
+
+def _exact_circulant(
+    n: int, offsets: np.ndarray, weights: np.ndarray, self_weight: np.ndarray
+) -> Topology:
+    """Return the row-normalized circulant with its nonnegative rows summing to exactly 1."""
+    k = offsets.shape[0]
+    if weights.ndim == 1:
+        weights = weights[:, None]
+    # Entry (slot, agent): slot 0 is the self weight, slot 1 + m the weight of offset m.
+    values = np.vstack(
+        [np.broadcast_to(self_weight, (1, n)), np.broadcast_to(weights, (k, n))]
+    )
+    slots = np.repeat(np.arange(k + 1), n)
+    agents = np.tile(np.arange(n), k + 1)
+    data = values.ravel()
+    pivot = largest_pivots(n, agents, np.where(slots == 0, agents, -1), data)
+    exact = exact_rows(n, agents, data, pivot).reshape(k + 1, n)
+    return Topology.circulant(n, offsets, exact[1:], exact[0])
 
 
 def _check_sums(sums: np.ndarray, kind: str) -> None:

@@ -309,7 +309,9 @@ class NeighborOps:
 
     def _start_dynamic(self, arr, kind, plan, weights, scale, name) -> Handle:
         recv = np.empty((len(plan.srcs), *arr.shape), dtype=arr.dtype)
-        reqs = [self.p2p_comm.Irecv(recv[k], source=int(j)) for k, j in enumerate(plan.srcs)]
+        # recv[k, ...]: a view even for 0-d values (recv[k] would be a read-only scalar)
+        reqs = [self.p2p_comm.Irecv(recv[k, ...], source=int(j))
+                for k, j in enumerate(plan.srcs)]  # fmt: skip
         keep = []
         for j, s in zip(plan.dsts, plan.send_weights if scale else [1.0] * len(plan.dsts),
                         strict=True):  # fmt: skip

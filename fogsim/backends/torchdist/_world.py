@@ -72,7 +72,8 @@ def endpoint(settings: _settings.Settings) -> Endpoint:
     else:
         rank, size = 0, 1
     if not 0 <= rank < size:
-        raise ValueError(f"rank {rank} is out of range for a job of {size} processes")
+        what = f"RANK={rank}" if settings.torchrun else f"the launcher's rank {rank}"
+        raise ValueError(f"{what} is out of range for a job of {size} processes")
     addr = settings.master_addr or _LOCALHOST
     if settings.torch_port is not None:
         return Endpoint(rank, size, addr, settings.torch_port, "tcp")

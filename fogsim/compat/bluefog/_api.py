@@ -456,7 +456,8 @@ def _check_in_place(tensor: Any) -> None:
     # Duck-typed so that torch is never imported here.
     if not (isinstance(tensor, np.ndarray) or callable(getattr(tensor, "copy_", None))):
         raise TypeError(
-            f"in-place ops need a numpy array or a torch tensor, got {type(tensor).__name__}"
+            "in-place ops update tensor, so it must be a numpy array or a torch tensor, "
+            f"got {type(tensor).__name__}"
         )
 
 

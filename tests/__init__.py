@@ -1,0 +1,1 @@
+"""fogsim's test suite (a package: helpers are imported as ``tests.<module>``)."""
