@@ -67,7 +67,9 @@ def test_the_guard_raises_after_the_timeout_and_serves_meanwhile(monkeypatch):
 
     def test():
         tested.append(clock.now)
-        return False
+        # never done before the timeout; a guard that never raises is ended 10 s later (in
+        # simulated time), and the missing StallError fails the test instead of hanging it
+        return clock.now > tested[0] + 10.0
 
     with pytest.raises(StallError, match=r"rank 0 has waited 0 s in \w+; ranks 1, 2 have not "
                                          r"reached it\n  rank 1 waits in barrier \(for 0 s\)"):

@@ -126,6 +126,36 @@ def test_pattern_rules_are_exact(drawn):
 
 
 @EXACT
+@given(patterns())
+def test_pattern_rules_keep_their_formulas_to_the_rounding(drawn):
+    """Exactness moves a weight by at most 2**-54 (its row's pivot by one per other weight)."""
+    A, _ = drawn
+    n = A.shape[0]
+    eye = np.eye(n, dtype=bool)
+    d_in = A.sum(axis=1)
+    S = np.maximum(A, A.T)  # Metropolis-Hastings and max-degree: the symmetrized pattern
+    d = S.sum(axis=1)
+    formulas = {
+        "uniform_weights": (T.uniform_weights(A), (A + eye) / (d_in + 1)[:, None]),
+        "metropolis_hastings_weights": (
+            T.metropolis_hastings_weights(A),
+            S / (1 + np.maximum(d[:, None], d[None, :])),
+        ),
+        "max_degree_weights": (T.max_degree_weights(A), A / (1 + d_in.max(initial=0))),
+    }
+    for name, (topo, off) in formulas.items():
+        W = topo.to_dense()
+        want = np.where(eye, 0.0, off)
+        if name == "uniform_weights":
+            want = off
+        else:
+            want = want + np.diag(1.0 - want.sum(axis=1))
+        tol = 2.0**-54 * (1 + n * eye)  # the pivot (diagonal) absorbs the others' rounding
+        assert (np.abs(W - want) <= tol).all(), (name, np.abs(W - want).max())
+        assert ((W != 0) == (want != 0)).all(), name
+
+
+@EXACT
 @given(patterns(), st.booleans())
 def test_normalizations_are_exact(drawn, self_loops):
     A, seed = drawn
