@@ -113,6 +113,22 @@ def run(case: dict) -> list[np.ndarray]:
     raise ValueError(f"unknown case kind {kind!r}")
 
 
+def outcome(case: dict, **world) -> tuple[list[np.ndarray] | None, Exception | None]:
+    """Run the case on a fresh ``fs.Context(**world)``: (its results, None) for a valid case,
+    (None, None) for a bad one that did not raise, (None, the ValueError/TypeError) else."""
+    context = fs.Context(**world)
+    try:
+        with context:
+            if case.get("bad"):
+                run_bad(case)
+                return None, None
+            return [np.asarray(r) for r in run(case)], None
+    except (ValueError, TypeError) as exc:
+        return None, exc
+    finally:
+        context.close()
+
+
 def run_bad(case: dict) -> None:
     """Make the case's bad call (``case["bad"]`` on agent ``case["agent"]``); it must raise."""
     simulated = np.ndim(fs.rank()) == 1

@@ -168,8 +168,10 @@ def test_push_sum_reaches_the_average_where_plain_averaging_does_not():
     C_dense = C.to_dense()
     assert T.is_column_stochastic(C) and not T.is_row_stochastic(C)
     shares = P + np.eye(n)  # each agent splits equally between itself and its out-neighbors
-    np.testing.assert_allclose(C_dense, shares / shares.sum(axis=0), rtol=1e-15)
-    np.testing.assert_allclose(C_dense.sum(axis=0), 1.0, rtol=1e-15)
+    # equal shares, to the rounding that makes each column sum to exactly 1.0 (the self
+    # share takes the others' rounding: at most 2**-54 each)
+    np.testing.assert_allclose(C_dense, shares / shares.sum(axis=0), rtol=0, atol=n * 2.0**-54)
+    assert (C_dense.sum(axis=0) == 1.0).all()
     x0 = np.random.default_rng(2).standard_normal((n, 3))
     avg = x0.mean(axis=0)
     pushed = A.push_sum(x0, 150, C)

@@ -20,7 +20,6 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-import fogsim as fs
 from tests import _jobs, property_cases
 
 SIZES = (2, 4)
@@ -101,19 +100,12 @@ def mpi_run(tmp_path_factory):
     return get
 
 
-def _simulate(case: dict):
-    """The simulator's outcome: (stacked results, None) or (None, the exception)."""
-    world = fs.Context(backend="sim", size=case["n"])
-    try:
-        with world:
-            if case.get("bad"):
-                property_cases.run_bad(case)
-                return None, None
-            return [np.asarray(r) for r in property_cases.run(case)], None
-    except (ValueError, TypeError) as exc:
-        return None, exc
-    finally:
-        world.close()
+def _drawn(cases: list[dict], job: _jobs.Job, bad: bool):
+    """(index, case, the MPI ranks' errors, the simulator's outcome) of the valid or bad cases."""
+    for k, case in enumerate(cases):
+        if bool(case.get("bad")) == bad:
+            errors = job.case(str(k))["errors"]
+            yield k, case, errors, property_cases.outcome(case, backend="sim", size=case["n"])
 
 
 @pytest.mark.mpi
@@ -121,12 +113,8 @@ def _simulate(case: dict):
 def test_drawn_valid_calls_give_the_simulators_bits(mpi_run, n):
     cases, job, saved = mpi_run(n)
     checked, kinds = 0, set()
-    for k, case in enumerate(cases):
-        if case.get("bad"):
-            continue
-        errors = job.case(str(k))["errors"]
+    for k, case, errors, (want, error) in _drawn(cases, job, bad=False):
         assert errors == [None] * n, (case, errors)
-        want, error = _simulate(case)
         assert error is None, (case, error)
         for m, w in enumerate(want):
             got = saved[f"{k}.{m}"]
@@ -142,11 +130,7 @@ def test_drawn_valid_calls_give_the_simulators_bits(mpi_run, n):
 def test_drawn_bad_calls_raise_the_same_error_on_every_rank(mpi_run, n):
     cases, job, _ = mpi_run(n)
     checked, kinds = 0, set()
-    for k, case in enumerate(cases):
-        if not case.get("bad"):
-            continue
-        errors = job.case(str(k))["errors"]
-        _, sim_error = _simulate(case)
+    for _, case, errors, (_, sim_error) in _drawn(cases, job, bad=True):
         assert sim_error is not None, ("the simulator accepted", case)
         assert all(e is not None for e in errors), ("some ranks did not raise", case, errors)
         types = {e[0] for e in errors}

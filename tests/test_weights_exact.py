@@ -28,6 +28,8 @@ from hypothesis import strategies as st
 
 import fogsim as fs
 from fogsim import topology as T
+from fogsim.algorithms import push_weights
+from fogsim.demos import fish_school as fish
 
 STEPS = 10_000
 #: The mean may move by this many ulps per agent over STEPS steps (rounding of the products).
@@ -123,6 +125,9 @@ def test_pattern_rules_are_exact(drawn):
     _check_exact(T.Topology(A).uniform(), rows=True, columns=_is_regular_symmetric(A))
     _check_exact(T.metropolis_hastings_weights(A), rows=True, columns=True)
     _check_exact(T.max_degree_weights(A), rows=True, columns=symmetric)
+    _check_exact(push_weights(A), rows=False, columns=True)  # push-sum's equal shares
+    i, j = np.nonzero(np.triu(np.maximum(A, A.T), 1))
+    _check_exact(fish.metropolis_hastings(A.shape[0], i, j), rows=True, columns=True)
 
 
 @EXACT

@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 import fogsim as fs
 from fogsim import topology as T
@@ -148,15 +147,9 @@ def push_weights(topology: Any) -> T.Topology:
     Every agent keeps a share and sends one to each out-neighbor, all equal:
     ``w_ij = 1 / (1 + outdeg_j)`` for every edge ``j -> i`` and for ``i = j``.
     """
-    pattern = T.as_topology(topology)
-    if pattern.circulant_form() is not None:  # stays circulant (lazy, cheap)
-        return pattern.transpose().uniform().transpose()
-    n = pattern.size
-    indptr, senders, _ = pattern.offdiag_csr()
-    share = 1.0 / (1.0 + np.bincount(senders, minlength=n))
-    rows = np.concatenate([np.repeat(np.arange(n), np.diff(indptr)), np.arange(n)])
-    cols = np.concatenate([senders, np.arange(n)])
-    return T.Topology(sp.csr_array((share[cols], (rows, cols)), shape=(n, n)))
+    # uniform() of the transpose: its rows are these columns, exact (they sum to 1.0 in any
+    # order); a circulant pattern stays circulant (lazy, cheap)
+    return T.as_topology(topology).transpose().uniform().transpose()
 
 
 class Mixer:

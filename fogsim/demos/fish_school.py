@@ -43,6 +43,7 @@ from scipy.spatial import cKDTree
 
 import fogsim as fs
 from fogsim.topology import Topology, as_topology
+from fogsim.topology._exact import exact_rows
 
 from ._school_output import animate, plot_error
 
@@ -153,8 +154,9 @@ def metropolis_hastings(n: int, i: np.ndarray, j: np.ndarray) -> Topology:
     """Return the Metropolis-Hastings weights of the undirected graph with edges ``(i, j)``.
 
     ``w_ij = 1 / (1 + max(d_i, d_j))`` for neighbors, ``w_ii = 1 - sum_j w_ij``: symmetric and
-    doubly stochastic, so diffusion keeps the average of the fish's values. Vectorized; the
-    same weights as :func:`fogsim.topology.metropolis_hastings_weights`.
+    doubly stochastic, so diffusion keeps the average of the fish's values (rows and columns
+    sum to exactly 1.0). Vectorized; the same weights as
+    :func:`fogsim.topology.metropolis_hastings_weights`.
     """
     diag = np.arange(n)
     degree = np.bincount(i, minlength=n) + np.bincount(j, minlength=n)
@@ -164,7 +166,9 @@ def metropolis_hastings(n: int, i: np.ndarray, j: np.ndarray) -> Topology:
     order = np.argsort(rows * n + cols, kind="stable")
     indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n))])
     data = np.concatenate([w, w, self_weight])[order]
-    return as_topology(sp.csr_array((data, cols[order], indptr), shape=(n, n)))
+    rows, cols = rows[order], cols[order]
+    data = exact_rows(n, rows, data, pivot=rows == cols)  # the self weight takes the rest
+    return as_topology(sp.csr_array((data, cols, indptr), shape=(n, n)))
 
 
 class _Neighborhood:
