@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 import numpy as np
 
 import fogsim as fs
+from fogsim import _settings
 from fogsim import topology as T
 
 TOPOLOGIES = {
@@ -36,6 +38,28 @@ def parser(description: str, extra_topologies: tuple[str, ...] = ()) -> argparse
     p.add_argument("--save", metavar="NPY", help="save every agent's final value (n x ...)")
     p.add_argument("--progress", action="store_true", help="show a progress bar (tqdm)")
     return p  # fmt: skip
+
+
+def simulation_only(script: str) -> bool:
+    """Whether this process runs the simulation-only example ``script`` (its ``__file__``).
+
+    Such an example simulates all its agents in one process (``fs.init(backend="sim")``):
+    under a launcher of several processes (``fogrun -np N``, ``mpiexec``, ``torchrun``) it
+    runs once, on the first process, after a one-line note on stderr; the others get False
+    and end quietly (exit status 0).
+    """
+    settings = _settings.load()
+    if settings.launched:
+        rank, size = settings.launcher_rank or 0, settings.launcher_size
+    elif settings.torchrun and (settings.torch_world_size or 1) > 1:
+        rank, size = settings.torch_rank or 0, settings.torch_world_size
+    else:
+        return True
+    if rank == 0:
+        name = script.replace("\\", "/").rsplit("/", 1)[-1]
+        print(f"{name}: this example is simulation-only; ran once on rank 0 (not on all "
+              f"{size} processes)", file=sys.stderr, flush=True)  # fmt: skip
+    return rank == 0
 
 
 def setup(args) -> object:

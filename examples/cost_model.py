@@ -84,4 +84,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from _common import simulation_only  # the examples' folder: this script's own
+
+    if simulation_only(__file__):
+        main()

@@ -80,15 +80,20 @@ if _typing.TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at ru
         win_update_then_collect,
         win_wait,
     )
+    from ._checkmodes import ModeReport, check_modes
     from ._context import Context
     from ._handles import Handle
+    from ._rng import rng
     from ._stall import StallError
+    from ._weightcheck import WeightWarning
+    from .backends.sim._shapes import AgentShapeWarning
     from .timeline import timeline_context, timeline_end_activity, timeline_start_activity
 
 __version__ = "0.1.0"
 
 __all__ = [
     "__version__",
+    "AgentShapeWarning",
     "allgather",
     "allgather_nonblocking",
     "allreduce",
@@ -97,6 +102,7 @@ __all__ = [
     "barrier_nonblocking",
     "broadcast",
     "broadcast_nonblocking",
+    "check_modes",
     "Context",
     "get_win_version",
     "global_view",
@@ -117,6 +123,7 @@ __all__ = [
     "local_size",
     "machine_rank",
     "machine_size",
+    "ModeReport",
     "neighbor_allgather",
     "neighbor_allgather_nonblocking",
     "neighbor_allreduce",
@@ -125,6 +132,7 @@ __all__ = [
     "out_neighbor_ranks",
     "poll",
     "rank",
+    "rng",
     "set_asynchrony",
     "set_machine_topology",
     "set_topology",
@@ -140,6 +148,7 @@ __all__ = [
     "topology",
     "vmap",
     "wait",
+    "WeightWarning",
     "win_accumulate",
     "win_accumulate_nonblocking",
     "win_associated_p",
@@ -182,7 +191,10 @@ _WINDOW_OPS = (
 # fogrun launcher) and ``import fogsim._settings`` do not pay for numpy, scipy and networkx.
 _MODULE_OF = {name: "._api" for name in __all__}
 _MODULE_OF.update(dict.fromkeys(_WINDOW_OPS, "._api_windows"))
-_MODULE_OF.update(Context="._context", Handle="._handles", StallError="._stall",
+_MODULE_OF.update(WeightWarning="._weightcheck")
+_MODULE_OF.update(Context="._context", Handle="._handles", StallError="._stall", rng="._rng",
+                  check_modes="._checkmodes", ModeReport="._checkmodes",
+                  AgentShapeWarning=".backends.sim._shapes",
                   topology=".topology", spmd=".spmd",
                   timeline=".timeline", timeline_context=".timeline",
                   timeline_end_activity=".timeline", timeline_start_activity=".timeline")
@@ -207,3 +219,12 @@ def __dir__() -> list[str]:
 
 
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())
+
+# A rank of a fogrun job reports its uncaught exception to fogrun, which prints each distinct
+# error once (fogsim.run._errors); elsewhere nothing changes.
+from . import _settings as _fogsim_settings  # noqa: E402 - light: no numpy
+
+if _fogsim_settings.environ().get("FOGSIM_RANK_DIR"):  # set by fogrun for its ranks only
+    from .run import _errors as _run_errors
+
+    _run_errors.install_from_environ(_fogsim_settings.environ())

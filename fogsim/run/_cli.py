@@ -19,6 +19,7 @@ _EPILOG = """examples:
   fogrun --sim -np 1000 python consensus.py --iters 100
   fogrun -np 8 --local-size 4 --timeline-filename trace/t python -m mypkg.train
   fogrun -np 2 --extra-mpi-flags "-genv FOO 1" --dry-run python script.py
+  fogrun --check-modes -np 4 python dgd.py --iters 20
 
 Everything from the first word that is not a fogrun option on is the command."""
 _WITH_VALUE = frozenset(
@@ -39,8 +40,10 @@ class Options:
     extra_mpi_flags: str = ""
     sim: bool = False
     spmd: bool = False
+    check_modes: bool = False
     timeout: float | None = None
     dry_run: bool = False
+    verbose: bool = False
 
 
 def _positive_int(text: str) -> int:
@@ -87,8 +90,12 @@ def make_parser() -> argparse.ArgumentParser:
         "(FOGSIM_BACKEND=sim FOGSIM_SIZE=N; no mpiexec)")  # fmt: skip
     add("--spmd", action="store_true", help="run a per-agent Python script as N agent "
         "threads of one process (python -m fogsim.spmd; no mpiexec)")  # fmt: skip
+    add("--check-modes", action="store_true", help="run the script simulated and as N "
+        "SPMD agents; name the first op that differs (exit 0: all agree)")  # fmt: skip
     add("--timeout", type=_positive_float, metavar="SECONDS",
         help="kill the whole job after SECONDS (exit code 124); default: no timeout")  # fmt: skip
+    add("--verbose", action="store_true", help="when ranks fail, show every rank's traceback "
+        "and the MPI launcher's abort messages (default: each distinct error once)")  # fmt: skip
     add("--dry-run", action="store_true",
         help="print the environment changes and the command, run nothing")  # fmt: skip
     add("command", nargs=argparse.REMAINDER, metavar="command ...",
@@ -119,6 +126,9 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         parser.error("the number of processes is required: -np N")
     if not command:
         parser.error("no command given, e.g.: fogrun -np 4 python script.py")
+    if ns.check_modes and (ns.sim or ns.spmd):
+        parser.error("--check-modes runs the script both simulated and as SPMD agents itself; "
+                     "leave out --sim and --spmd")  # fmt: skip
     if ns.sim and ns.spmd:
         parser.error("--sim and --spmd exclude each other: --sim runs the script once for "
                      "all agents, --spmd once per agent in threads")  # fmt: skip
@@ -131,6 +141,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         extra_mpi_flags=ns.extra_mpi_flags,
         sim=ns.sim,
         spmd=ns.spmd,
+        check_modes=ns.check_modes,
         timeout=ns.timeout,
         dry_run=ns.dry_run,
+        verbose=ns.verbose,
     )

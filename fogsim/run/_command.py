@@ -131,7 +131,7 @@ def env_changes(
     explicit: dict[str, str] = {}
     if options.sim:
         explicit.update(FOGSIM_BACKEND="sim", FOGSIM_SIZE=str(options.np))
-    elif options.spmd:
+    elif options.spmd or options.check_modes:
         explicit["FOGSIM_SIZE"] = str(options.np)
     else:
         # One process per agent even for -np 1 (mpiexec alone picks MPI only above 1);
@@ -153,12 +153,14 @@ def env_changes(
 
 
 def _spmd_command(options: Options, command: list[str]) -> list[str]:
+    flag = "--check-modes" if options.check_modes else "--spmd"
     if not is_python(command[0]) or len(command) < 2 or command[1].startswith("-"):
         raise LaunchError(
-            f"--spmd runs a Python script once per agent, e.g. fogrun --spmd -np 4 python "
+            f"{flag} runs a Python script once per agent, e.g. fogrun {flag} -np 4 python "
             f"script.py; got: {shlex.join(command)}"
         )
-    args = [_interpreter(command[0]), "-m", "fogsim.spmd", "-np", str(options.np)]
+    module = "fogsim._checkmodes" if options.check_modes else "fogsim.spmd"
+    args = [_interpreter(command[0]), "-m", module, "-np", str(options.np)]
     if options.local_size is not None:
         args += ["--local-size", str(options.local_size)]
     return [*args, "--", *command[1:]]
@@ -197,7 +199,7 @@ def build_command(
     Raise `LaunchError` when MPI is needed (no ``--sim``/``--spmd``) and ``mpi`` is None.
     """
     command = list(options.command)
-    if options.spmd:
+    if options.spmd or options.check_modes:
         return _spmd_command(options, command), {**environ, **env_changes(options, environ)}
     if is_python(command[0]):
         command[0] = _interpreter(command[0])

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from .. import _settings
-from . import _liveness, _mpi
+from . import _banner, _errors, _liveness, _mpi
 from ._cli import Options, parse_args
 from ._command import NO_MPI_MESSAGE, LaunchError, build_command, env_changes
 
@@ -68,7 +68,8 @@ def _forwarding_signals(proc: subprocess.Popen[bytes]) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def run(argv: Sequence[str], env: Mapping[str, str], timeout: float | None = None) -> int:
+def run(argv: Sequence[str], env: Mapping[str, str], timeout: float | None = None, *,
+        verbose: bool = False) -> int:  # fmt: skip
     """Run ``argv`` with environment ``env``; return its exit code.
 
     A child killed by signal ``s`` gives ``128 + s``, as in a shell. After ``timeout``
@@ -77,12 +78,20 @@ def run(argv: Sequence[str], env: Mapping[str, str], timeout: float | None = Non
     fogrun open while they live (`fogsim.run._liveness`); failing that, the rank of a
     process id the MPI launcher reports dead (the ranks record their ids in
     ``FOGSIM_RANK_DIR``).
+
+    Ranks that raise report the exception there instead of printing it
+    (`fogsim.run._errors`): each distinct error is printed once, with the ranks that raised
+    it and the traceback of the first, and the MPI launchers' abort banners are left out of
+    the job's output. ``verbose`` keeps every rank's traceback and the banners.
     """
     sys.stdout.flush()
     sys.stderr.flush()
     with tempfile.TemporaryDirectory(prefix="fogrun-ranks-") as rank_dir:
         env = {**env, "FOGSIM_RANK_DIR": rank_dir}
         watch = _liveness.Watch(rank_dir)
+        if verbose:
+            with open(os.path.join(rank_dir, _errors.VERBOSE_NAME), "w"):
+                pass
         try:
             proc = subprocess.Popen(list(argv), env=env, shell=False, start_new_session=True,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
@@ -91,7 +100,8 @@ def run(argv: Sequence[str], env: Mapping[str, str], timeout: float | None = Non
             print(f"fogrun: command not found: {argv[0]}", file=sys.stderr)
             return _NOT_FOUND_EXIT_CODE
         dead: list[str] = []  # MPICH's launcher reports dead processes on either stream
-        relays = [threading.Thread(target=_relay, args=(stream, to, dead), daemon=True)
+        relays = [threading.Thread(target=_relay, daemon=True,
+                                   args=(stream, to, dead, None if verbose else _banner.Filter()))
                   for stream, to in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))]
         for relay in relays:
             relay.start()
@@ -103,6 +113,7 @@ def run(argv: Sequence[str], env: Mapping[str, str], timeout: float | None = Non
             for relay in relays:
                 relay.join(5)
             watch.close()
+            _report_errors(rank_dir, verbose)
             print(f"fogrun: timed out after {timeout:g} s; killed the job", file=sys.stderr)
             return TIMEOUT_EXIT_CODE
         finally:
@@ -111,6 +122,7 @@ def run(argv: Sequence[str], env: Mapping[str, str], timeout: float | None = Non
         for relay in relays:
             relay.join(5)
         watch.close()
+        _report_errors(rank_dir, verbose)
         if code != 0:
             _name_dead_ranks(dead, rank_dir, watch.first_dead())
     return code if code >= 0 else 128 - code
@@ -136,25 +148,41 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float | None, watch: _liveness
             return code if code != 0 else 1
 
 
+def _report_errors(rank_dir: str, verbose: bool) -> None:
+    """Print each distinct error the ranks reported once (with ``verbose`` the ranks
+    printed their tracebacks themselves: only which ranks raised what)."""
+    reports = _errors.read(rank_dir)
+    if reports:
+        print(_errors.summary(reports, tracebacks=not verbose), file=sys.stderr)
+
+
 _DEAD_PID = re.compile(r"\bPID[ :]+(\d+)")
 
 
-def _relay(stream: Any, to: Any, dead: list[str]) -> None:
-    """Copy the job's output to ours as it comes (progress bars too); note the process
-    ids the launcher reports dead."""
-    out = getattr(to, "buffer", None)
+def _relay(stream: Any, to: Any, dead: list[str], banners: _banner.Filter | None = None) -> None:
+    """Copy the job's output to ours as it comes (progress bars too), without what
+    ``banners`` filters out; note the process ids the launcher reports dead."""
     tail = b""
     for chunk in iter(lambda: stream.read1(1 << 16), b""):
-        if out is not None:
-            out.write(chunk)
-            out.flush()
-        else:  # a text-only stream (e.g. replaced by a test)
-            to.write(chunk.decode(errors="replace"))
-            to.flush()
+        _write(to, chunk if banners is None else banners.feed(chunk))
         *lines, tail = (tail + chunk).split(b"\n")
         for line in lines:
             dead += _DEAD_PID.findall(line.decode(errors="replace"))
+    if banners is not None:
+        _write(to, banners.close())
     dead += _DEAD_PID.findall(tail.decode(errors="replace"))
+
+
+def _write(to: Any, data: bytes) -> None:
+    if not data:
+        return
+    out = getattr(to, "buffer", None)
+    if out is not None:
+        out.write(data)
+        out.flush()
+    else:  # a text-only stream (e.g. replaced by a test)
+        to.write(data.decode(errors="replace"))
+        to.flush()
 
 
 def _name_dead_ranks(pids: list[str], rank_dir: str,
@@ -185,8 +213,8 @@ def _name_dead_ranks(pids: list[str], rank_dir: str,
 def _check_mpi4py(options: Options, mpi: _mpi.MPIInfo | None) -> None:
     # Only this interpreter can be asked cheaply; another one named on the command line
     # reports a missing mpi4py itself.
-    if options.sim or options.spmd or options.command[0] not in ("python", "python3",
-                                                                   sys.executable):
+    one_process = options.sim or options.spmd or options.check_modes
+    if one_process or options.command[0] not in ("python", "python3", sys.executable):
         return
     if importlib.util.find_spec("mpi4py") is None:
         # The mpich wheel would put a second mpiexec over an installed Open MPI's.
@@ -215,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     environ = _settings.environ()
     try:
         mpi = None
-        if not (options.sim or options.spmd):
+        if not (options.sim or options.spmd or options.check_modes):
             mpi = _mpi.find_mpi(environ)
             if mpi is None:
                 raise LaunchError(NO_MPI_MESSAGE)
@@ -227,4 +255,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.dry_run:
         print(_describe(command, env_changes(options, environ, mpi)))
         return 0
-    return run(command, env, options.timeout)
+    return run(command, env, options.timeout, verbose=options.verbose)

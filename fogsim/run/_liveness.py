@@ -35,10 +35,14 @@ _kept: list[socket.socket] = []  # the rank's connection, open until the process
 
 def record(rank_dir: str, rank: int) -> None:
     """Write this process's rank to ``rank_dir/<pid>`` (for the launcher's reports) and
-    keep a socket to fogrun open while the process lives (best effort)."""
+    keep a socket to fogrun open while the process lives (best effort); report an uncaught
+    exception to fogrun (`fogsim.run._errors`)."""
     with contextlib.suppress(OSError), open(os.path.join(rank_dir, str(os.getpid())), "w") as f:
         f.write(str(int(rank)))
     report_alive(rank_dir, rank)
+    from ._errors import install
+
+    install(rank_dir, rank)  # its uncaught exception goes to fogrun, printed once per error
 
 
 def report_alive(rank_dir: str, rank: int) -> None:

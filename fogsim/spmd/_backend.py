@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import _arrays, _context, _settings
 from .._arrays import wrap_like
-from ..backends._base import Backend, OneAgentEach
+from ..backends._base import Backend, OneAgentEach, launched_size
 from ..backends.sim import SimBackend
 from ..topology import Topology
 from ._collect import (
@@ -77,11 +77,8 @@ class SpmdBackend(OneAgentEach, WindowOps, Backend):
         self._world: World = agent.world
         self._rank: int = agent.rank
         self._n: int = self._world.size
-        if size is not None and size != self._n:
-            raise ValueError(
-                f"init(size={size}) inside fogsim.spmd.run: the run has {self._n} agents "
-                "(the size comes from run(..., size=N))"
-            )
+        # the run's count wins over init(size=), as a launcher's does
+        launched_size(size, self._n, self._rank, f"the SPMD run ({self._n} threads)")
         self._meet("init", local_size, _init)
 
     def _meet(self, op: str, args: Any, execute: Callable[[World, Sequence[Any]], Any]) -> Any:

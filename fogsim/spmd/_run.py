@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import _context, _settings
 from .._context import Context
+from . import _random
 from ._errors import SpmdAborted
 from ._world import World
 
@@ -74,6 +75,7 @@ class Agent:
              errors: dict[int, BaseException]) -> None:  # fmt: skip
         """The thread's body: ``results[rank] = fn(*args)`` with this agent's context."""
         _context.set_spmd_agent(self)
+        _random.enter_agent()
         stack = _context._thread.stack
         depth = len(stack)
         try:
@@ -98,6 +100,7 @@ class Agent:
                 from .. import timeline
 
                 timeline.stop_agent(self.rank)
+            _random.leave_agent()
             _context.set_spmd_agent(None)
 
 
@@ -126,10 +129,13 @@ def run(
     rank, ops take and return its own arrays or tensors, and ``fogsim.init()`` in it starts
     its view of the run (the run has started one already). Every op is a rendezvous run once
     for all agents by the simulator, so the numbers equal the MPI runtime's for the same
-    script. ``size`` defaults to ``FOGSIM_SIZE`` (else 16); ``topology`` (default
-    exponential-2) and ``seed`` are those of :func:`fogsim.init` inside the run;
-    ``local_size`` groups the agents into machines. ``timeout`` (seconds) ends a wait at a
-    rendezvous that lasts longer with :class:`SpmdTimeout`; the default is
+    script. As in separate processes, each agent has random state of its own: numpy's
+    legacy ``np.random.*`` functions and torch's default CPU generator (``torch.manual_seed``,
+    ``torch.rand``, ``nn.Linear``'s initialization, ...) act per agent during the run (see
+    :mod:`fogsim.spmd._random`). ``size`` defaults to ``FOGSIM_SIZE`` (else 16);
+    ``topology`` (default exponential-2) and ``seed`` are those of :func:`fogsim.init`
+    inside the run; ``local_size`` groups the agents into machines. ``timeout`` (seconds)
+    ends a wait at a rendezvous that lasts longer with :class:`SpmdTimeout`; the default is
     ``FOGSIM_STALL_TIMEOUT`` (60 s unless set, as for a stalled MPI collective), and ``0``
     waits forever.
 
@@ -157,15 +163,18 @@ def run(
                          name=f"fogsim-spmd-agent-{r}", daemon=True)  # fmt: skip
         for r in range(n)
     ]
-    for t in threads:
-        t.start()
+    _random.start()  # np.random.* and torch's generator: per agent thread (see _random)
     try:
+        for t in threads:
+            t.start()
         for t in threads:
             while t.is_alive():
                 t.join(0.2)
     except BaseException as exc:  # KeyboardInterrupt: stop the agents at their next op
         world.interrupt(exc)
         raise
+    finally:
+        _random.stop()
     if errors:
         rank = min(errors, key=lambda r: (isinstance(errors[r], SpmdAborted), r))
         exc = errors[rank]

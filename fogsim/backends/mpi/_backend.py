@@ -22,7 +22,7 @@ from ..._handles import Handle
 from ..._stall import Guard
 from ...hierarchy._decomposed import digits, piece_bounds
 from ...hierarchy._machines import layout_error
-from .._base import Backend, OneAgentEach
+from .._base import Backend, OneAgentEach, launched_size
 from .._weights import exchange_between_machines
 from ._agree import GUARDS, LocalError, agree, fingerprint
 from ._neighbor import NeighborOps
@@ -49,12 +49,11 @@ class MPIBackend(OneAgentEach, NeighborOps, WindowOps, Backend):
         self._settings = settings or _settings.Settings()
         self.comm = (MPI.COMM_WORLD if comm is None else comm).Dup()
         self._n, self._rank = self.comm.Get_size(), self.comm.Get_rank()
-        if size is not None and size != self._n:
+        try:  # the launcher's count wins over init(size=)
+            launched_size(size, self._n, self._rank, f"the MPI launcher (-np {self._n})")
+        except (TypeError, ValueError):
             self.comm.Free()
-            raise ValueError(
-                f"init(size={size}) under MPI: the job has {self._n} processes; "
-                "the size comes from the launcher (fogrun -np N)"
-            )
+            raise
         self.stall = self._stall_guard(comm is None)
         if comm is None and self._settings.rank_dir:  # for fogrun's report of a dead rank
             from ...run._liveness import record

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ... import _weightcheck
 from ..._arrays import is_tensor
 from ...topology import Topology, as_topology
 from .._weights import check_partners, is_matrix
@@ -129,6 +130,8 @@ def rank_plan(
         raise ValueError("src_weights was given without self_weight; give both")
     srcs, weights = rank_weights(src_weights, n, i, "src_weights")
     if dst_weights is None:
+        if _weightcheck.enabled():  # this rank's row is all it knows (dynamic: not even that)
+            _weightcheck.check_row("neighbor_allreduce", i, sw + float(np.sum(weights)))
         missing = srcs[~np.isin(srcs, static.srcs)]
         if missing.size:
             raise ValueError(
@@ -166,6 +169,11 @@ def _matrix_plan(n: int, i: int, src: Any, sw: float | None, dst: Any) -> RankPl
         weights = weights * d_recv
         fp_parts.append(_matrix_fingerprint(d))
     self_weight = float(step.self_weights[i]) if sw is None else sw
+    if _weightcheck.enabled():
+        if sw is None and dst is None:  # every rank holds the whole step: all raise alike
+            _weightcheck.check_topology("neighbor_allreduce", step)
+        else:
+            _weightcheck.check_row("neighbor_allreduce", i, self_weight + float(np.sum(weights)))
     return RankPlan(
         self_weight, srcs, weights, static=False, dsts=_congestion_order(dsts, i, n),
         fingerprint=fingerprint(*fp_parts),

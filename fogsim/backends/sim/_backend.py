@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ... import _arrays, _settings
+from ... import _arrays, _settings, _weightcheck
 from ... import timeline as _timeline
 from ..._arrays import Kind, to_numpy, wrap_like
 from ...hierarchy._decomposed import check_factors, default_factors, staged_sum
@@ -31,6 +31,7 @@ from ._plan import (
     transpose,
 )
 from ._pool import BufferPool
+from ._shapes import ShapeGuard
 from ._stack import stack_agents
 from ._windows import WindowOps
 
@@ -71,6 +72,7 @@ class SimBackend(WindowOps, Backend):
                 "must all hold the same number of agents"
             )
         self._pool = BufferPool()
+        self._shapes = ShapeGuard(self._n)  # per-agent values that grew an agent axis
         self._static_plan: Any = None
         self._machine_plan: Any = None  # the static plan of _machine_plan_of
         self._machine_plan_of: Any = None
@@ -125,7 +127,10 @@ class SimBackend(WindowOps, Backend):
     def local(self, fn: Callable[[int], Any]) -> Any:
         if not callable(fn):
             raise TypeError(f"local() takes a function of the rank, got {type(fn).__name__}")
-        return stack_agents([fn(r) for r in range(self._n)])
+        value = stack_agents([fn(r) for r in range(self._n)])
+        if hasattr(value, "shape") and len(value.shape):  # an array or a tensor
+            self._shapes.made(value)
+        return value
 
     def vmap(self, fn: Callable[..., Any], in_axes: int | None | Sequence[int | None] = 0):
         if not callable(fn):
@@ -175,6 +180,7 @@ class SimBackend(WindowOps, Backend):
             _arrays.require_float(arr, op)
         elif arr.dtype.kind not in "biuf":
             raise TypeError(f"{op}: x must hold numbers, got dtype {arr.dtype}")
+        self._shapes.check(x, arr.shape, op)
         return arr, kind
 
     # -- ops ------------------------------------------------------------------------------
@@ -245,6 +251,9 @@ class SimBackend(WindowOps, Backend):
             src_weights,
             dst_weights,
         )
+        if plan is not self._static_plan and _weightcheck.enabled():
+            same = self_weight is None and dst_weights is None and isinstance(src_weights, Topology)
+            _check_plan(plan, self._n, src_weights if same else None)  # Topology: checked once
         flat = np.ascontiguousarray(arr.reshape(self._n, -1))
         out = self._pool.empty(flat.shape, arr.dtype)
         if self._faults is not None:  # fogsim.faults: this step's W, changed
@@ -379,6 +388,18 @@ class SimBackend(WindowOps, Backend):
 
 
 _PLAN_TOPOLOGY: list[Any] = [None, None]  # the last (plan, topology) converted
+
+
+def _check_plan(plan: Any, n: int, key: Any) -> None:
+    """Warn (or raise) when the step's whole matrix is neither row- nor column-stochastic."""
+    if key is not None and _weightcheck.checked(key):
+        return
+    rows = apply_plan(plan, np.ones((n, 1)), np.empty((n, 1)))[:, 0]  # W 1, by the kernel
+    if isinstance(plan, CircPlan):
+        cols: Any = lambda: _weightcheck.circulant_sums(plan.form, n)[1]  # noqa: E731
+    else:
+        cols = lambda: plan.self_weight + np.bincount(plan.indices, plan.data, minlength=n)  # noqa: E731
+    _weightcheck.check_sums("neighbor_allreduce", rows, cols, key=key)
 
 
 def _plan_matrix(plan: Any, n: int) -> sp.csr_array:

@@ -22,7 +22,7 @@ from ... import _arrays, _settings
 from ... import timeline as _timeline
 from ..._handles import Handle
 from ..._stall import Guard
-from .._base import Backend, OneAgentEach
+from .._base import Backend, OneAgentEach, launched_size
 from ..mpi._agree import GUARDS
 from ..mpi._plan import static_rank_plan
 from . import _world
@@ -60,12 +60,8 @@ class TorchBackend(OneAgentEach, MachineOps, NeighborOps, Backend):
             self._rank, self._n, self.group, self.nccl_group = groups
         else:
             self._rank, self._n = _world.start(self._settings)
-            if size is not None and size != self._n:
-                raise ValueError(
-                    f"init(size={size}) with backend 'torch': the job has {self._n} "
-                    "processes; the size comes from the launcher (torchrun "
-                    "--nproc-per-node N, fogrun -np N)"
-                )
+            # the launcher's count wins over init(size=)
+            launched_size(size, self._n, self._rank, f"the launcher ({self._n} processes)")
             self.group, self.nccl_group = _world.new_groups(self._rank, self._n)
             if self._settings.rank_dir:  # for fogrun's report of a dead rank
                 from ...run._liveness import record

@@ -108,7 +108,7 @@ def set_topology(topology: Any = None, is_weighted: bool = False) -> bool:
     """
     if topology is None:
         topology = fogsim.topology.exponential_two_graph
-    fogsim.set_topology(topology, is_weighted=is_weighted)
+    fogsim.set_topology(topology, is_weighted=is_weighted, check_weights=False)  # as BlueFog
     return True
 
 
@@ -145,7 +145,7 @@ def machine_rank() -> Any:
 
 def set_machine_topology(topology: Any, is_weighted: bool = False) -> bool:
     """Use ``topology`` (a ``networkx.DiGraph`` over the machines) for the hierarchical ops."""
-    fogsim.set_machine_topology(topology, is_weighted=is_weighted)
+    fogsim.set_machine_topology(topology, is_weighted=is_weighted, check_weights=False)
     return True
 
 
@@ -303,6 +303,7 @@ def neighbor_allreduce(
         _float_weights(dst_weights),
         enable_topo_check,
         name,
+        check_weights=False,  # BlueFog uses weights as given, without a word
     )
 
 
@@ -331,6 +332,7 @@ def neighbor_allreduce_nonblocking(
         _float_weights(dst_weights),
         enable_topo_check,
         name,
+        check_weights=False,  # BlueFog uses weights as given, without a word
     )
 
 

@@ -1,0 +1,139 @@
+"""One error, once: the ranks report their uncaught exception to fogrun, which groups them.
+
+Under ``fogrun`` (``FOGSIM_RANK_DIR`` set, and a rank given by the MPI launcher), fogsim
+replaces ``sys.excepthook`` of each rank when it is imported: an uncaught exception is
+written to ``FOGSIM_RANK_DIR/error-<rank>.json`` instead of being printed (and printed as
+well when ``fogrun --verbose`` asked for it, or when the report cannot be written). The
+rank then ends as before: ``python -m mpi4py`` aborts the job.
+
+When the job has ended, fogrun reads the reports, groups those of the same exception (the
+same type and message, raised at the same lines) and prints each group once::
+
+    fogrun: ranks 0-3: ValueError: bad value
+    Traceback (most recent call last):
+      ...
+
+with the traceback of the rank that raised it first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+__all__ = ["VERBOSE_NAME", "install", "install_from_environ", "rank_ranges", "read", "summary"]
+
+#: A file in ``FOGSIM_RANK_DIR`` whose presence asks the ranks to print their tracebacks too.
+VERBOSE_NAME = "verbose"
+_PREFIX = "error-"
+# Frames of the machinery that runs the script, left out of a report: runpy and mpi4py.
+_RUNNER_FILES = ("<frozen runpy>", os.sep + "runpy.py")
+_RUNNER_DIR = os.sep + "mpi4py" + os.sep
+# The launchers' variables holding the rank (as in fogsim._settings).
+_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK")
+_installed: dict[str, Any] = {}
+
+
+def install(rank_dir: str, rank: int) -> None:
+    """Make this process report its uncaught exception to the fogrun watching ``rank_dir``."""
+    if not _installed:
+        _installed["previous"] = sys.excepthook
+        sys.excepthook = _hook
+    _installed.update(rank_dir=rank_dir, rank=int(rank))
+
+
+def install_from_environ(environ: Any = None) -> None:
+    """:func:`install` when ``FOGSIM_RANK_DIR`` and a launcher's rank variable are set."""
+    env = os.environ if environ is None else environ
+    rank_dir = env.get("FOGSIM_RANK_DIR", "").strip()
+    for name in _RANK_VARS:
+        with contextlib.suppress(ValueError):
+            if rank_dir and name in env:
+                install(rank_dir, int(env[name]))
+                return
+
+
+def _hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+    previous = _installed.get("previous", sys.__excepthook__)
+    rank_dir, rank = _installed["rank_dir"], _installed["rank"]
+    try:
+        report = _report(kind, value, tb, rank)
+        path = os.path.join(rank_dir, f"{_PREFIX}{rank}.json")
+        with open(path + ".part", "w") as f:
+            json.dump(report, f)
+        os.replace(path + ".part", path)  # whole or absent: the rank may be killed any time
+    except Exception:  # noqa: BLE001 - never lose the error: print it as Python would
+        previous(kind, value, tb)
+        return
+    if os.path.exists(os.path.join(rank_dir, VERBOSE_NAME)):
+        previous(kind, value, tb)
+
+
+def _report(kind: type[BaseException], value: BaseException, tb: Any, rank: int) -> dict:
+    error = traceback.TracebackException(kind, value, tb)
+    frames = list(error.stack)
+    while frames and (frames[0].filename.endswith(_RUNNER_FILES)
+                      or _RUNNER_DIR in frames[0].filename):  # fmt: skip
+        del frames[0]
+    if frames:
+        error.stack = traceback.StackSummary.from_list(frames)
+    return {
+        "rank": rank,
+        "pid": os.getpid(),
+        "time": time.time(),
+        "error": "".join(error.format_exception_only()).rstrip("\n"),
+        "frames": [[f.filename, f.lineno, f.name] for f in error.stack],
+        "traceback": "".join(error.format()),
+    }
+
+
+def read(rank_dir: str) -> list[dict]:
+    """Return the reports the ranks left in ``rank_dir``, in the order they were raised."""
+    reports = []
+    with contextlib.suppress(OSError):
+        for name in os.listdir(rank_dir):
+            if name.startswith(_PREFIX) and name.endswith(".json"):
+                with (
+                    contextlib.suppress(OSError, ValueError),
+                    open(os.path.join(rank_dir, name)) as f,
+                ):
+                    reports.append(json.load(f))
+    return sorted(reports, key=lambda r: (r.get("time", 0.0), r.get("rank", 0)))
+
+
+def rank_ranges(ranks: Iterable[int]) -> str:
+    """Return ``"rank 2"``, ``"ranks 0-3"`` or ``"ranks 0, 2, 5-7"`` for ``ranks``."""
+    ordered = sorted(set(ranks))
+    parts: list[str] = []
+    start = prev = None
+    for r in [*ordered, None]:
+        if prev is not None and r == prev + 1:
+            prev = r
+            continue
+        if start is not None:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = r
+    return ("ranks " if len(ordered) > 1 else "rank ") + ", ".join(parts)
+
+
+def summary(reports: Sequence[dict], tracebacks: bool = True) -> str:
+    """Return fogrun's account of ``reports``: per distinct error, the ranks that raised it
+    and (``tracebacks``) the traceback of the first of them."""
+    groups: dict[tuple, list[dict]] = {}
+    for report in reports:  # in the order raised: a group's first report came first
+        key = (report.get("error"), json.dumps(report.get("frames")))
+        groups.setdefault(key, []).append(report)
+    lines = []
+    for group in groups.values():
+        first = group[0]
+        head = str(first.get("error", "")).split("\n", 1)[0]
+        lines.append(f"fogrun: {rank_ranges(r['rank'] for r in group)}: {head}")
+        if tracebacks:
+            lines.append(str(first.get("traceback", "")).rstrip("\n"))
+    return "\n".join(lines)
