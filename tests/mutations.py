@@ -311,6 +311,47 @@ MUTATIONS: list[Mutation] = [
         # not test_the_guard_raises_...: its wait never ends unless the guard raises
         ("tests/test_stall.py::test_warn_only_reports_once_and_keeps_waiting",),
     ),
+    Mutation(
+        "check-modes-ignores-shapes",
+        "mode checker: inputs and outputs of different shapes are not told apart",
+        "fogsim/_checkmodes.py",
+        "        if a.shape != b.shape:\n",
+        "        if False:\n",
+        ("tests/test_checkmodes.py", "-k", "broadcasting"),
+    ),
+    Mutation(
+        "shape-guard-silent",
+        "simulator guard: per-agent values that grew an agent axis are never reported",
+        "fogsim/backends/sim/_shapes.py",
+        "        if self._n == 1 or not per or per[0] != self._n or per[1:] not in "
+        "self.local_shapes:\n",
+        "        if True:\n",
+        ("tests/test_checkmodes.py", "-k", "warns_once"),
+    ),
+    Mutation(
+        "weight-check-never-fires",
+        "weights that are neither row- nor column-stochastic pass the check",
+        "fogsim/_weightcheck.py",
+        "    row = _first_bad(rows)\n",
+        "    row = None\n",
+        ("tests/test_weight_checks.py", "-k", "not mpi"),
+    ),
+    Mutation(
+        "spmd-numpy-random-shared",
+        "SPMD agents draw numpy's global random numbers from one shared state",
+        "fogsim/spmd/_random.py",
+        "    if not _local.agent:\n        return _global_rand\n",
+        "    if True:\n        return _global_rand\n",
+        ("tests/test_spmd_random.py", "-k", "numpy"),
+    ),
+    Mutation(
+        "launcher-size-not-noticed",
+        "init(size=) under a launcher is ignored without the one-line notice",
+        "fogsim/backends/_base.py",
+        "    if size != n and rank == 0:\n",
+        "    if False:\n",
+        ("tests/test_launch_size.py",),
+    ),
 ]
 
 
