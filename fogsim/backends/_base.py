@@ -106,14 +106,24 @@ class Backend(abc.ABC):
         except BaseException:  # refused (e.g. the ranks disagree): keep the agreed one
             self._topology, self._is_weighted = old
             raise
-        if is_weighted and _weightcheck.enabled():  # after the agreement: alike on all ranks
-            try:
-                _weightcheck.check_topology("set_topology", topo)
-            except ValueError:  # FOGSIM_CHECK_WEIGHTS=error: keep the old one
-                self._topology, self._is_weighted = old
-                if old[0] is not None:
-                    self._on_topology()
-                raise
+        if is_weighted:  # after the agreement: the same on every rank
+            self._check_weights("set_topology", topo, old, "_topology", "_is_weighted",
+                                self._on_topology)  # fmt: skip
+
+    def _check_weights(self, op: str, topo: Topology, old: tuple, topology_attr: str,
+                       weighted_attr: str, on_change: Callable[[], None]) -> None:  # fmt: skip
+        """Check a weighted topology just set; under FOGSIM_CHECK_WEIGHTS=error, put the old
+        one (``old``: topology, is_weighted) back before the ValueError goes on."""
+        if not _weightcheck.enabled():
+            return
+        try:
+            _weightcheck.check_topology(op, topo)
+        except ValueError:
+            setattr(self, topology_attr, old[0])
+            setattr(self, weighted_attr, old[1])
+            if old[0] is not None:
+                on_change()
+            raise
 
     def _on_topology(self) -> None:  # noqa: B027 - optional hook
         """Derive backend state from the new topology (communicators, cached plans)."""
@@ -171,14 +181,9 @@ class Backend(abc.ABC):
         except BaseException:  # refused: keep the agreed one
             self._machine_topology, self._machine_weighted = old
             raise
-        if is_weighted and _weightcheck.enabled():
-            try:
-                _weightcheck.check_topology("set_machine_topology", topo)
-            except ValueError:  # FOGSIM_CHECK_WEIGHTS=error: keep the old one
-                self._machine_topology, self._machine_weighted = old
-                if old[0] is not None:
-                    self._on_machine_topology()
-                raise
+        if is_weighted:
+            self._check_weights("set_machine_topology", topo, old, "_machine_topology",
+                                "_machine_weighted", self._on_machine_topology)  # fmt: skip
 
     def _on_machine_topology(self) -> None:  # noqa: B027 - optional hook
         """Derive backend state from the new machine topology."""
