@@ -1,12 +1,13 @@
 """The mode checker: run one script simulated and as N SPMD agents, and compare every op.
 
 ``fogrun --check-modes -np N script.py [args]`` or :func:`fogsim.check_modes` runs the script
-twice, each in a child process of its own: once on the simulator with N stacked agents
-(``FOGSIM_BACKEND=sim``, ``FOGSIM_SIZE=N``) and once as N SPMD agent threads
-(:func:`fogsim.spmd.run_path`). Both modes execute every communication op on the simulator's
-kernels (an SPMD op stacks the agents' values and runs once), so the checker records, at that
-one place, each op's name, the line of the script that called it, its stacked input and its
-stacked output. The two sequences must then agree op by op: same op, same per-agent shape,
+(or a Jupyter notebook's code cells, top to bottom: call sites then read
+``notebook.ipynb[cell K]:line``) twice, each in a child process of its own: once on the
+simulator with N stacked agents (``FOGSIM_BACKEND=sim``, ``FOGSIM_SIZE=N``) and once as N
+SPMD agent threads (:func:`fogsim.spmd.run_path`). Both modes execute every communication op
+on the simulator's kernels (an SPMD op stacks the agents' values and runs once), so the checker
+records, at that one place, each op's name, the line of the script that called it, its stacked
+input and its stacked output. The two sequences must then agree op by op: same op, same per-agent shape,
 values equal to round-off. The first op where they do not is reported with its call site, the
 agent, the shapes and the largest difference.
 
@@ -34,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _settings
+from . import _notebook, _settings
 from ._callsite import call_site
 
 __all__ = ["ModeReport", "check_modes"]
@@ -102,7 +103,11 @@ def _child(mode: str, size: int, out_path: str, script: str, argv: list[str]) ->
     sys.argv = [script, *argv]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     try:
-        if mode == "sim":
+        if mode == "sim" and _notebook.is_notebook(script):
+            namespace = {"__name__": "__main__", "__file__": script, "__builtins__": __builtins__}
+            for cell in _notebook.notebook_code(script):
+                exec(cell, namespace)
+        elif mode == "sim":
             runpy.run_path(script, run_name="__main__")
         else:
             import fogsim.spmd
@@ -207,6 +212,8 @@ def check_modes(script: str | os.PathLike, size: int, argv: list[str] | tuple = 
                 timeout: float | None = 600) -> ModeReport:  # fmt: skip
     """Run ``script`` simulated and as ``size`` SPMD agents; return where the ops differ.
 
+    ``script`` is a Python file or a Jupyter notebook (``.ipynb``, its code cells in order).
+
     Each run is a child process of this Python (``timeout`` seconds each), with the
     script's ``argv``; see the module :mod:`fogsim._checkmodes` for what is compared.
     """
@@ -224,6 +231,7 @@ def check_modes(script: str | os.PathLike, size: int, argv: list[str] | tuple = 
             out = os.path.join(tmp, f"{mode}.pickle")
             env = {k: v for k, v in _settings.environ().items() if not k.startswith("FOGSIM_")}
             env.update(FOGSIM_BACKEND="sim", FOGSIM_SIZE=str(size))
+            env.setdefault("MPLBACKEND", "Agg")  # a checked script's plt.show() opens nothing
             cmd = [sys.executable, "-m", "fogsim._checkmodes", "--child", mode, str(size), out,
                    script, *map(str, argv)]  # fmt: skip
             try:

@@ -67,6 +67,32 @@ def test_the_same_step_with_vmap_agrees_op_by_op(tmp_path):
     assert str(report) == "fogsim check-modes: 20 ops agree, simulated and as 4 SPMD agents"
 
 
+def _notebook(tmp_path, *cells: str):
+    """A notebook of a markdown cell, then ``cells`` as code cells (nbformat 4 JSON)."""
+    import json
+
+    code = [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+             "source": text.strip("\n").splitlines(keepends=True)} for text in cells]  # fmt: skip
+    nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": ["# A lesson"]}, *code],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}  # fmt: skip
+    path = tmp_path / "lesson.ipynb"
+    path.write_text(json.dumps(nb))
+    return path
+
+
+def test_a_notebook_is_checked_cell_by_cell_and_named_by_cell(tmp_path):
+    setup, loop = NOT_BATCH_FRIENDLY.split("for _ in range(20):")
+    loop = "%time\n!echo magics and shell escapes are left out\nfor _ in range(20):" + loop
+    report = fs.check_modes(_notebook(tmp_path, "%matplotlib inline\n" + setup, loop), 4)
+    assert not report.ok and report.ops == 1, str(report)
+    # cell 3 (the markdown cell is cell 1), line 5 of the cell
+    assert f"op 1 (neighbor_allreduce) at {tmp_path / 'lesson.ipynb'}[cell 3]:5" in str(report)
+    fixed = loop.replace("grad = A.T @ (A @ w - b)",
+                         "grad = fs.vmap(lambda A, w, b: A.T @ (A @ w - b))(A, w, b)")  # fmt: skip
+    report = fs.check_modes(_notebook(tmp_path, setup, "%%time\nraise SystemExit(3)", fixed), 4)
+    assert report.ok and report.ops == 20, str(report)  # a cell-magic cell is left out
+
+
 def test_values_that_differ_name_the_agent_and_the_gap(tmp_path):
     path = _script(tmp_path, MEAN_OF_WHAT)
     report = fs.check_modes(path, 3)
@@ -157,5 +183,38 @@ def test_batch_friendly_code_and_local_values_themselves_do_not_warn():
             grad = fs.vmap(lambda A, w, b: A.T @ (A @ w - b))(A, w, b)
             w = fs.neighbor_allreduce(w - 0.01 * grad)
             w = fs.neighbor_allreduce(w - 0.01 * np.einsum("aji,aj->ai", A, w))
+    finally:
+        fs.shutdown()
+
+
+def test_a_line_whose_values_grew_an_agent_axis_warns_once_without_local():
+    """Values made without fs.local: the guard compares with the earlier calls of the line."""
+    fs.init(backend="sim", size=4)
+    rng = np.random.default_rng(0)
+    A, b, w = rng.standard_normal((4, 4, 4)), rng.standard_normal((4, 4)), np.zeros((4, 4))
+    try:
+        with pytest.warns(fs.AgentShapeWarning) as caught:
+            for _ in range(4):
+                w = fs.neighbor_allreduce(w)  # (4,) per agent first, then (4, 4) and again
+                w = w - 0.01 * (A.T @ (A @ w - b))
+        line = sys._getframe().f_lineno - 2
+        assert len(caught) == 1, [str(c.message) for c in caught]
+        said = str(caught[0].message)
+        assert f"neighbor_allreduce at {__file__}:{line}: each agent's value has shape (4, 4) " \
+            "here, (4,) at an earlier call from this line" in said  # fmt: skip
+        assert caught[0].filename == __file__ and caught[0].lineno == line
+    finally:
+        fs.shutdown()
+
+
+def test_one_line_averaging_parameters_of_many_shapes_does_not_warn():
+    fs.init(backend="sim", size=4)
+    params = [np.ones((4, 3)), np.ones((4, 4, 3)), np.ones((4,)), np.ones((4, 4, 4, 3))]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", fs.AgentShapeWarning)
+            for _ in range(2):
+                for p in params:
+                    fs.neighbor_allreduce(p)  # shapes (3,), (4, 3), (), (4, 4, 3): all meant
     finally:
         fs.shutdown()

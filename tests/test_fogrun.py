@@ -51,7 +51,7 @@ def test_mpich_command():
     argv, env = fr.build_command(o, {"PATH": "/bin"}, MPICH)
     assert argv == [
         "/opt/mpi/bin/mpiexec", "-n", "4", "-hosts", "a,b", "-genv", "A", "x y", "-v",
-        sys.executable, "-m", "mpi4py", "train.py", "--lr", "0.1",
+        sys.executable, "-m", "mpi4py", "-m", "fogsim.run._rank", "train.py", "--lr", "0.1",
     ]  # fmt: skip
     assert env == {
         "PATH": "/bin", "FOGSIM_BACKEND": "mpi", "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"
@@ -65,7 +65,7 @@ def test_openmpi_command_and_laptop_environment():
         "/opt/ompi/bin/mpiexec", "-n", "3", "--host", "n1:2,n2:1",
         "-x", "FOGSIM_BACKEND", "-x", "FOGSIM_LOCAL_SIZE", "-x", "NUMBA_NUM_THREADS",
         "-x", "OMP_NUM_THREADS",
-        sys.executable, "-m", "mpi4py", "-m", "pkg.mod",
+        sys.executable, "-m", "mpi4py", "-m", "fogsim.run._rank", "-m", "pkg.mod",
     ]  # fmt: skip
     assert env["OMPI_ALLOW_RUN_AS_ROOT"] == env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] == "1"
     assert env["PRTE_MCA_rmaps_default_mapping_policy"] == ":oversubscribe"
@@ -182,20 +182,21 @@ def test_mpi_mode_without_mpi_is_refused():
 @pytest.mark.parametrize(
     ("command", "expected"),
     [
-        ("python s.py a", "PY -m mpi4py s.py a"),
-        ("python3 -m pkg.mod --x", "PY -m mpi4py -m pkg.mod --x"),
-        ("python -c code -m y", "PY -m mpi4py -c code -m y"),
-        ("python -u -X dev -W error s.py", "PY -u -X dev -W error -m mpi4py s.py"),
-        ("python -uc code", "PY -u -m mpi4py -c code"),
-        ("python -mpkg", "PY -m mpi4py -m pkg"),
-        ("python -Wignore -B s.py", "PY -Wignore -B -m mpi4py s.py"),
-        ("python -- s.py", "PY -m mpi4py s.py"),
-        ("python - a", "PY -m mpi4py - a"),
+        ("python s.py a", "PY -m mpi4py -m fogsim.run._rank s.py a"),
+        ("python3 -m pkg.mod --x", "PY -m mpi4py -m fogsim.run._rank -m pkg.mod --x"),
+        ("python -c code -m y", "PY -m mpi4py -m fogsim.run._rank -c code -m y"),
+        ("python -u -X dev -W error s.py",
+         "PY -u -X dev -W error -m mpi4py -m fogsim.run._rank s.py"),
+        ("python -uc code", "PY -u -m mpi4py -m fogsim.run._rank -c code"),
+        ("python -mpkg", "PY -m mpi4py -m fogsim.run._rank -m pkg"),
+        ("python -Wignore -B s.py", "PY -Wignore -B -m mpi4py -m fogsim.run._rank s.py"),
+        ("python -- s.py", "PY -m mpi4py -m fogsim.run._rank s.py"),
+        ("python - a", "PY -m mpi4py -m fogsim.run._rank - a"),
         ("python -m mpi4py s.py", "PY -m mpi4py s.py"),
         ("python -m mpi4py.run -m m", "PY -m mpi4py.run -m m"),
         ("python3.11 s.py", "python3.11 -m mpi4py s.py"),
         ("/usr/bin/python3 s.py", "/usr/bin/python3 -m mpi4py s.py"),
-        ("PY s.py", "PY -m mpi4py s.py"),
+        ("PY s.py", "PY -m mpi4py -m fogsim.run._rank s.py"),
         ("./a.out -m x", "./a.out -m x"),
         ("pythonista s.py", "pythonista s.py"),
         ("hostname", "hostname"),
@@ -245,7 +246,8 @@ def test_run_passes_a_list_without_shell(monkeypatch):
     monkeypatch.setattr(_launch.subprocess, "Popen", FakePopen)
     assert fr.main(["-np", "2", "python", "s.py", "a b"]) == 7
     [(args, kwargs)] = calls
-    assert args == [MPICH.mpiexec, "-n", "2", sys.executable, "-m", "mpi4py", "s.py", "a b"]
+    assert args == [MPICH.mpiexec, "-n", "2", sys.executable, "-m", "mpi4py",
+                    "-m", "fogsim.run._rank", "s.py", "a b"]  # fmt: skip
     assert kwargs.get("shell", False) is False
     assert kwargs["start_new_session"] is True
     assert kwargs["env"]["OMP_NUM_THREADS"] == os.environ.get("OMP_NUM_THREADS", "1")
@@ -445,7 +447,8 @@ def test_dry_run_prints_environment_and_command(monkeypatch, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert "FOGSIM_TIMELINE='t x/'" in lines
     assert lines[-1] == (
-        f"/opt/mpi/bin/mpiexec -n 2 {sys.executable} -m mpi4py -c 'print('\"'\"'hi'\"'\"')'"
+        f"/opt/mpi/bin/mpiexec -n 2 {sys.executable} -m mpi4py -m fogsim.run._rank -c "
+        "'print('\"'\"'hi'\"'\"')'"
     )
 
 

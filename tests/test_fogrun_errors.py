@@ -234,3 +234,42 @@ def test_verbose_shows_every_traceback_and_the_banner(tmp_path):
     # fogrun still says which ranks raised what, once, without a fifth traceback
     assert run.stderr.count("fogrun: ranks 0-3: ValueError: the step size must be positive") \
         == 1, run.stderr  # fmt: skip
+
+
+BEFORE_IMPORT = """
+import sys
+import a_module_no_one_installed
+import fogsim
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("form", ["script", "-c"])
+def test_an_error_before_importing_fogsim_is_printed_once_too(tmp_path, form):
+    """fogrun's ranks start in fogsim.run._rank, which reports before the program runs."""
+    if form == "script":
+        run = _jobs.fogrun_script(tmp_path, BEFORE_IMPORT, 3, timeout=120)
+    else:
+        run = _jobs.fogrun(3, "-c", BEFORE_IMPORT, timeout=120)
+    assert not run.timed_out and run.returncode not in (0, 124), run.describe()
+    assert run.stderr.count(TRACEBACK) == 1, run.stderr
+    assert "fogrun: ranks 0-2: ModuleNotFoundError: No module named " \
+        "'a_module_no_one_installed'" in run.stderr, run.stderr  # fmt: skip
+    assert "_rank.py" not in run.stderr and "runpy" not in run.stderr, run.stderr
+
+
+ARGV_AND_PATH = """
+import os, sys
+print(f"{sys.argv!r} {os.path.basename(sys.path[0]) or '<cwd>'} {__name__}")
+"""
+
+
+@pytest.mark.mpi
+def test_the_program_sees_the_argv_and_path_python_would_give_it(tmp_path):
+    run = _jobs.fogrun_script(tmp_path, ARGV_AND_PATH, 2, "a", "--b", timeout=120)
+    run.check()
+    lines = run.stdout.splitlines()
+    assert len(lines) == 2 and len(set(lines)) == 1, run.stdout
+    argv, folder, name = lines[0].rsplit(" ", 2)
+    assert eval(argv)[1:] == ["a", "--b"] and eval(argv)[0].endswith(".py"), lines
+    assert folder == os.path.basename(tmp_path) and name == "__main__", lines

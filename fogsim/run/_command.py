@@ -79,13 +79,15 @@ def _split_cluster(arg: str) -> tuple[list[str], list[str], bool]:
     return [arg], [], False
 
 
-def with_mpi4py(command: Sequence[str]) -> list[str]:
+def with_mpi4py(command: Sequence[str], *, reporting: bool = False) -> list[str]:
     """Return the Python command ``command`` run through ``python -m mpi4py``.
 
     ``-m mpi4py`` goes after the interpreter's own options (``-u``, ``-X dev``) and
     before the program (``script.py``, ``-m pkg``, ``-c code``, ``-``), so an uncaught
     exception on one rank calls ``MPI_Abort`` instead of leaving the others waiting.
-    A command already run through mpi4py is returned unchanged.
+    ``reporting`` (what fogrun uses) also runs the program through ``-m fogsim.run._rank``,
+    which makes each rank report an uncaught exception to fogrun from the program's first
+    line. A command already run through mpi4py is returned unchanged.
     """
     words = list(command)
     interpreter, program = [words[0]], None
@@ -111,6 +113,8 @@ def with_mpi4py(command: Sequence[str]) -> list[str]:
         program = words[i + 1 :] if words[i : i + 1] == ["--"] else words[i:]
     if program[:2] in (["-m", "mpi4py"], ["-m", "mpi4py.run"]):
         return [*interpreter, *program]
+    if reporting:
+        program = ["-m", "fogsim.run._rank", *program]
     return [*interpreter, "-m", "mpi4py", *program]
 
 
@@ -204,7 +208,8 @@ def build_command(
     if is_python(command[0]):
         command[0] = _interpreter(command[0])
         if not options.sim:
-            command = with_mpi4py(command)
+            # the bootstrap needs fogsim: only where the ranks run fogrun's own interpreter
+            command = with_mpi4py(command, reporting=command[0] == sys.executable)
     changes = env_changes(options, environ, mpi)
     env = {**environ, **changes}
     if options.sim:

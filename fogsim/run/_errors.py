@@ -1,7 +1,9 @@
 """One error, once: the ranks report their uncaught exception to fogrun, which groups them.
 
-Under ``fogrun`` (``FOGSIM_RANK_DIR`` set, and a rank given by the MPI launcher), fogsim
-replaces ``sys.excepthook`` of each rank when it is imported: an uncaught exception is
+Under ``fogrun`` (``FOGSIM_RANK_DIR`` set, and a rank given by the MPI launcher), each rank
+starts in `fogsim.run._rank`, which replaces ``sys.excepthook`` before the program's first
+line (``import fogsim`` does the same for a program fogrun could not start that way, e.g.
+one already run through ``python -m mpi4py`` or another interpreter): an uncaught exception is
 written to ``FOGSIM_RANK_DIR/error-<rank>.json`` instead of being printed (and printed as
 well when ``fogrun --verbose`` asked for it, or when the report cannot be written). The
 rank then ends as before: ``python -m mpi4py`` aborts the job.
@@ -32,8 +34,9 @@ __all__ = ["VERBOSE_NAME", "install", "install_from_environ", "rank_ranges", "re
 #: A file in ``FOGSIM_RANK_DIR`` whose presence asks the ranks to print their tracebacks too.
 VERBOSE_NAME = "verbose"
 _PREFIX = "error-"
-# Frames of the machinery that runs the script, left out of a report: runpy and mpi4py.
-_RUNNER_FILES = ("<frozen runpy>", os.sep + "runpy.py")
+# Frames of the machinery that runs the script, left out of a report: runpy, mpi4py and
+# fogsim.run._rank.
+_RUNNER_FILES = ("<frozen runpy>", os.sep + "runpy.py", os.path.join("fogsim", "run", "_rank.py"))
 _RUNNER_DIR = os.sep + "mpi4py" + os.sep
 # The launchers' variables holding the rank (as in fogsim._settings).
 _RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK")

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import _context, _settings
+from .. import _context, _notebook, _settings
 from .._context import Context
 from . import _random
 from ._errors import SpmdAborted
@@ -195,6 +195,9 @@ def run_path(
 ) -> list[dict[str, Any]]:
     """Run the script at ``path`` as ``size`` agents, each as ``__main__``; return their globals.
 
+    ``path`` may also be a Jupyter notebook (``.ipynb``): its code cells run top to bottom
+    (IPython magics left out; see :mod:`fogsim._notebook`).
+
     ``sys.argv`` is ``[path, *argv]`` and the script's folder leads ``sys.path`` during the
     run (both are process-wide, so they are set once for all agents and restored after).
     Each agent executes the script's code in a module namespace of its own (what
@@ -205,8 +208,11 @@ def run_path(
     arguments and the errors are those of :func:`run`.
     """
     path = os.fspath(path)
-    with io.open_code(path) as f:
-        code = compile(f.read(), path, "exec")
+    if _notebook.is_notebook(path):
+        code: Any = _notebook.notebook_code(path)
+    else:
+        with io.open_code(path) as f:
+            code = compile(f.read(), path, "exec")
     old_argv, old_path = sys.argv, list(sys.path)
     sys.argv = [path, *argv]
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
@@ -239,13 +245,15 @@ _SCRIPT_BUILTINS = {**vars(builtins), "print": _print_lines}
 
 
 def _exec_script(code: Any, path: str) -> dict[str, Any]:
+    """Run one code object (or, for a notebook, a list of them, one per cell) as ``__main__``."""
     namespace: dict[str, Any] = {
         "__name__": "__main__", "__file__": path, "__builtins__": _SCRIPT_BUILTINS,
         "__doc__": None,
         "__package__": None, "__spec__": None, "__loader__": None, "__cached__": None,
     }  # fmt: skip
     try:
-        exec(code, namespace)
+        for part in code if isinstance(code, list) else [code]:
+            exec(part, namespace)
     except SystemExit as exc:
         if exc.code not in (None, 0):
             raise

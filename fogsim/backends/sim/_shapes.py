@@ -3,11 +3,19 @@
 Per-agent code that is not batch-friendly, ``A.T @ (A @ w - b)`` with stacked ``A`` of
 (n, 4, 4) and ``w`` of (n, 4), broadcasts over the agent axis: each agent's value becomes
 (n, 4) instead of (4,). The simulator notices when an op receives a stacked value whose
-per-agent shape is ``(n, *s)`` for a shape ``s`` that :func:`fogsim.local` made, and warns
-once per such shape, naming the call site. Each distinct stacked shape is checked once
-(one set look-up per op afterwards). A value that ``local()`` itself made is never taken for
-a broadcast one; one computed from it with the same shape (with 4 agents and 4 x 4 matrices,
-``2 * A`` looks like a broadcast ``w``) is, once: ``fogrun --check-modes`` tells for sure.
+per-agent shape is ``(n, *s)`` where ``s`` is
+
+* a per-agent shape that :func:`fogsim.local` made (warned once per such shape), or
+* the per-agent shape of the call before the last from the same line of user code, the
+  last call having had ``(n, *s)`` too (warned once per line): values made without
+  ``local()`` (``np.zeros((n, d))``) that grew an agent axis in a loop and kept it.
+
+Warnings name the call site (the first frame outside fogsim). The cost per op is one walk
+up the stack to the user's frame and a dictionary look-up (about 1 microsecond). Other shape
+changes at one line are normal (a loop over a model's parameters) and pass. A value that
+``local()`` itself made is never taken for a broadcast one; one computed from it with the
+same shape (with 4 agents and 4 x 4 matrices, ``2 * A`` looks like a broadcast ``w``) is,
+once: ``fogrun --check-modes`` tells for sure.
 """
 
 from __future__ import annotations
@@ -15,6 +23,8 @@ from __future__ import annotations
 import warnings
 import weakref
 from typing import Any
+
+from ..._callsite import user_frame, user_stacklevel
 
 __all__ = ["AgentShapeWarning", "ShapeGuard"]
 
@@ -31,6 +41,9 @@ class ShapeGuard:
         self.local_shapes: set[tuple[int, ...]] = set()
         self._made: dict[int, Any] = {}  # id -> weak reference of the values local() made
         self._seen: set[tuple[int, ...]] = set()
+        # (code, line) of a user's call -> the per-agent shapes of its last two calls
+        self._sites: dict[tuple[Any, int], tuple[Any, Any]] = {}
+        self._warned_sites: set[tuple[Any, int]] = set()
 
     def made(self, value: Any) -> None:
         """Note a value ``local()`` made (an array or a tensor, agents stacked)."""
@@ -41,10 +54,13 @@ class ShapeGuard:
             pass
 
     def check(self, value: Any, shape: tuple[int, ...], op: str) -> None:
-        """Warn once if an op's stacked input has a per-agent shape ``(n, *local shape)``."""
+        """Warn once if an op's stacked input has a per-agent shape ``(n, *s)``, ``s`` a shape
+        ``local()`` made or one an earlier call from the same line had."""
+        per = tuple(shape[1:])
+        if self._n > 1:
+            self._check_site(per, op)
         if shape in self._seen:
             return
-        per = tuple(shape[1:])
         # one agent: an axis of length 1 is no sign of broadcasting
         if self._n == 1 or not per or per[0] != self._n or per[1:] not in self.local_shapes:
             self._seen.add(shape)
@@ -53,7 +69,7 @@ class ShapeGuard:
         if ref is not None and ref() is value:  # local()'s own value: its shape is meant
             return
         self._seen.add(shape)
-        from ..._callsite import call_site, user_stacklevel
+        from ..._callsite import call_site
 
         warnings.warn(
             f"{op} at {call_site()}: each agent's value has shape {per}, and fogsim.local "
@@ -64,3 +80,28 @@ class ShapeGuard:
             AgentShapeWarning,
             stacklevel=user_stacklevel(),
         )
+
+    def _check_site(self, per: tuple[int, ...], op: str) -> None:
+        frame = user_frame(2)
+        if frame is None:
+            return
+        key = (frame.f_code, frame.f_lineno)
+        older, last = self._sites.get(key, (None, None))
+        self._sites[key] = (last, per)
+        # s, then (n, *s) twice in a row: the value grew an agent axis and kept it (a loop over
+        # a model's parameters changes shape at every call and does not repeat one this way)
+        if (per == last and older is not None and per and per[0] == self._n
+                and per[1:] == older and key not in self._warned_sites):  # fmt: skip
+            self._warned_sites.add(key)
+            self._seen.add((self._n, *per))  # one warning for this value, not two
+            where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+            warnings.warn(
+                f"{op} at {where}: each agent's value has shape {per} here, {older} at an "
+                "earlier call from this line: the values grew an agent axis, as per-agent "
+                "code that is not batch-friendly does (e.g. A.T @ (A @ w - b) on stacked A "
+                "and w). Write it with batched operations or wrap it in fs.vmap; fogrun "
+                "--check-modes -np N python script.py compares the simulated run with "
+                "per-agent code op by op",
+                AgentShapeWarning,
+                stacklevel=user_stacklevel(),
+            )
