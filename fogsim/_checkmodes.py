@@ -7,9 +7,9 @@ simulator with N stacked agents (``FOGSIM_BACKEND=sim``, ``FOGSIM_SIZE=N``) and 
 SPMD agent threads (:func:`fogsim.spmd.run_path`). Both modes execute every communication op
 on the simulator's kernels (an SPMD op stacks the agents' values and runs once), so the checker
 records, at that one place, each op's name, the line of the script that called it, its stacked
-input and its stacked output. The two sequences must then agree op by op: same op, same per-agent shape,
-values equal to round-off. The first op where they do not is reported with its call site, the
-agent, the shapes and the largest difference.
+input and its stacked output. The two sequences must then agree op by op: same op, same
+per-agent shape, values equal to round-off. The first op where they do not is reported with its
+call site, the agent, the shapes and the largest difference.
 
 Per-agent code that is not batch-friendly (``A.T @ (A @ w - b)`` with stacked ``A`` and
 ``w`` broadcasts instead of multiplying each agent's own matrix) shows up as an input whose
