@@ -140,6 +140,7 @@ EXAMPLES = {
     "push_diging": ("--iters", "20"),
     "async_push_sum": ("--iters", "20"),
     "fish_school": ("--steps", "10"),
+    "decentralized_training": ("--epochs", "1"),  # float32: agrees to float32's round-off
 }
 
 
@@ -147,6 +148,25 @@ EXAMPLES = {
 def test_every_example_agrees_in_both_modes(example):
     report = fs.check_modes(ROOT / "examples" / f"{example}.py", 4, EXAMPLES[example])
     assert report.ok and report.ops > 0, str(report)
+
+
+#: The notebooks, checked as 16 agents (their own number; 04 takes fs.size() fish).
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_notebook_agrees_in_both_modes(notebook):
+    report = fs.check_modes(notebook, 16)
+    assert report.ok and report.ops > 0, str(report)
+
+
+def test_every_example_and_notebook_is_checked():
+    """A new example is either checked above or says it is simulation-only."""
+    examples = {p.stem for p in (ROOT / "examples").glob("*.py") if not p.stem.startswith("_")}
+    simulation_only = {e for e in examples
+                       if "simulation_only(" in (ROOT / "examples" / f"{e}.py").read_text()}  # fmt: skip
+    assert examples - simulation_only == set(EXAMPLES), sorted(examples - simulation_only)
+    assert len(NOTEBOOKS) >= 4
 
 
 # -- the simulator's own guard: per-agent values that grew an agent axis ------------------

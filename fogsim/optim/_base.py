@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 import fogsim as fs
+from fogsim import _context
 from fogsim import timeline as _timeline
 
 from ._agents import is_simulated
@@ -57,6 +58,11 @@ def _positive_int(value: Any, argname: str) -> int:
     if value < 1:
         raise ValueError(f"{argname} must be >= 1, got {value}")
     return int(value)
+
+
+def _in_one_process() -> bool:
+    """Whether the simulator runs this step's ops: in simulation, or as an SPMD agent."""
+    return is_simulated() or _context.spmd_agent() is not None
 
 
 class DistributedOptimizer(torch.optim.Optimizer):
@@ -136,8 +142,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if overlap is not None and not isinstance(overlap, bool):
             raise TypeError(f"overlap must be a bool or None, got {type(overlap).__name__}")
         # Simulated nonblocking ops complete at once, so hooks could not overlap anything:
-        # by default the simulator does the whole step in step(), with fused messages.
-        self.overlap = (not is_simulated()) if overlap is None else overlap
+        # by default the simulator (and an SPMD agent, whose ops the simulator runs) does the
+        # whole step in step(), with fused messages: the same ops in both, op by op.
+        self.overlap = (not _in_one_process()) if overlap is None else overlap
         self._steps = 0
         self._handles: list[tuple[list[torch.Tensor], Any]] = []
         self._hooks: list[Any] = []
@@ -250,20 +257,22 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._handles.append(([p], self._op(value, key or self._names.get(p, "param"))))
 
     def _start_all(self, pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """Start mixing several ``(p, value)``; in simulation one message per dtype.
+        """Start mixing several ``(p, value)``; in simulation (and as an SPMD agent) one
+        message per dtype.
 
         Distributed, each value gets its own op (the runtime fuses small ones).
         """
-        if not is_simulated() or len(pairs) < 2:
+        if not _in_one_process() or len(pairs) < 2:
             for p, value in pairs:
                 self._start(p, value)
             return
-        n = fs.size()
+        stacked = is_simulated()
         by_dtype: dict[torch.dtype, list[tuple[torch.Tensor, torch.Tensor]]] = {}
         for p, value in pairs:
             by_dtype.setdefault(value.dtype, []).append((p, value))
         for group in by_dtype.values():
-            flat = torch.cat([value.reshape(n, -1) for _, value in group], dim=1)
+            flat = torch.cat([value.reshape(fs.size(), -1) if stacked else value.reshape(-1)
+                              for _, value in group], dim=-1)  # fmt: skip
             self._handles.append(([p for p, _ in group], self._op(flat, "fused")))
 
     def _op(self, value: torch.Tensor, key: str) -> Any:
@@ -294,6 +303,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     continue
                 offset = 0
                 for p in targets:
+                    if result.dim() == 1:  # an SPMD agent's fused message: its own values
+                        size = p.numel()
+                        store(p, result[offset : offset + size].view(p.shape))
+                        offset += size
+                        continue
                     size = p[0].numel()
                     part = result[:, offset : offset + size]
                     # a view where p's layout allows it (no copy before store copies)
