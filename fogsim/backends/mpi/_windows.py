@@ -13,11 +13,23 @@ Each named window owns four MPI windows over the backend's communicator, all kep
   back. Several are always taken in ascending rank order, so agents cannot deadlock, and
   they are reentrant per agent (``win_mutex`` around ``win_put(require_mutex=True)``).
 
-Every remote write is flushed (``Flush``) before the op returns, so once every agent has
-passed a :func:`fogsim.barrier` all earlier window writes are visible. Every write to a
-buffer is an accumulate (``SUM``, or ``REPLACE`` for puts, resets and this agent's own
-writes, which go through RMA to itself), so concurrent writes to one buffer are atomic per
-element; this agent reads its own slots locally after ``Sync`` (the unified memory model).
+Every write to a buffer is an accumulate (``SUM``, or ``REPLACE`` for puts, resets and this
+agent's own writes, which go through RMA to itself), so concurrent writes to one buffer are
+atomic per element. A blocking op is complete at its targets when it returns (BlueFog's
+semantics), by these rules of MPI-3 RMA in the unified memory model:
+
+* completion: every write, data and ``p`` first and then the version count (an atomic
+  ``SUM`` of 1), is flushed (``Flush(target)``: complete at origin *and* target) before the
+  op returns, and each origin buffer is kept alive until its ``Flush`` (RMA calls are
+  nonblocking: MPI may read the buffer until then, so a temporary must not be freed first);
+* remote writes, then local loads: an agent reads its own window memory (versions in
+  ``get_win_version``, buffers and ``p`` in ``win_update``) only after ``Win.Sync`` at the
+  time of the read, i.e. after the process synchronization (``fogsim.barrier``) that orders
+  the writers' flushed ops before it. ``win_associated_p`` reads no window memory (this
+  agent's ``p`` is kept in Python);
+* local stores, then remote writes: the initial stores into window memory at creation are
+  followed by ``Win.Sync`` and then the creation barrier, so no neighbor's first write can
+  be overwritten by them (a version count of 0 after a completed put).
 """
 
 from __future__ import annotations
@@ -78,6 +90,7 @@ class _Window:
         self.held: dict[int, int] = {}  # rank -> how many times this agent holds its mutex
         for win in self.windows:
             win.Lock_all(MPI.MODE_NOCHECK)
+            win.Sync()  # the stores above, before the creation barrier and any remote write
 
     @property
     def windows(self) -> tuple[Any, ...]:
@@ -132,15 +145,20 @@ class _Window:
     # -- own memory -----------------------------------------------------------------------
     def expose(self, me: int) -> None:
         """Copy the registered value and p to slot 0, what neighbors' win_get reads."""
+        p = np.array([self.p])  # origin buffers stay alive until their Flush
         self.data.Accumulate(self.arr.reshape(-1), me, (0, self.m, self.mpi_type), op=MPI.REPLACE)
-        self.pwin.Accumulate(np.array([self.p]), me, (0, 1, MPI.DOUBLE), op=MPI.REPLACE)
+        self.pwin.Accumulate(p, me, (0, 1, MPI.DOUBLE), op=MPI.REPLACE)
         self.data.Flush(me)
         self.pwin.Flush(me)
 
     def count(self, rank: int, slot: int) -> None:
-        """Add one write to the version of buffer ``slot`` at ``rank`` (atomically)."""
-        self.version.Accumulate([np.ones(1, np.int64), MPI.INT64_T], rank,
-                                (slot, 1, MPI.INT64_T), op=MPI.SUM)  # fmt: skip
+        """Add one write to the version of buffer ``slot`` at ``rank`` (atomically).
+
+        Call it after the write it counts is flushed: once it returns, the count is complete
+        at ``rank`` too, so a reader that counts a write also sees it.
+        """
+        one = np.ones(1, np.int64)  # the origin buffer stays alive until the Flush
+        self.version.Accumulate([one, MPI.INT64_T], rank, (slot, 1, MPI.INT64_T), op=MPI.SUM)
         self.version.Flush(rank)
 
 
@@ -375,7 +393,7 @@ class WindowOps:
 
     def get_win_version(self, name: str) -> dict[int, int]:
         win = self._window(name, "get_win_version")
-        win.version.Sync()
+        win.version.Sync()  # now, after the caller's barrier: the flushed counts are visible
         return {int(j): int(win.vmem[k]) for k, j in enumerate(win.srcs)}
 
     def win_associated_p(self, name: str) -> float:
