@@ -109,6 +109,9 @@ def _child(mode: str, size: int, out_path: str, script: str, argv: list[str]) ->
     """Run ``script`` in ``mode`` (``sim`` or ``spmd``) and pickle what was recorded."""
     recorder = _Recorder()
     recorder.install()
+    from .compat.bluefog import _alias
+
+    _alias.install_from_environ()  # fogrun --check-modes --bluefog
     error = None
     sys.argv = [script, *argv]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
@@ -242,7 +245,8 @@ def check_modes(script: str | os.PathLike, size: int, argv: list[str] | tuple = 
     with tempfile.TemporaryDirectory(prefix="fogsim-check-") as tmp:
         for mode in ("sim", "spmd"):
             out = os.path.join(tmp, f"{mode}.pickle")
-            env = {k: v for k, v in _settings.environ().items() if not k.startswith("FOGSIM_")}
+            env = {k: v for k, v in _settings.environ().items()
+                   if not k.startswith("FOGSIM_") or k == "FOGSIM_BLUEFOG"}  # fmt: skip
             env.update(FOGSIM_BACKEND="sim", FOGSIM_SIZE=str(size))
             env.setdefault("MPLBACKEND", "Agg")  # a checked script's plt.show() opens nothing
             cmd = [sys.executable, "-m", "fogsim._checkmodes", "--child", mode, str(size), out,

@@ -29,6 +29,10 @@ is listed here with its meaning:
     What averaging weights that are neither row- nor column-stochastic get (see
     :mod:`fogsim._weightcheck`): ``warn`` (default: a `fogsim.WeightWarning` once per
     call site), ``error`` (a ValueError) or ``off``.
+``FOGSIM_BLUEFOG``
+    Set by ``fogrun --bluefog``: ``1`` registers fogsim's BlueFog layer as the modules
+    ``bluefog``, ``bluefog.torch`` and ``bluefog.common`` before the script runs (``force``:
+    even where a real BlueFog is installed; see :mod:`fogsim.compat.bluefog._alias`).
 ``FOGSIM_TORCH_PORT``
     TCP port of the torch backend's rendezvous (wins over ``MASTER_PORT``).
 ``FOGSIM_PURE_PYTHON``

@@ -20,6 +20,7 @@ _EPILOG = """examples:
   fogrun -np 8 --local-size 4 --timeline-filename trace/t python -m mypkg.train
   fogrun -np 2 --extra-mpi-flags "-genv FOO 1" --dry-run python script.py
   fogrun --check-modes -np 4 python dgd.py --iters 20
+  fogrun --bluefog -np 4 python bluefog_script.py
 
 Everything from the first word that is not a fogrun option on is the command."""
 _WITH_VALUE = frozenset(
@@ -41,6 +42,7 @@ class Options:
     sim: bool = False
     spmd: bool = False
     check_modes: bool = False
+    bluefog: bool = False
     timeout: float | None = None
     dry_run: bool = False
     verbose: bool = False
@@ -92,6 +94,8 @@ def make_parser() -> argparse.ArgumentParser:
         "threads of one process (python -m fogsim.spmd; no mpiexec)")  # fmt: skip
     add("--check-modes", action="store_true", help="run the script simulated and as N "
         "SPMD agents; name the first op that differs (exit 0: all agree)")  # fmt: skip
+    add("--bluefog", action="store_true", help="run BlueFog code unchanged: 'import "
+        "bluefog.torch as bf' gets fogsim.compat.bluefog (sets FOGSIM_BLUEFOG=1)")  # fmt: skip
     add("--timeout", type=_positive_float, metavar="SECONDS",
         help="kill the whole job after SECONDS (exit code 124); default: no timeout")  # fmt: skip
     add("--verbose", action="store_true", help="when ranks fail, show every rank's traceback "
@@ -142,6 +146,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         sim=ns.sim,
         spmd=ns.spmd,
         check_modes=ns.check_modes,
+        bluefog=ns.bluefog,
         timeout=ns.timeout,
         dry_run=ns.dry_run,
         verbose=ns.verbose,

@@ -89,6 +89,23 @@ def with_mpi4py(command: Sequence[str], *, reporting: bool = False) -> list[str]
     which makes each rank report an uncaught exception to fogrun from the program's first
     line. A command already run through mpi4py is returned unchanged.
     """
+    interpreter, program = _split_python(command)
+    if program[:2] in (["-m", "mpi4py"], ["-m", "mpi4py.run"]):
+        return [*interpreter, *program]
+    if reporting:
+        program = ["-m", "fogsim.run._rank", *program]
+    return [*interpreter, "-m", "mpi4py", *program]
+
+
+def with_bootstrap(command: Sequence[str]) -> list[str]:
+    """Return the Python command ``command`` run through ``-m fogsim.run._rank`` (no MPI):
+    what ``fogrun --sim --bluefog`` runs, so the BlueFog aliases exist before the program."""
+    interpreter, program = _split_python(command)
+    return [*interpreter, "-m", "fogsim.run._rank", *program]
+
+
+def _split_python(command: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``(interpreter and its options, the program and its arguments)`` of a Python command."""
     words = list(command)
     interpreter, program = [words[0]], None
     i = 1
@@ -111,11 +128,7 @@ def with_mpi4py(command: Sequence[str], *, reporting: bool = False) -> list[str]
     if program is None:
         # mpi4py's own parser knows no "--"; after the interpreter's options it only ends them.
         program = words[i + 1 :] if words[i : i + 1] == ["--"] else words[i:]
-    if program[:2] in (["-m", "mpi4py"], ["-m", "mpi4py.run"]):
-        return [*interpreter, *program]
-    if reporting:
-        program = ["-m", "fogsim.run._rank", *program]
-    return [*interpreter, "-m", "mpi4py", *program]
+    return interpreter, program
 
 
 def _interpreter(word: str) -> str:
@@ -151,6 +164,8 @@ def env_changes(
         explicit["FOGSIM_LOCAL_SIZE"] = str(options.local_size)
     if options.timeline_filename is not None:
         explicit["FOGSIM_TIMELINE"] = options.timeline_filename
+    if options.bluefog:
+        explicit["FOGSIM_BLUEFOG"] = environ.get("FOGSIM_BLUEFOG", "") or "1"
     changes = {k: v for k, v in defaults.items() if k not in environ}
     changes.update({k: v for k, v in explicit.items() if environ.get(k) != v})
     return changes
@@ -210,6 +225,8 @@ def build_command(
         if not options.sim:
             # the bootstrap needs fogsim: only where the ranks run fogrun's own interpreter
             command = with_mpi4py(command, reporting=command[0] == sys.executable)
+        elif options.bluefog:
+            command = with_bootstrap(command)
     changes = env_changes(options, environ, mpi)
     env = {**environ, **changes}
     if options.sim:

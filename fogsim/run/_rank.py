@@ -5,7 +5,9 @@ program's first line on, so that an error raised before the program imports fogs
 missing module, a bad argument) is also printed once for all ranks, and then runs
 ``PROGRAM`` as Python would have: ``script.py [args]`` (the script's folder first on
 ``sys.path``), ``-m module [args]``, ``-c code [args]`` or ``-`` (standard input). Only the
-standard library and the light `fogsim.run._errors` are imported before the program.
+standard library and the light `fogsim.run._errors` are imported before the program, and,
+under ``fogrun --bluefog`` (``FOGSIM_BLUEFOG`` set), fogsim's BlueFog module aliases
+(`fogsim.compat.bluefog.install`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import runpy
 import sys
 
+from .. import _settings
 from . import _errors
 
 __all__ = ["main"]
@@ -24,6 +27,10 @@ USAGE = "usage: python -m fogsim.run._rank (script.py | -m module | -c code | -)
 def main(argv: list[str]) -> None:
     """Run the program ``argv`` (``sys.argv[1:]`` of this module) as ``__main__``."""
     _errors.install_from_environ()
+    if _settings.environ().get("FOGSIM_BLUEFOG", "").strip():  # fogrun --bluefog
+        from ..compat.bluefog import _alias
+
+        _alias.install_from_environ()
     if not argv:
         raise SystemExit(USAGE)
     first, rest = argv[0], argv[1:]

@@ -32,6 +32,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     if ns.np < 1:
         parser.error(f"-np must be >= 1, got {ns.np}")
+    from ..compat.bluefog import _alias
+
+    _alias.install_from_environ()  # fogrun --spmd --bluefog
     try:
         run_path(ns.script, size=ns.np, argv=ns.args, local_size=ns.local_size,
                  timeout=ns.timeout)  # fmt: skip

@@ -1,6 +1,13 @@
-"""BlueFog's API on fogsim: change ``import bluefog.torch as bf`` to
+"""BlueFog's API on fogsim. Existing BlueFog code runs unchanged with
 
-    import fogsim.compat.bluefog as bf
+    fogrun --bluefog -np 4 python script.py      # or --spmd, or:
+    python -m fogsim.compat.bluefog script.py    # (under mpiexec: python -m mpi4py -m ...)
+
+which make ``import bluefog.torch as bf`` and ``from bluefog.common import topology_util``
+import this module (:func:`install` registers the aliases; it never shadows a real BlueFog
+unless ``install(force=True)``). Or change the import line to
+
+    import fogsim.compat.bluefog.torch as bf     # the same as fogsim.compat.bluefog
     from fogsim.compat.bluefog import topology_util   # was: from bluefog.common import ...
 
 and a BlueFog script runs on fogsim: ``bf.init``, ``bf.size``/``bf.rank``, the topology
@@ -38,6 +45,8 @@ on first use because they need torch; their ``self_weights`` is BlueFog's spelli
 """
 
 from . import topology_util
+from ._alias import install as install  # fogsim's, not BlueFog's
+from ._alias import uninstall as uninstall
 from ._api import (
     allgather,
     allgather_nonblocking,
