@@ -3,6 +3,11 @@
 Ops accept numpy arrays, torch CPU tensors and Python scalars and return the type they
 were given. torch is never imported here: a value can only be a tensor if the caller
 already imported torch, so ``sys.modules`` tells.
+
+Half precision (float16, and torch's bfloat16, which numpy lacks) is computed in float32
+and rounded once on the way out, the same in every mode: :func:`to_numpy` turns a bfloat16
+tensor into float32, :func:`upcast_half` turns a float16 array into float32 before an op
+that adds, and :func:`wrap_like` rounds the result back to the dtype the value came in as.
 """
 
 from __future__ import annotations
@@ -13,19 +18,28 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Kind", "is_tensor", "to_numpy", "wrap_like", "require_float", "check_name"]
+__all__ = [
+    "Kind", "is_tensor", "to_numpy", "wrap_like", "upcast_half", "require_float",
+    "require_window_float", "check_name",
+]
 
-FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+_FLOAT16 = np.dtype(np.float16)
 
 
 class Kind:
-    """What a value came in as, so results go back out the same way."""
+    """What a value came in as, so results go back out the same way.
 
-    __slots__ = ("torch", "device")
+    ``half`` is ``"float16"`` or ``"bfloat16"`` when the value is computed in float32
+    and the result must be rounded back to that half-precision dtype, else None.
+    """
 
-    def __init__(self, torch: bool, device: Any = None) -> None:
+    __slots__ = ("torch", "device", "half")
+
+    def __init__(self, torch: bool, device: Any = None, half: str | None = None) -> None:
         self.torch = torch
         self.device = device
+        self.half = half
 
 
 _NUMPY = Kind(False)
@@ -44,9 +58,13 @@ def to_numpy(x: Any, argname: str = "x", *, allow_cuda: bool = False) -> tuple[n
     if is_tensor(x):
         if x.device.type != "cpu" and not allow_cuda:
             raise TypeError(f"{argname} is on {x.device}; this backend works on CPU tensors")
+        if x.dtype is sys.modules["torch"].bfloat16:
+            # numpy has no bfloat16: float32 holds every bfloat16 value exactly, and
+            # wrap_like rounds the result back (the one place this conversion happens).
+            return x.detach().cpu().float().numpy(), Kind(True, x.device, "bfloat16")
         try:
             arr = x.detach().cpu().numpy()
-        except TypeError as exc:  # e.g. bfloat16
+        except TypeError as exc:  # e.g. complex32
             raise TypeError(f"{argname} has dtype {x.dtype}, which numpy cannot hold") from exc
         return arr, Kind(True, x.device)
     if isinstance(x, numbers.Number | np.generic) and not isinstance(x, complex):
@@ -83,19 +101,58 @@ def _ragged_message(x: list | tuple, argname: str, exc: ValueError) -> str:
 
 
 def wrap_like(arr: np.ndarray, kind: Kind) -> Any:
-    """Return ``arr`` as the type described by ``kind`` (zero-copy for CPU tensors)."""
+    """Return ``arr`` as the type described by ``kind`` (zero-copy for CPU tensors).
+
+    A value that came in as half precision is rounded (to nearest, ties to even) from
+    float32 back to its dtype here, once.
+    """
+    if kind.half == "float16" and arr.dtype != _FLOAT16:
+        arr = arr.astype(_FLOAT16)  # numpy rounds for torch float16 too: one rounding code
     if not kind.torch:
         return arr
     import torch
 
     tensor = torch.from_numpy(arr)
+    if kind.half == "bfloat16":
+        tensor = tensor.to(torch.bfloat16)
     return tensor if kind.device is None or kind.device.type == "cpu" else tensor.to(kind.device)
 
 
+def upcast_half(arr: np.ndarray, kind: Kind) -> tuple[np.ndarray, Kind]:
+    """Return a float16 ``arr`` as float32 and a ``kind`` that rounds results back.
+
+    Ops that add values (averages and sums) call this so half precision accumulates in
+    float32; any other array is returned unchanged.
+    """
+    if arr.dtype != _FLOAT16:
+        return arr, kind
+    return arr.astype(np.float32), Kind(kind.torch, kind.device, "float16")
+
+
 def require_float(arr: np.ndarray, op: str, argname: str = "x") -> None:
-    """Raise TypeError unless ``arr`` is float32 or float64 (``op`` averages)."""
+    """Raise TypeError unless ``arr`` holds floating-point numbers (``op`` averages)."""
     if arr.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{op} averages, so {argname} must be float32 or float64, got {arr.dtype}")
+        raise TypeError(
+            f"{op} averages, so {argname} must be float32 or float64 (or half precision: "
+            f"float16, bfloat16), got {arr.dtype}; convert it first, e.g. "
+            f"{argname}.astype(np.float32) or {argname}.float()"
+        )
+
+
+def require_window_float(arr: np.ndarray, kind: Kind, op: str = "win_create") -> None:
+    """Raise TypeError unless ``arr`` is float32 or float64 (a window's value).
+
+    A window works on the caller's array in place, so it cannot compute in float32 on
+    behalf of a half-precision value the way the other ops do.
+    """
+    if arr.dtype not in FLOAT_DTYPES[1:]:
+        raise TypeError(f"{op} averages, so x must be float32 or float64, got {arr.dtype}")
+    if kind.half is not None:
+        raise TypeError(
+            f"{op}: windows update x in place and hold float32 or float64 values; got "
+            f"{kind.half} (half precision works in the other ops); "
+            "create the window from x.float() or x.astype(np.float32)"
+        )
 
 
 def check_name(name: Any) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .._arrays import Kind, is_tensor, to_numpy
+from .._arrays import Kind, is_tensor, require_window_float, to_numpy
 from ..backends._windows import check_flag, check_update_args
 from ._collect import agree, arrays, check_alike, label, per_agent_weights, rows, self_weights
 
@@ -127,6 +127,11 @@ def _win_create(world, args: Sequence[Any]) -> list[bool]:
                 f"but agent {rank} passed {type(x).__name__}"
             )
     arrs, kinds = arrays(op, xs)
+    for rank, (arr, kind) in enumerate(zip(arrs, kinds, strict=True)):
+        try:
+            require_window_float(arr, kind)
+        except TypeError as exc:
+            raise TypeError(f"{exc} (agent {rank})") from None
     check_alike(op, arrs)
     for rank, arr in enumerate(arrs):
         if not arr.flags.c_contiguous or not arr.flags.writeable:

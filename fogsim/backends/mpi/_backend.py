@@ -156,23 +156,32 @@ class MPIBackend(OneAgentEach, NeighborOps, WindowOps, Backend):
         return wrap_like(stacked, kind)
 
     # -- helpers --------------------------------------------------------------------------
-    def _value(self, x: Any, op: str, averaging: bool) -> tuple[np.ndarray, Kind]:
-        """Return this rank's value as a C-contiguous array (checked for its dtype)."""
+    def _value(self, x: Any, op: str, averaging: bool,
+               adds: bool | None = None) -> tuple[np.ndarray, Kind]:  # fmt: skip
+        """Return this rank's value as a C-contiguous array (checked for its dtype).
+
+        An op that ``adds`` values (default: one that averages) gets half precision as
+        float32: it is sent as float32 too (MPI has no portable float16 sum), so ranks
+        add exactly what the simulator adds, and ``wrap_like`` rounds the result once.
+        """
         arr, kind = to_numpy(x)
         if averaging:
             _arrays.require_float(arr, op)
         elif arr.dtype.kind not in "biuf":
             raise TypeError(f"{op}: x must hold numbers, got dtype {arr.dtype}")
+        if averaging if adds is None else adds:
+            arr, kind = _arrays.upcast_half(arr, kind)
         return (arr if arr.flags.c_contiguous else arr.copy(order="C")), kind
 
-    def _checked(self, op, x, averaging, shape_of=lambda a: a.shape, extra=(), error=None):
+    def _checked(self, op, x, averaging, shape_of=lambda a: a.shape, extra=(), error=None,
+                 adds=None):  # fmt: skip
         """Convert ``x`` and agree with every rank on shape and dtype; raise on all ranks.
 
         ``error`` is a problem already found on this rank (it is raised everywhere too).
         """
         arr, kind, fp, describe = None, _arrays.Kind(False), 0, "an invalid argument"
         try:
-            arr, kind = self._value(x, op, averaging)
+            arr, kind = self._value(x, op, averaging, adds)
             if error is None:
                 fp = fingerprint(op, arr.dtype.str, shape_of(arr), *extra)
                 describe = f"{arr.dtype} {shape_of(arr)}"
@@ -190,7 +199,7 @@ class MPIBackend(OneAgentEach, NeighborOps, WindowOps, Backend):
         if not isinstance(average, bool):
             raise TypeError(f"average must be a bool, got {type(average).__name__}")
         self._flush()
-        arr, kind = self._checked("allreduce", x, averaging=average)
+        arr, kind = self._checked("allreduce", x, averaging=average, adds=True)
         out = np.empty_like(arr)
         req = self.comm.Iallreduce(arr, out, op=MPI.SUM)
 
@@ -326,7 +335,7 @@ class MPIBackend(OneAgentEach, NeighborOps, WindowOps, Backend):
     def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
         self._start_machine_op("allreduce(is_hierarchical_local=True)", name, average=average)
         self._flush()
-        arr, kind = self._checked("allreduce-local", x, averaging=average)
+        arr, kind = self._checked("allreduce-local", x, averaging=average, adds=True)
         out = np.empty_like(arr)
         self.local_comm.Allreduce(arr, out, op=MPI.SUM)
         if average:
@@ -340,7 +349,7 @@ class MPIBackend(OneAgentEach, NeighborOps, WindowOps, Backend):
         self._flush()
         factors, error = self._decomposition(factors)
         arr, kind = self._checked("allreduce-decomposed", x, averaging=average, extra=(factors,),
-                                  error=error and LocalError(error))  # fmt: skip
+                                  error=error and LocalError(error), adds=True)  # fmt: skip
         comms = self._stage_comms.get(factors)
         if comms is None:
             comms = self._stage_comms[factors] = self._split_stages(factors)

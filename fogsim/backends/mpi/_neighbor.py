@@ -295,7 +295,8 @@ class NeighborOps:
         ):
             # Static nonblocking calls are queued; ranks agree once per fused batch.
             arr, kind, plan, error = self._parse(x, self_weight, src_weights, dst_weights, check)
-            wrap = None if kind is None or not kind.torch else partial(wrap_like, kind=kind)
+            wrap = (None if kind is None or not (kind.torch or kind.half)
+                    else partial(wrap_like, kind=kind))  # fmt: skip
             return self._fusion.add(arr, plan, wrap, error, check, name)
         if len(self._fusion):
             self._fusion.flush()

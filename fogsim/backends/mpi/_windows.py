@@ -222,7 +222,7 @@ class WindowOps:
                     f"got {type(x).__name__}"
                 )
             arr, kind = _arrays.to_numpy(x)
-            _arrays.require_float(arr, "win_create")
+            _arrays.require_window_float(arr, kind)
             if not arr.flags.c_contiguous or not arr.flags.writeable:
                 raise ValueError("win_create: x must be C-contiguous and writeable")
             fp = fingerprint("win_create", name, arr.dtype.str, arr.shape, zero_init)

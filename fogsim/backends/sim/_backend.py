@@ -167,7 +167,13 @@ class SimBackend(WindowOps, Backend):
         return wrap_like(arr.copy(), kind)
 
     # -- helpers --------------------------------------------------------------------------
-    def _stacked(self, x: Any, op: str, averaging: bool) -> tuple[np.ndarray, Kind]:
+    def _stacked(self, x: Any, op: str, averaging: bool,
+                 adds: bool | None = None) -> tuple[np.ndarray, Kind]:  # fmt: skip
+        """Return the stacked value of ``x`` and how it came in, checked for ``op``.
+
+        An op that ``adds`` values (default: one that averages) gets float16 as float32,
+        to be rounded back once by ``wrap_like``.
+        """
         arr, kind = to_numpy(x)
         if arr.ndim == 0:  # a scalar is the same value on every agent
             arr = np.full(self._n, arr[()])
@@ -181,6 +187,8 @@ class SimBackend(WindowOps, Backend):
         elif arr.dtype.kind not in "biuf":
             raise TypeError(f"{op}: x must hold numbers, got dtype {arr.dtype}")
         self._shapes.check(x, arr.shape, op)
+        if averaging if adds is None else adds:
+            arr, kind = _arrays.upcast_half(arr, kind)
         return arr, kind
 
     # -- ops ------------------------------------------------------------------------------
@@ -188,7 +196,7 @@ class SimBackend(WindowOps, Backend):
         _arrays.check_name(name)
         if not isinstance(average, bool):
             raise TypeError(f"average must be a bool, got {type(average).__name__}")
-        arr, kind = self._stacked(x, "allreduce", averaging=average)
+        arr, kind = self._stacked(x, "allreduce", averaging=average, adds=True)
         total = arr.sum(axis=0, dtype=arr.dtype)
         out = self._pool.empty(arr.shape, arr.dtype)
         out[...] = total / self._n if average else total
@@ -334,7 +342,7 @@ class SimBackend(WindowOps, Backend):
         _arrays.check_name(name)
         if not isinstance(average, bool):
             raise TypeError(f"average must be a bool, got {type(average).__name__}")
-        arr, kind = self._stacked(x, "allreduce", averaging=average)
+        arr, kind = self._stacked(x, "allreduce", averaging=average, adds=True)
         k = self._local
         grid = arr.reshape(self._n // k, k, *arr.shape[1:])
         total = grid.sum(axis=1, dtype=arr.dtype)
@@ -348,7 +356,7 @@ class SimBackend(WindowOps, Backend):
             raise TypeError(f"average must be a bool, got {type(average).__name__}")
         factors = (default_factors(self._n, self._local) if factors is None
                    else check_factors(factors, self._n))  # fmt: skip
-        arr, kind = self._stacked(x, "allreduce", averaging=average)
+        arr, kind = self._stacked(x, "allreduce", averaging=average, adds=True)
         total = staged_sum(arr, factors)
         out = self._pool.empty(arr.shape, arr.dtype)
         out[...] = total / self._n if average else total

@@ -312,7 +312,7 @@ class WindowOps:
                 f"got {type(x).__name__}"
             )
         arr, kind = to_numpy(x)
-        _arrays.require_float(arr, "win_create")
+        _arrays.require_window_float(arr, kind)
         if arr.ndim == 0 or arr.shape[0] != self._n:
             raise ValueError(
                 f"win_create: x has shape {arr.shape}; stack one value per agent along a "

@@ -179,7 +179,8 @@ class NeighborOps:
         if (not blocking and self.nccl_group is None and dst_weights is None
                 and not is_matrix(src_weights)):  # fmt: skip
             # Static nonblocking calls are queued; ranks agree once per fused batch.
-            wrap = None if value is None or value.kind == "numpy" else torch.from_numpy
+            wrap = (None if value is None or (value.kind == "numpy" and value.half is None)
+                    else value.wrap)  # fmt: skip
             arr = None if value is None else value.arr
             return self._fusion.add(arr, plan, wrap, error, check, name)
         self._flush()

@@ -25,13 +25,19 @@ _NUMPY, _CPU, _CUDA = "numpy", "cpu", "cuda"
 
 
 class Value:
-    """One rank's ``x``: ``tensor`` (contiguous), ``arr`` (its numpy view, None on CUDA)."""
+    """One rank's ``x``: ``tensor`` (contiguous), ``arr`` (its numpy view, None on CUDA).
 
-    __slots__ = ("tensor", "arr", "kind", "dtype", "shape")
+    ``half`` is the torch dtype (float16 or bfloat16) of a half-precision ``x`` held here
+    as float32, to which :meth:`wrap` rounds the result once; None otherwise.
+    """
 
-    def __init__(self, tensor: Any, arr: np.ndarray | None, kind: str, dtype: np.dtype) -> None:
+    __slots__ = ("tensor", "arr", "kind", "dtype", "shape", "half")
+
+    def __init__(self, tensor: Any, arr: np.ndarray | None, kind: str, dtype: np.dtype,
+                 half: Any = None) -> None:  # fmt: skip
         self.tensor, self.arr, self.kind, self.dtype = tensor, arr, kind, dtype
         self.shape = tuple(tensor.shape)
+        self.half = half
 
     @property
     def cuda(self) -> bool:
@@ -47,7 +53,7 @@ class Value:
 
     def reshaped(self, shape: tuple[int, ...]) -> Value:
         arr = None if self.arr is None else self.arr.reshape(shape)
-        return Value(self.tensor.reshape(shape), arr, self.kind, self.dtype)
+        return Value(self.tensor.reshape(shape), arr, self.kind, self.dtype, self.half)
 
     def empty(self, shape: tuple[int, ...]) -> tuple[Any, np.ndarray | None]:
         """Return a new (tensor, numpy view) of ``shape`` and this dtype, on this device."""
@@ -58,6 +64,12 @@ class Value:
 
     def wrap(self, out: Any) -> Any:
         """Return ``out`` (numpy on CPU, a tensor on CUDA) as the type ``x`` came in."""
+        if self.half is not None and self.kind != _CUDA:
+            # the one rounding code of every backend (fogsim._arrays.wrap_like)
+            return _arrays.wrap_like(out, _arrays.Kind(self.kind == _CPU, None,
+                                                       str(self.half).split(".")[-1]))
+        if self.half is not None:
+            out = out.to(self.half)
         if self.kind == _NUMPY:
             return out
         return torch.from_numpy(out) if self.kind == _CPU else out
@@ -78,11 +90,16 @@ def _numpy_dtype(tensor: Any, op: str) -> np.dtype:
 def as_value(x: Any, op: str, averaging: bool, summing: bool = False) -> Value:
     """Return ``x`` as a :class:`Value`; raise TypeError for what ``op`` cannot take.
 
-    Averaging ops take float32/float64; ``summing`` ones what gloo can add; others any
-    dtype of booleans, integers or floats (they move bytes).
+    Averaging ops take float16, bfloat16, float32 and float64; ``summing`` ones what gloo
+    can add; others any dtype of booleans, integers or floats (they move bytes). Half
+    precision is held (and sent) as float32 where the op adds, so every rank adds what the
+    simulator adds, and bfloat16 (which numpy lacks) always; :meth:`Value.wrap` rounds back.
     """
+    half = None
     if _arrays.is_tensor(x):
         t = x.detach()
+        if t.dtype is torch.bfloat16 or (t.dtype is torch.float16 and (averaging or summing)):
+            half, t = t.dtype, t.float()
         if t.device.type == "cuda":
             value = Value(t.contiguous(), None, _CUDA, _numpy_dtype(t, op))
         elif t.device.type == "cpu":
@@ -92,7 +109,10 @@ def as_value(x: Any, op: str, averaging: bool, summing: bool = False) -> Value:
             raise TypeError(f"{op}: x is on {t.device}; this backend takes CPU and CUDA tensors")
     else:
         arr, _ = _arrays.to_numpy(x)
+        if arr.dtype == np.float16 and (averaging or summing):
+            half, arr = torch.float16, arr.astype(np.float32)
         value = _from_array(arr, _NUMPY)
+    value.half = half
     dtype = value.dtype
     if averaging:
         _arrays.require_float(np.empty(0, dtype), op)
