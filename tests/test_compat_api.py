@@ -41,6 +41,12 @@ BF_PUBLIC = {
     "DistributedAdaptThenCombineOptimizer", "DistributedAdaptWithCombineOptimizer",
     "DistributedGradientAllreduceOptimizer", "DistributedPushSumOptimizer",
     "DistributedWinPutOptimizer", "broadcast_optimizer_state", "broadcast_parameters",
+    "nccl_built", "mpi_threads_supported", "unified_mpi_window_model_supported",
+    "is_homogeneous", "set_skip_negotiate_stage", "get_skip_negotiate_stage", "suspend",
+    "resume", "timeline_start_activity", "timeline_end_activity", "timeline_context",
+    "win_lock", "allreduce_parameters", "DistributedAllreduceOptimizer",
+    "DistributedNeighborAllreduceOptimizer", "DistributedHierarchicalNeighborAllreduceOptimizer",
+    "DistributedPullGetOptimizer",
 }  # fmt: skip
 TU_PUBLIC = {
     "ExponentialTwoGraph", "ExponentialGraph", "SymmetricExponentialGraph", "RingGraph",
@@ -48,6 +54,7 @@ TU_PUBLIC = {
     "IsRegularGraph", "GetRecvWeights", "GetSendWeights", "GetDynamicOnePeerSendRecvRanks",
     "GetDynamicSendRecvRanks", "GetExp2DynamicSendRecvMachineRanks",
     "GetInnerOuterRingDynamicSendRecvRanks", "GetInnerOuterExpo2DynamicSendRecvRanks",
+    "InferSourceFromDestinationRanks", "InferDestinationFromSourceRanks",
 }  # fmt: skip
 
 
@@ -430,7 +437,7 @@ def test_optimizer_names_load_on_first_use():
     code = (
         "import sys; import fogsim.compat.bluefog as bf; assert 'torch' not in sys.modules; "
         "import fogsim.optim as fo; assert bf.CommunicationType is fo.CommunicationType; "
-        "assert bf.DistributedWinPutOptimizer is fo.DistributedWinPutOptimizer; "
+        "assert callable(bf.DistributedWinPutOptimizer); assert 'torch' in sys.modules; "
         "assert 'DistributedWinPutOptimizer' in dir(bf)"
     )
     pytest.importorskip("torch")

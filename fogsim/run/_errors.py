@@ -135,7 +135,10 @@ def summary(reports: Sequence[dict], tracebacks: bool = True) -> str:
     lines = []
     for group in groups.values():
         first = group[0]
-        head = str(first.get("error", "")).split("\n", 1)[0]
+        # the exception's own line: a SyntaxError's text starts with the file and the code
+        lines_of = [ln for ln in str(first.get("error", "")).split("\n") if ln.strip()]
+        head = lines_of[-1] if lines_of and lines_of[0].startswith("  File ") else \
+            (lines_of[0] if lines_of else "")  # fmt: skip
         lines.append(f"fogrun: {rank_ranges(r['rank'] for r in group)}: {head}")
         if tracebacks:
             lines.append(str(first.get("traceback", "")).rstrip("\n"))

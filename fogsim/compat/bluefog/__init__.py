@@ -40,8 +40,9 @@ BlueFog's earlier keywords of ``neighbor_allreduce`` (``neighbor_weights`` for
 ``DeprecationWarning``. The optimizer wrappers are :mod:`fogsim.optim`'s, under the same
 names (``bf.DistributedAdaptThenCombineOptimizer``, ``bf.CommunicationType`` ...), imported
 on first use because they need torch; their ``self_weights`` is BlueFog's spelling of
-``self_weight``. Not provided: BlueFog's timeline API (use :mod:`fogsim.timeline`, or
-``fogrun --timeline-filename``).
+``self_weight``. BlueFog's timeline calls are :mod:`fogsim.timeline`'s;
+``nccl_built``, ``is_homogeneous``, ``suspend``/``resume``, the negotiate-stage flag and
+``win_lock`` are in :mod:`._extra` (fogsim's fixed answers or mappings, see each).
 """
 
 from . import topology_util
@@ -87,6 +88,21 @@ from ._api import (
     synchronize,
     wait,
 )
+from ._extra import (
+    allreduce_parameters,
+    get_skip_negotiate_stage,
+    is_homogeneous,
+    mpi_threads_supported,
+    nccl_built,
+    resume,
+    set_skip_negotiate_stage,
+    suspend,
+    timeline_context,
+    timeline_end_activity,
+    timeline_start_activity,
+    unified_mpi_window_model_supported,
+    win_lock,
+)
 from ._windows import (
     get_current_created_window_names,
     get_win_version,
@@ -123,13 +139,20 @@ from .topology_util import (
 #: torch, and ``import fogsim.compat.bluefog`` imports neither torch nor mpi4py.
 _OPTIM = (
     "CommunicationType",
-    "DistributedAdaptThenCombineOptimizer",
-    "DistributedAdaptWithCombineOptimizer",
-    "DistributedGradientAllreduceOptimizer",
-    "DistributedPushSumOptimizer",
-    "DistributedWinPutOptimizer",
     "broadcast_optimizer_state",
     "broadcast_parameters",
+)
+#: BlueFog's optimizer factories with BlueFog's signatures (``_optim``), also on first use.
+_FACTORIES = (
+    "DistributedAdaptThenCombineOptimizer",
+    "DistributedAdaptWithCombineOptimizer",
+    "DistributedAllreduceOptimizer",
+    "DistributedGradientAllreduceOptimizer",
+    "DistributedHierarchicalNeighborAllreduceOptimizer",
+    "DistributedNeighborAllreduceOptimizer",
+    "DistributedPullGetOptimizer",
+    "DistributedPushSumOptimizer",
+    "DistributedWinPutOptimizer",
 )
 
 __all__ = [
@@ -142,6 +165,19 @@ __all__ = [
     "SymmetricExponentialGraph",
     "allgather",
     "allgather_nonblocking",
+    "allreduce_parameters",
+    "get_skip_negotiate_stage",
+    "is_homogeneous",
+    "mpi_threads_supported",
+    "nccl_built",
+    "resume",
+    "set_skip_negotiate_stage",
+    "suspend",
+    "timeline_context",
+    "timeline_end_activity",
+    "timeline_start_activity",
+    "unified_mpi_window_model_supported",
+    "win_lock",
     "allreduce",
     "allreduce_",
     "allreduce_nonblocking",
@@ -200,18 +236,22 @@ __all__ = [
     "win_sync_then_collect",
     "win_wait",
 ]
-__all__ += _OPTIM
+__all__ += _OPTIM + _FACTORIES
 
 
 def __getattr__(name: str):
-    if name in _OPTIM:
-        from ... import optim  # torch's import happens here, on the first use
+    if name in _OPTIM or name in _FACTORIES:
+        # torch's import happens here, on the first use
+        if name in _OPTIM:
+            from ... import optim as source
+        else:
+            from . import _optim as source
 
-        value = getattr(optim, name)
+        value = getattr(source, name)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_OPTIM))
+    return sorted(set(globals()) | set(_OPTIM) | set(_FACTORIES))

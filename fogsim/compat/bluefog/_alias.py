@@ -61,7 +61,13 @@ def install(force: bool = False) -> None:
 
     Idempotent. Raises ``ImportError`` when a real BlueFog is importable (its location
     named), unless ``force`` is true, which then hides it for this process.
+
+    Also a deliberate shim for BlueFog-era code: networkx 3 removed
+    ``networkx.to_numpy_matrix``, which BlueFog's own tests call; when it is missing,
+    install adds it as ``numpy.asmatrix(networkx.to_numpy_array(G, ...))`` with the same
+    keyword arguments.
     """
+    _add_to_numpy_matrix()
     if installed():
         return
     real = _real_bluefog()
@@ -84,6 +90,21 @@ def install(force: bool = False) -> None:
         sys.modules[alias] = module
         parent, _, child = alias.rpartition(".")
         setattr(sys.modules[parent], child, module)
+
+
+def _add_to_numpy_matrix() -> None:
+    """Give networkx back ``to_numpy_matrix`` (removed in networkx 3), only if missing."""
+    import networkx as nx
+    import numpy as np
+
+    if hasattr(nx, "to_numpy_matrix"):
+        return
+
+    def to_numpy_matrix(G, *args, **kwargs):  # noqa: N803 - networkx's spelling
+        """networkx 2's ``to_numpy_matrix``: ``numpy.asmatrix(to_numpy_array(G, ...))``."""
+        return np.asmatrix(nx.to_numpy_array(G, *args, **kwargs))
+
+    nx.to_numpy_matrix = to_numpy_matrix
 
 
 def uninstall() -> None:

@@ -66,10 +66,31 @@ def init(topology_fn: Callable[[int], nx.DiGraph] | None = None, is_weighted: bo
 
     Without ``topology_fn`` the topology is the exponential-2 graph. ``is_weighted`` is that
     of :func:`set_topology`. The backend and size come from fogsim's defaults and the
-    ``FOGSIM_BACKEND`` / ``FOGSIM_SIZE`` variables.
+    ``FOGSIM_BACKEND`` / ``FOGSIM_SIZE`` variables. As in BlueFog,
+    ``BLUEFOG_NODES_PER_MACHINE=K`` makes machines of K ranks (``local_size``,
+    ``machine_size`` and the hierarchical ops follow it); ``FOGSIM_LOCAL_SIZE`` wins when both
+    are set.
     """
-    fogsim.init()
+    fogsim.init(local_size=_nodes_per_machine())
     set_topology(None if topology_fn is None else topology_fn(fogsim.size()), is_weighted)
+
+
+def _nodes_per_machine() -> int | None:
+    """``BLUEFOG_NODES_PER_MACHINE`` as a local size (None: unset, or FOGSIM_LOCAL_SIZE set)."""
+    from ... import _settings
+
+    env = _settings.environ()
+    text = env.get("BLUEFOG_NODES_PER_MACHINE", "").strip()
+    if not text or env.get("FOGSIM_LOCAL_SIZE", "").strip():
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"BLUEFOG_NODES_PER_MACHINE must be a positive integer (ranks per "
+                         f"machine), got {text!r}")  # fmt: skip
+    return value
 
 
 def shutdown() -> None:

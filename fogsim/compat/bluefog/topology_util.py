@@ -35,6 +35,8 @@ __all__ = [
     "GetInnerOuterRingDynamicSendRecvRanks",
     "GetRecvWeights",
     "GetSendWeights",
+    "InferDestinationFromSourceRanks",
+    "InferSourceFromDestinationRanks",
     "IsRegularGraph",
     "IsTopologyEquivalent",
     "MeshGrid2DGraph",
@@ -378,3 +380,7 @@ def _inner_outer_args(world_size: int, local_size: int, self_rank: int) -> tuple
             "use GetDynamicOnePeerSendRecvRanks instead"
         )
     return self_rank // local_size, self_rank % local_size, local_size, machines
+
+
+# bluefog.torch.topology_util's collective helpers (they need fogsim.init()).
+from ._extra import InferDestinationFromSourceRanks, InferSourceFromDestinationRanks  # noqa: E402
