@@ -46,7 +46,8 @@ BF_PUBLIC = {
     "resume", "timeline_start_activity", "timeline_end_activity", "timeline_context",
     "win_lock", "allreduce_parameters", "DistributedAllreduceOptimizer",
     "DistributedNeighborAllreduceOptimizer", "DistributedHierarchicalNeighborAllreduceOptimizer",
-    "DistributedPullGetOptimizer",
+    "DistributedPullGetOptimizer", "IsTopologyEquivalent", "InferSourceFromDestinationRanks",
+    "InferDestinationFromSourceRanks",
 }  # fmt: skip
 TU_PUBLIC = {
     "ExponentialTwoGraph", "ExponentialGraph", "SymmetricExponentialGraph", "RingGraph",

@@ -30,6 +30,10 @@ TORCH = {
     "broadcast_": [("tensor", E), ("root_rank", E), ("name", None)],
     "poll": [("handle", E)], "synchronize": [("handle", E)], "wait": [("handle", E)],
     "barrier": [],
+    # bluefog.torch re-exports these of topology_util (BlueFog's torch_basics_test imports them)
+    "IsTopologyEquivalent": [("topo1", E), ("topo2", E)],
+    "InferSourceFromDestinationRanks": [("dst_ranks", E), ("construct_adjacency_matrix", False)],
+    "InferDestinationFromSourceRanks": [("src_ranks", E), ("construct_adjacency_matrix", False)],
     "win_create": [("tensor", E), ("name", E), ("zero_init", False)],
     "win_free": [("name", None)],
     "win_wait": [("handle", E)], "win_poll": [("handle", E)],

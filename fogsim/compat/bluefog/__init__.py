@@ -125,10 +125,13 @@ from ._windows import (
     win_update_then_collect,
     win_wait,
 )
-from .topology_util import (
+from .topology_util import (  # bluefog.torch exports these of topology_util too
     ExponentialGraph,
     ExponentialTwoGraph,
     FullyConnectedGraph,
+    InferDestinationFromSourceRanks,
+    InferSourceFromDestinationRanks,
+    IsTopologyEquivalent,
     MeshGrid2DGraph,
     RingGraph,
     StarGraph,
@@ -159,6 +162,9 @@ __all__ = [
     "ExponentialGraph",
     "ExponentialTwoGraph",
     "FullyConnectedGraph",
+    "InferDestinationFromSourceRanks",
+    "InferSourceFromDestinationRanks",
+    "IsTopologyEquivalent",
     "MeshGrid2DGraph",
     "RingGraph",
     "StarGraph",
