@@ -297,13 +297,15 @@ def test_inner_outer_errors(fn):
 
 
 # -- fogsim takes the graphs: same matrix as fogsim's builders where they coincide ---------
+# BlueFog's builders weigh with plain 1/(K+1) (what its own tests compare exactly); fogsim's
+# make every row sum to exactly 1, so the two agree to round-off.
 COINCIDE = [
-    (lambda n: tu.ExponentialTwoGraph(n), T.exponential_two_graph, True),
-    (lambda n: tu.ExponentialGraph(n, 3), lambda n: T.exponential_graph(n, 3), True),
-    (lambda n: tu.RingGraph(n, 0), lambda n: T.ring_graph(n, "bidirectional"), True),
-    (lambda n: tu.RingGraph(n, 1), lambda n: T.ring_graph(n, "left"), True),
-    (lambda n: tu.RingGraph(n, 2), lambda n: T.ring_graph(n, "right"), True),
-    (lambda n: tu.FullyConnectedGraph(n), T.fully_connected_graph, True),
+    (lambda n: tu.ExponentialTwoGraph(n), T.exponential_two_graph, False),
+    (lambda n: tu.ExponentialGraph(n, 3), lambda n: T.exponential_graph(n, 3), False),
+    (lambda n: tu.RingGraph(n, 0), lambda n: T.ring_graph(n, "bidirectional"), False),
+    (lambda n: tu.RingGraph(n, 1), lambda n: T.ring_graph(n, "left"), False),
+    (lambda n: tu.RingGraph(n, 2), lambda n: T.ring_graph(n, "right"), False),
+    (lambda n: tu.FullyConnectedGraph(n), T.fully_connected_graph, False),
     (lambda n: tu.MeshGrid2DGraph(n), T.mesh_grid_2d_graph, True),
     (lambda n: tu.StarGraph(n), T.star_graph, False),  # center self weight: 1/n vs 1 - (n-1)/n
 ]

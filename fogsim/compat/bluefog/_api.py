@@ -18,6 +18,8 @@ import numpy as np
 
 import fogsim
 
+from .topology_util import ExponentialTwoGraph
+
 __all__ = [
     "init",
     "shutdown",
@@ -69,9 +71,15 @@ def init(topology_fn: Callable[[int], nx.DiGraph] | None = None, is_weighted: bo
     ``FOGSIM_BACKEND`` / ``FOGSIM_SIZE`` variables. As in BlueFog,
     ``BLUEFOG_NODES_PER_MACHINE=K`` makes machines of K ranks (``local_size``,
     ``machine_size`` and the hierarchical ops follow it); ``FOGSIM_LOCAL_SIZE`` wins when both
-    are set.
+    are set. ``BLUEFOG_TIMELINE`` and ``BLUEFOG_FUSION_THRESHOLD`` are honoured too, and
+    BlueFog's other variables get a notice (:mod:`._environ`).
     """
-    fogsim.init(local_size=_nodes_per_machine())
+    from . import _environ
+
+    with _environ.init_environment():
+        ctx = fogsim.init(local_size=_nodes_per_machine())
+    _environ.start_timeline(ctx)
+    _environ.notice_no_effect(rank=fogsim.rank())
     set_topology(None if topology_fn is None else topology_fn(fogsim.size()), is_weighted)
 
 
@@ -124,11 +132,18 @@ def set_topology(topology: Any = None, is_weighted: bool = False) -> bool:
 
     ``None`` means the exponential-2 graph. With ``is_weighted`` the neighbor ops use the
     graph's weights (edge ``j -> i``: the weight i applies to j), else uniform weights
-    ``1/(in-degree + 1)``. Anything :func:`fogsim.set_topology` takes is accepted too. A bad
-    topology raises (``TypeError``/``ValueError``) instead of BlueFog's False.
+    ``1/(in-degree + 1)``. Anything :func:`fogsim.set_topology` takes is accepted too. As in
+    BlueFog, while windows exist the topology stays and the result is False (with a
+    ``RuntimeWarning``). A bad topology raises (``TypeError``/``ValueError``) instead of
+    BlueFog's False.
     """
     if topology is None:
-        topology = fogsim.topology.exponential_two_graph
+        topology = ExponentialTwoGraph(fogsim.size())  # BlueFog's weights, 1/(K+1)
+    if fogsim.win_names():
+        warnings.warn("set_topology: the topology cannot change while windows exist "
+                      f"({', '.join(fogsim.win_names())}); free them with win_free first. "
+                      "The topology stays as it was.", RuntimeWarning, stacklevel=2)  # fmt: skip
+        return False
     fogsim.set_topology(topology, is_weighted=is_weighted, check_weights=False)  # as BlueFog
     return True
 
@@ -365,13 +380,16 @@ def neighbor_allgather(
     *,
     enable_topo_check: bool = True,
 ) -> Any:
-    """Return the in-neighbors' ``tensor`` concatenated along the first dimension, by rank.
+    """Return the in-neighbors' ``tensor`` concatenated along the first dimension.
 
-    ``src_ranks`` and ``dst_ranks`` (both) replace the topology's neighbors for this call.
-    ``enable_topo_check`` is accepted for BlueFog scripts; fogsim always checks the match.
+    With the topology's neighbors the blocks come by rank. ``src_ranks`` and ``dst_ranks``
+    (both) replace the topology's neighbors for this call, and then, as in BlueFog, the
+    blocks come in the order of ``src_ranks`` (fogsim's own op gives them by rank). Blocks
+    may differ in length. ``enable_topo_check`` is accepted for BlueFog scripts; fogsim
+    always checks the match.
     """
-    _check_bool(enable_topo_check, "enable_topo_check")
-    return fogsim.neighbor_allgather(tensor, src_ranks, dst_ranks, name)
+    return fogsim.wait(neighbor_allgather_nonblocking(
+        tensor, src_ranks, dst_ranks, name, enable_topo_check=enable_topo_check))
 
 
 def neighbor_allgather_nonblocking(
@@ -382,9 +400,76 @@ def neighbor_allgather_nonblocking(
     *,
     enable_topo_check: bool = True,
 ) -> fogsim.Handle:
-    """Start :func:`neighbor_allgather`; return a handle for :func:`synchronize`."""
+    """Start :func:`neighbor_allgather`; return a handle for :func:`synchronize`.
+
+    With ``src_ranks`` on one process per agent, each agent also sends its first-dimension
+    length to its destinations (a small extra exchange), so that the blocks, which may
+    differ in length, can be put in the order of ``src_ranks``.
+    """
     _check_bool(enable_topo_check, "enable_topo_check")
-    return fogsim.neighbor_allgather_nonblocking(tensor, src_ranks, dst_ranks, name)
+    handle = fogsim.neighbor_allgather_nonblocking(tensor, src_ranks, dst_ranks, name)
+    if src_ranks is None:
+        return handle
+    if not _is_integer(fogsim.rank()):  # simulation: every block has the same length
+        return fogsim.Handle(
+            handle.op,
+            finish=lambda: _src_order_stacked(fogsim.wait(handle), tensor, src_ranks),
+            test=lambda: fogsim.poll(handle),
+            name=handle.name,
+        )
+    shape = getattr(tensor, "shape", ())
+    rows = np.array([shape[0] if len(shape) else 1], dtype=np.int64)
+    counts = fogsim.neighbor_allgather_nonblocking(rows, src_ranks, dst_ranks)
+    return fogsim.Handle(
+        handle.op,
+        finish=lambda: _src_order(fogsim.wait(handle), fogsim.wait(counts), src_ranks),
+        test=lambda: fogsim.poll(handle) and fogsim.poll(counts),
+        name=handle.name,
+    )
+
+
+def _src_permutation(order: list[int], rows: np.ndarray) -> np.ndarray | None:
+    """Return the row index that puts rank-ordered blocks (``rows[k]`` rows for the k-th
+    smallest rank of ``order``) in the order of ``order``; None when it is the identity."""
+    by_rank = sorted(order)
+    if order == by_rank:
+        return None
+    starts = np.concatenate([[0], np.cumsum(rows)])
+    where = {r: k for k, r in enumerate(by_rank)}
+    parts = [np.arange(starts[where[r]], starts[where[r] + 1]) for r in order]
+    return np.concatenate(parts).astype(np.int64)
+
+
+def _take_rows(result: Any, index: np.ndarray) -> Any:
+    """Return ``result[index]`` along the first dimension, for numpy arrays and tensors."""
+    return result[index] if isinstance(result, np.ndarray) else result[index.tolist()]
+
+
+def _src_order(result: Any, rows: np.ndarray, src_ranks: Any) -> Any:
+    """Reorder one agent's gathered blocks (by rank, ``rows`` long) as ``src_ranks``."""
+    index = _src_permutation([int(r) for r in src_ranks], np.asarray(rows, dtype=np.int64))
+    return result if index is None else _take_rows(result, index)
+
+
+def _src_order_stacked(result: Any, tensor: Any, src_ranks: Any) -> Any:
+    """Reorder every simulated agent's blocks as its ``src_ranks`` (blocks of equal length)."""
+    shape = tuple(getattr(tensor, "shape", ()))
+    block = shape[1] if len(shape) > 1 else 1
+    orders = [[int(r) for r in ranks] for ranks in src_ranks]
+    index = [_src_permutation(order, np.full(len(order), block, dtype=np.int64))
+             for order in orders]  # fmt: skip
+    if all(i is None for i in index):
+        return result
+    full = [np.arange(len(o) * block) if i is None else i
+            for o, i in zip(orders, index, strict=True)]  # fmt: skip
+    if isinstance(result, list):
+        return [r if i is None else _take_rows(r, f)
+                for r, i, f in zip(result, index, full, strict=True)]  # fmt: skip
+    agents = np.arange(len(full))[:, None]
+    table = np.stack(full)
+    if isinstance(result, np.ndarray):
+        return result[agents, table]
+    return result[agents.tolist(), table.tolist()]
 
 
 # -- synchronization ----------------------------------------------------------------------

@@ -3,9 +3,10 @@
 Every graph is a ``networkx.DiGraph`` on nodes ``0..size-1``. The edge ``j -> i`` carries
 ``weight``, the weight agent i applies to agent j's value, and a self loop carries the self
 weight: ``nx.to_numpy_array(G)[j, i]`` is fogsim's ``W[i, j]``, so ``fogsim.set_topology(G,
-is_weighted=True)`` uses exactly these weights. Graphs are built by :mod:`fogsim.topology`
-where its builders give BlueFog's weights (exponential, ring, mesh grid, fully connected)
-and directly where they differ (symmetric exponential, star).
+is_weighted=True)`` uses exactly these weights. The weights are BlueFog's own values (for
+example ``1/(K+1)`` rounded once, as BlueFog computes them, so that ``IsTopologyEquivalent``
+against a BlueFog-built graph holds); :mod:`fogsim.topology`'s builders instead give
+weights whose rows sum to exactly 1.0. The mesh grid comes from :mod:`fogsim.topology`.
 
 The dynamic helpers yield ``(send_ranks, recv_ranks)`` for one agent per step, as BlueFog's
 do. Where BlueFog would fail obscurely (an assertion, a division by zero) these raise a
@@ -47,8 +48,6 @@ __all__ = [
 
 SendRecv = tuple[list[int], list[int]]
 
-_RING_STYLES = ("bidirectional", "left", "right")
-
 
 # -- static graphs ------------------------------------------------------------------------
 def ExponentialTwoGraph(size: int) -> nx.DiGraph:
@@ -56,7 +55,7 @@ def ExponentialTwoGraph(size: int) -> nx.DiGraph:
 
     Uniform weights ``1 / (K + 1)`` on self and the K in-neighbors ``i - 2**k``.
     """
-    return _T.exponential_two_graph(size).to_networkx()
+    return ExponentialGraph(size, 2)
 
 
 def ExponentialGraph(size: int, base: int = 2) -> nx.DiGraph:
@@ -65,7 +64,16 @@ def ExponentialGraph(size: int, base: int = 2) -> nx.DiGraph:
     Uniform weights ``1 / (K + 1)``. Powers are exact integers: BlueFog's floating-point
     ``isPowerOf`` misses some (``3**5 = 243``, ``10**3``), so for such sizes the graphs differ.
     """
-    return _T.exponential_graph(size, base).to_networkx()
+    size = _positive_int(size, "size")
+    base = _positive_int(base, "base")
+    if base < 2:
+        raise ValueError(f"base must be >= 2, got {base}")
+    powers = []
+    p = 1
+    while p < size:
+        powers.append(p)
+        p *= base
+    return _uniform_circulant(size, [size - p for p in powers])
 
 
 def SymmetricExponentialGraph(size: int, base: int = 4) -> nx.DiGraph:
@@ -85,9 +93,7 @@ def SymmetricExponentialGraph(size: int, base: int = 4) -> nx.DiGraph:
     while p <= size // 2:
         offsets.update((p, size - p))
         p *= base
-    w = 1.0 / (len(offsets) + 1)
-    topo = _T.Topology.circulant(size, sorted(offsets), w, w)
-    return topo.to_networkx()
+    return _uniform_circulant(size, sorted(offsets))
 
 
 def RingGraph(size: int, connect_style: int = 0) -> nx.DiGraph:
@@ -100,7 +106,11 @@ def RingGraph(size: int, connect_style: int = 0) -> nx.DiGraph:
     style = operator.index(connect_style) if not isinstance(connect_style, bool) else -1
     if style not in (0, 1, 2):
         raise ValueError(f"connect_style must be 0, 1 or 2, got {connect_style!r}")
-    return _T.ring_graph(size, _RING_STYLES[style]).to_networkx()
+    size = _positive_int(size, "size")
+    if size <= 2:
+        return _uniform_circulant(size, [1] if size == 2 else [])
+    # the offsets agent i receives from: both sides, i + 1 (it sends left), i - 1
+    return _uniform_circulant(size, ([1, size - 1], [1], [size - 1])[style])
 
 
 def StarGraph(size: int, center_rank: int = 0) -> nx.DiGraph:
@@ -132,8 +142,9 @@ def MeshGrid2DGraph(size: int, shape: tuple[int, int] | None = None) -> nx.DiGra
 
 
 def FullyConnectedGraph(size: int) -> nx.DiGraph:
-    """Return the complete graph with every weight ``1/size`` (exact averaging)."""
-    return _T.fully_connected_graph(size).to_networkx()
+    """Return the complete graph with every weight ``1/size``."""
+    size = _positive_int(size, "size")
+    return _uniform_circulant(size, list(range(1, size)))
 
 
 # -- graph utilities ----------------------------------------------------------------------
@@ -328,6 +339,13 @@ def GetInnerOuterExpo2DynamicSendRecvRanks(
 
 
 # -- helpers ------------------------------------------------------------------------------
+def _uniform_circulant(size: int, offsets: list[int]) -> nx.DiGraph:
+    """Return the graph where agent i receives from ``(i + o) % size`` for each offset ``o``,
+    with weight ``1.0 / (len(offsets) + 1)`` on every edge and the self loop (BlueFog's)."""
+    w = 1.0 / (len(offsets) + 1)
+    return _T.Topology.circulant(size, offsets, w, w).to_networkx()
+
+
 def _as_graph(topo: Any) -> nx.DiGraph:
     """Return ``topo`` as a DiGraph (a fogsim Topology, a matrix or an undirected graph too)."""
     if isinstance(topo, nx.DiGraph):
