@@ -65,3 +65,158 @@ def test_fogsim_local_size_wins(monkeypatch):
     monkeypatch.setenv("FOGSIM_LOCAL_SIZE", "4")
     assert _api._nodes_per_machine() is None
     assert sys.modules["fogsim.compat.bluefog._api"] is _api
+
+
+# -- bluefog.common.util.env ------------------------------------------------------------------
+def test_env_sets_the_variables_for_the_block_and_restores_them(monkeypatch):
+    import os
+
+    from fogsim.compat.bluefog.common.util import env
+
+    monkeypatch.setenv("FOGSIM_T_OLD", "old")
+    monkeypatch.delenv("FOGSIM_T_NEW", raising=False)
+    with pytest.raises(RuntimeError), env(FOGSIM_T_OLD="a", FOGSIM_T_NEW="b", FOGSIM_T_NONE=None):
+        assert (os.environ["FOGSIM_T_OLD"], os.environ["FOGSIM_T_NEW"]) == ("a", "b")
+        assert "FOGSIM_T_NONE" not in os.environ
+        raise RuntimeError
+    assert os.environ["FOGSIM_T_OLD"] == "old" and "FOGSIM_T_NEW" not in os.environ
+    with pytest.raises(TypeError, match="FOGSIM_T_NEW must be a str"), env(FOGSIM_T_NEW=3):
+        pass
+    assert "FOGSIM_T_NEW" not in os.environ
+
+
+def test_bluefog_common_util_is_an_alias_with_env():
+    from fogsim.compat.bluefog import _alias
+    from fogsim.compat.bluefog.common import util
+
+    assert _alias.ALIASES["bluefog.common.util"] == util.__name__
+    util.check_extension("torch", __file__, "torch", "mpi_lib")  # fogsim builds none
+    assert util.mpi_built() in (True, False)
+    assert util.extension_available("tensorflow") is False
+
+
+# -- BLUEFOG_FUSION_THRESHOLD, BLUEFOG_TIMELINE, the notices -----------------------------------
+def test_fusion_threshold_becomes_fogsims_and_fogsims_wins():
+    from fogsim.compat.bluefog import _environ
+
+    assert _environ.fusion_threshold({"BLUEFOG_FUSION_THRESHOLD": "1024"}) == 1024
+    assert _environ.fusion_threshold({"BLUEFOG_FUSION_THRESHOLD": " 0 "}) == 0
+    assert _environ.fusion_threshold({}) is None
+    assert _environ.fusion_threshold({"BLUEFOG_FUSION_THRESHOLD": "1024",
+                                      "FOGSIM_FUSION_THRESHOLD": "8"}) is None  # fmt: skip
+    for bad in ("64MB", "-1", "1.5"):
+        with pytest.raises(ValueError, match=f"BLUEFOG_FUSION_THRESHOLD.*{bad!r}"):
+            _environ.fusion_threshold({"BLUEFOG_FUSION_THRESHOLD": bad})
+
+
+def test_fusion_threshold_reaches_the_settings_of_init(monkeypatch):
+    import os
+
+    import fogsim
+    from fogsim import _settings
+    from fogsim.compat.bluefog import _environ
+
+    monkeypatch.delenv("FOGSIM_FUSION_THRESHOLD", raising=False)
+    monkeypatch.setenv("BLUEFOG_FUSION_THRESHOLD", "4096")
+    try:
+        with _environ.init_environment():
+            ctx = fogsim.init(backend="sim", size=2)
+        assert ctx.settings.fusion_threshold == 4096 != _settings.DEFAULT_FUSION_THRESHOLD
+        assert "FOGSIM_FUSION_THRESHOLD" not in os.environ  # only for the init
+    finally:
+        fogsim.shutdown()
+
+
+def test_timeline_prefix_and_its_errors():
+    from fogsim.compat.bluefog import _environ
+
+    assert _environ.timeline_prefix({"BLUEFOG_TIMELINE": "/tmp/tl"}) == "/tmp/tl"
+    assert _environ.timeline_prefix({}) is None
+    assert _environ.timeline_prefix({"BLUEFOG_TIMELINE": "a", "FOGSIM_TIMELINE": "b"}) is None
+    with pytest.raises(ValueError, match="BLUEFOG_TIMELINE must be a file prefix"):
+        _environ.timeline_prefix({"BLUEFOG_TIMELINE": "  "})
+
+
+def test_bluefog_timeline_makes_init_write_bluefogs_layout(tmp_path, monkeypatch):
+    import json
+
+    import numpy as np
+
+    import fogsim
+    import fogsim.compat.bluefog as bf
+    from fogsim import timeline
+
+    monkeypatch.delenv("FOGSIM_TIMELINE", raising=False)
+    monkeypatch.setenv("BLUEFOG_TIMELINE", str(tmp_path / "bf"))
+    monkeypatch.setenv("FOGSIM_BACKEND", "sim")
+    monkeypatch.setenv("FOGSIM_SIZE", "4")
+    try:
+        bf.init()
+        assert isinstance(timeline.active, timeline._BlueFogTimeline)
+        bf.neighbor_allreduce(np.ones((4, 3)), name="x")
+        text = (tmp_path / "bf.json").read_text()  # simulation: one file, before shutdown
+    finally:
+        fogsim.shutdown()
+    assert '"name": "MPI_NEIGHBOR_ALLREDUCE"' in text and '"ENQUEUE_NEIGHBOR_ALLREDUCE"' in text
+    assert json.loads((tmp_path / "bf.json").read_text())["traceEvents"]
+    assert timeline.active is None
+
+
+def test_bluefog_timeline_under_spmd_writes_one_file_per_agent(tmp_path, monkeypatch):
+    import numpy as np
+
+    import fogsim.compat.bluefog as bf
+    from fogsim import spmd, timeline
+
+    monkeypatch.delenv("FOGSIM_TIMELINE", raising=False)
+    monkeypatch.setenv("BLUEFOG_TIMELINE", str(tmp_path / "bf"))
+
+    def main():
+        bf.init()
+        bf.neighbor_allreduce(np.ones(3), name="x")
+        bf.shutdown()
+
+    spmd.run(main, size=3)
+    for r in range(3):
+        text = (tmp_path / f"bf{r}.json").read_text()
+        assert '"name": "MPI_NEIGHBOR_ALLREDUCE", "ts":' in text, text
+    assert timeline.active is None  # the agents' timelines stopped with their contexts
+
+
+def test_a_no_effect_variable_gets_exactly_one_notice_on_rank_0(monkeypatch, capsys):
+    from fogsim.compat.bluefog import _environ
+
+    monkeypatch.setattr(_environ, "_noticed", set())
+    env = {"BLUEFOG_CYCLE_TIME": "5", "BLUEFOG_UNKNOWN": "1", "BLUEFOG_TIMELINE": "x"}
+    assert _environ.notice_no_effect(env, rank=1) == ["BLUEFOG_CYCLE_TIME"]
+    assert capsys.readouterr().err == ""  # rank 1 prints nothing
+    monkeypatch.setattr(_environ, "_noticed", set())
+    assert _environ.notice_no_effect(env, rank=0) == ["BLUEFOG_CYCLE_TIME"]
+    assert _environ.notice_no_effect(env, rank=0) == []
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "BLUEFOG_CYCLE_TIME" in err and "no effect" in err, err
+
+
+def test_init_gives_the_notice_once(monkeypatch, capsys):
+    import fogsim
+    import fogsim.compat.bluefog as bf
+    from fogsim.compat.bluefog import _environ
+
+    monkeypatch.setattr(_environ, "_noticed", set())
+    monkeypatch.setenv("BLUEFOG_LOG_LEVEL", "info")
+    monkeypatch.setenv("FOGSIM_BACKEND", "sim")
+    monkeypatch.setenv("FOGSIM_SIZE", "4")
+    try:
+        bf.init()
+        bf.init()
+    finally:
+        fogsim.shutdown()
+    err = capsys.readouterr().err
+    assert err.count("BLUEFOG_LOG_LEVEL is set but has no effect in fogsim") == 1, err
+
+
+def test_every_documented_variable_is_in_the_table():
+    from fogsim.compat.bluefog import _environ
+
+    for name in (*_environ.HONOURED, *_environ.NO_EFFECT):
+        assert f"``{name}``" in _environ.__doc__, name

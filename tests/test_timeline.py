@@ -399,3 +399,88 @@ def test_a_writer_thread_that_is_gone_is_started_again(tmp_path):
     tl.close()
     events = check_trace(tmp_path / "f.json")
     assert [e["name"] for e in events if e["ph"] == "B"] == ["BEFORE", "QUEUED", "AFTER"]
+
+
+# -- BlueFog's layout (start(prefix, bluefog=True), BLUEFOG_TIMELINE) ------------------------
+def _bluefog_events(path) -> list[dict]:
+    """Parse a BlueFog-layout file; check its nesting per (pid, tid); return its events."""
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    stacks: dict[tuple[int, int], list[str]] = {}
+    for e in events:
+        key = (e["pid"], e["tid"])
+        if e["ph"] == "B":
+            stacks.setdefault(key, []).append(e["name"])
+        elif e["ph"] == "E":
+            assert stacks.get(key), f"E without an open B on {key}: {e}"
+            stacks[key].pop()
+        elif e["ph"] == "X":
+            assert stacks.get(key), f"phase {e['name']} outside any op on {key}"
+    return events
+
+
+def test_bluefog_layout_names_ops_tracks_tensors_and_threads(tmp_path):
+    import threading
+
+    path = tmp_path / "bf0.json"
+    tl = TL._BlueFogTimeline(str(path), [0], "rank")
+    try:
+        tid = tl.op_begin("NEIGHBOR_ALLREDUCE", "x")
+        with tl.phase("COMMUNICATE"):
+            pass
+        tl.op_end(tid)
+        with tl.op("WIN_ACCUMULATE", "w"):
+            pass
+        with tl.op("ENQUEUE_NEIGHBOR_ALLGATHER", "g"):
+            pass
+        tl.op_end(tl.op_begin("WAIT", "g"))
+        with tl.op("WIN_CREATE", "w"):
+            pass
+
+        def activity():
+            tl.begin("THREAD", "t")
+            tl.end("t")
+
+        threads = [threading.Thread(target=activity) for _ in range(2)]
+        for t in threads:
+            t.start()
+            t.join()  # one after the other: two threads, two thread tracks
+        text = path.read_text()  # written at each op's end, not after 2 s or at close
+        events = _bluefog_events(path)
+    finally:
+        tl.close()
+    spans = [(e["name"], e["pid"], e["tid"]) for e in events if e["ph"] == "B"]
+    tensors = {e["args"]["name"]: e["pid"] for e in events if e.get("name") == "process_name"}
+    assert set(tensors) == {"x", "w", "g", "t"} and sorted(tensors.values()) == [1, 2, 3, 4]
+    main = spans[0][2]
+    assert spans[:7] == [
+        ("ENQUEUE_NEIGHBOR_ALLREDUCE", tensors["x"], main),
+        ("MPI_NEIGHBOR_ALLREDUCE", tensors["x"], main),
+        ("ENQUEUE_WIN_ACCUMULATE", tensors["w"], main),
+        ("MPI_WIN_ACCUMULATE", tensors["w"], main),
+        ("ENQUEUE_NEIGHBOR_ALLGATHER", tensors["g"], main),
+        ("MPI_NEIGHBOR_ALLGATHER", tensors["g"], main),  # the WAIT that completes it
+        ("WIN_CREATE", tensors["w"], main),  # not one of BlueFog's MPI ops: fogsim's name
+    ]
+    thread_tids = [tid for name, pid, tid in spans[7:] if name == "THREAD"]
+    assert len(set(thread_tids + [main])) == 3, spans
+    phase = next(e for e in events if e["ph"] == "X")
+    assert (phase["name"], phase["pid"], phase["tid"]) == ("COMMUNICATE", tensors["x"], main)
+    assert f'"tid": {thread_tids[0]}' in text and '"tid":' + str(main) not in text  # spacing
+    assert not any(e["name"] == "thread_name" for e in events if e["ph"] == "M")
+    assert tl.closed and json.loads(path.read_text())  # closed: still valid JSON
+
+
+def test_bluefog_layout_is_an_option_of_start(world, tmp_path):
+    with pytest.raises(TypeError, match="bluefog must be a bool"):
+        TL.start(str(tmp_path / "t"), bluefog="yes")
+    tl = TL.start(str(tmp_path / "t"), bluefog=True)
+    assert isinstance(tl, TL._BlueFogTimeline)
+    fs.neighbor_allreduce(np.ones((N, 2)), name="v")
+    TL.stop()
+    events = _bluefog_events(tmp_path / "t.json")  # simulation: pid stays the agent
+    for agent in range(N):
+        names = {e["name"] for e in events if e["ph"] == "B" and e["pid"] == agent}
+        assert names == {"ENQUEUE_NEIGHBOR_ALLREDUCE", "MPI_NEIGHBOR_ALLREDUCE"}, names
+    assert isinstance(TL.start(str(tmp_path / "u")), TL.Timeline)
+    assert not isinstance(TL.active, TL._BlueFogTimeline)

@@ -43,6 +43,8 @@ on first use because they need torch; their ``self_weights`` is BlueFog's spelli
 ``self_weight``. BlueFog's timeline calls are :mod:`fogsim.timeline`'s;
 ``nccl_built``, ``is_homogeneous``, ``suspend``/``resume``, the negotiate-stage flag and
 ``win_lock`` are in :mod:`._extra` (fogsim's fixed answers or mappings, see each).
+BlueFog's environment variables (``BLUEFOG_TIMELINE``, ``BLUEFOG_FUSION_THRESHOLD`` ...),
+read by ``bf.init``, and what each does in fogsim are listed in :mod:`._environ`.
 """
 
 from . import topology_util

@@ -10,6 +10,7 @@ BlueFog module                     fogsim module
 ``bluefog.torch``                  :mod:`fogsim.compat.bluefog.torch`
 ``bluefog.common``                 :mod:`fogsim.compat.bluefog.common`
 ``bluefog.common.topology_util``   :mod:`fogsim.compat.bluefog.topology_util`
+``bluefog.common.util``            :mod:`fogsim.compat.bluefog.common.util` (``env`` ...)
 ``bluefog.torch.topology_util``    :mod:`fogsim.compat.bluefog.topology_util`
 =================================  ===========================================
 
@@ -34,6 +35,7 @@ ALIASES = {
     "bluefog.torch": "fogsim.compat.bluefog.torch",
     "bluefog.common": "fogsim.compat.bluefog.common",
     "bluefog.common.topology_util": "fogsim.compat.bluefog.topology_util",
+    "bluefog.common.util": "fogsim.compat.bluefog.common.util",
     "bluefog.torch.topology_util": "fogsim.compat.bluefog.topology_util",
 }
 _MARK = "__fogsim_alias__"
