@@ -74,8 +74,17 @@ class DistributedOptimizer(torch.optim.Optimizer):
     topology's weights), ``src_machine_weights`` and ``dst_machine_weights`` (with
     ``self_weight``, passed to :func:`fogsim.hierarchical_neighbor_allreduce`),
     ``communication_type`` (a :class:`CommunicationType` or its
-    name) and ``num_steps_per_communication`` (communicate at every k-th step only; the
-    steps in between are local).
+    name) and ``num_steps_per_communication``.
+
+    ``num_steps_per_communication = J`` (BlueFog's meaning): communication happens once per
+    J training passes, so J forward/backward passes may run before one ``step()`` (their
+    gradients accumulate: a larger batch), or J ``step()`` calls may each follow one pass
+    (J - 1 local steps, then one that communicates), or anything in between. A pass is a
+    forward call of the model in training mode with gradients enabled (adapt-with-combine,
+    window put) or a backward pass reaching the parameters (adapt-then-combine,
+    push-sum, gradient allreduce); a ``step()`` with no pass since the previous one (e.g.
+    gradients set by hand) counts as one. The step that follows the J-th pass
+    communicates, then the count starts again.
 
     ``overlap``: start communication from hooks during the forward/backward pass
     (default when distributed). In simulation nonblocking ops complete at once, so by
@@ -145,7 +154,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
         # by default the simulator (and an SPMD agent, whose ops the simulator runs) does the
         # whole step in step(), with fused messages: the same ops in both, op by op.
         self.overlap = (not _in_one_process()) if overlap is None else overlap
-        self._steps = 0
         self._handles: list[tuple[list[torch.Tensor], Any]] = []
         self._hooks: list[Any] = []
         self._trace_phases(model)
@@ -196,19 +204,20 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     @property
     def num_steps_per_communication(self) -> int:
-        """Communicate at every k-th step; the k - 1 steps in between are local only."""
+        """Training passes per communication (see the class docstring)."""
         return self._num_steps_per_communication
 
     @num_steps_per_communication.setter
     def num_steps_per_communication(self, value: Any) -> None:
         self._num_steps_per_communication = _positive_int(value, "num_steps_per_communication")
 
+    def _round_due(self) -> bool:
+        """Whether enough passes ran for the current step to communicate."""
+        raise NotImplementedError
+
     def _communicating(self) -> bool:
         """Whether the current step communicates."""
-        return (
-            self._communication_type is not CommunicationType.empty
-            and (self._steps + 1) % self._num_steps_per_communication == 0
-        )
+        return self._communication_type is not CommunicationType.empty and self._round_due()
 
     # -- the wrapped optimizer ------------------------------------------------------------
     def _params(self) -> Iterable[torch.Tensor]:

@@ -11,25 +11,33 @@ from fogsim import algorithms as A
 
 from ._agents import is_simulated
 from ._base import CommunicationType
-from ._wrappers import _BackwardHooked
+from ._wrappers import _BackwardHooked, _ForwardCounted
 
 __all__ = ["DistributedPushSumOptimizer", "DistributedWinPutOptimizer"]
 
 
-class DistributedWinPutOptimizer(_BackwardHooked):
-    """Adapt, put the parameters into the out-neighbors' windows, combine what arrived.
+class DistributedWinPutOptimizer(_ForwardCounted):
+    """Put the parameters into the out-neighbors' windows, combine what arrived, adapt.
 
-    Each parameter gets a window (:func:`fogsim.win_create`, collective, at construction).
-    As soon as a parameter's gradient is accumulated, the wrapped optimizer steps it and
-    :func:`fogsim.win_put_nonblocking` writes ``dst_weights[j] * x_i`` into its buffer at
-    each out-neighbor ``j``; ``step()`` waits for the puts, then :func:`fogsim.win_update`
-    sets ``x_i <- self_weight * x_i + sum_j src_weights[j] * buffer_j`` (default: the
-    topology's weights). The neighbors do not take part: under MPI a buffer holds whatever
-    the neighbor put last, so agents run asynchronously. In simulation (lock-step by default,
-    see :func:`fogsim.set_asynchrony`) a step equals adapt-then-combine.
+    BlueFog's window-put optimizer. Each parameter gets a window (:func:`fogsim.win_create`,
+    collective, at construction). During the forward pass (distributed: a hook once the
+    module has run) :func:`fogsim.win_put_nonblocking` writes ``dst_weights[j] * x_i`` into
+    agent i's buffer at each out-neighbor ``j`` (default: every out-neighbor, weight 1);
+    ``step()`` waits for the puts, sets ``x_i <- self_weight * x_i + sum_j src_weights[j] *
+    buffer_j`` with :func:`fogsim.win_update` (default: the topology's weights; the buffers
+    are not reset) and then runs the wrapped optimizer with the gradients computed at the
+    old ``x_i``. The neighbors do not take part: under MPI a buffer holds whatever the
+    neighbor put last, so agents run asynchronously. In simulation (lock-step by default,
+    see :func:`fogsim.set_asynchrony`) with every out-neighbor written, a step equals
+    adapt-with-combine: ``x <- W x - lr grad(x)``.
+
+    With ``num_steps_per_communication = J`` the parameters are put during the J-th forward
+    call of a round (training mode, gradients enabled) and combined at the next ``step()``;
+    every ``step()`` runs the wrapped optimizer.
 
     ``communication_type``: ``neighbor_allreduce`` (put and combine; the default) or
-    ``empty``. Call :meth:`free_windows` before changing the topology.
+    ``empty``. Call :meth:`free_windows` (BlueFog: ``unregister_window``) before changing
+    the topology.
     """
 
     _allowed = (CommunicationType.neighbor_allreduce, CommunicationType.empty)
@@ -52,19 +60,16 @@ class DistributedWinPutOptimizer(_BackwardHooked):
             self.free_windows()
             raise
 
-    def _on_ready(self, params: list[torch.Tensor]) -> None:
+    def _start_params(self, params: list[torch.Tensor]) -> None:
         if not self._windows:
             raise ValueError(f"{type(self).__name__}: the windows were freed")
-        self._local_step(params)
-        if self._communicating():
-            for p in params:
-                handle = fs.win_put_nonblocking(p.detach(), self._windows[p],
-                                                dst_weights=self.dst_weights,
-                                                require_mutex=self.require_mutex)  # fmt: skip
-                self._handles.append(([p], handle))
+        for p in params:
+            handle = fs.win_put_nonblocking(p.detach(), self._windows[p],
+                                            dst_weights=self.dst_weights,
+                                            require_mutex=self.require_mutex)  # fmt: skip
+            self._handles.append(([p], handle))
 
-    def _complete(self) -> None:
-        communicating = self._communicating()
+    def _complete(self, communicating: bool) -> None:
         self._finish(lambda p, done: None)
         if communicating:
             with torch.no_grad():
@@ -80,6 +85,10 @@ class DistributedWinPutOptimizer(_BackwardHooked):
             fs.win_free(name)
         self._windows.clear()
         self.remove_hooks()
+
+    def unregister_window(self) -> None:
+        """BlueFog's name for :meth:`free_windows`."""
+        self.free_windows()
 
 
 class DistributedPushSumOptimizer(_BackwardHooked):
