@@ -181,8 +181,10 @@ def get_win_version(name: str) -> Any:
 def win_associated_p(name: str) -> Any:
     """Return the push-sum weight ``p`` carried by the window (per agent in simulation).
 
-    ``p`` starts at 1; while :func:`set_win_ops_with_associated_p` is on, every window op
-    applies to ``p`` what it applies to ``x`` (scaled, sent, accumulated, combined).
+    ``p`` starts at 1 and the neighbour buffers' ``p`` at 0, with or without ``zero_init``
+    (as in BlueFog: a neighbour's ``p`` counts only once something was put or accumulated);
+    while :func:`set_win_ops_with_associated_p` is on, every window op applies to ``p`` what
+    it applies to ``x`` (scaled, sent, accumulated, combined).
     """
     return _backend().win_associated_p(name)
 

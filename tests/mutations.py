@@ -257,9 +257,10 @@ MUTATIONS: list[Mutation] = [
         "optim-communicates-every-step",
         "optimizers communicate at every step, ignoring num_steps_per_communication",
         "fogsim/optim/_base.py",
-        "            and (self._steps + 1) % self._num_steps_per_communication == 0\n",
-        "            and (self._steps + 1) % 1 == 0\n",
-        ("tests/test_optim.py", "-k", "num_steps_per_communication"),
+        "        return self._communication_type is not CommunicationType.empty and "
+        "self._round_due()\n",
+        "        return self._communication_type is not CommunicationType.empty\n",
+        ("tests/test_optim_bluefog.py",),
     ),
     Mutation(
         "timeline-op-span-never-closed",

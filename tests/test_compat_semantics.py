@@ -163,3 +163,40 @@ def test_set_topology_with_windows_returns_false_and_keeps_topology(world):
     assert bf.win_free()
     assert bf.set_topology(tu.RingGraph(world)) is True
     assert tu.IsTopologyEquivalent(bf.load_topology(), tu.RingGraph(world))
+
+
+# BlueFog's win_associated_p: "The p value. (Initialized as 1.)"; with associated p on, an
+# accumulate with self_weight scales the sender's p and adds shares to its out-neighbours'
+# buffers; win_update_then_collect adds what arrived. Neighbour buffers hold no p until
+# something arrives, with or without zero_init.
+ASSOCIATED_P = """
+import sys
+import torch
+import bluefog.torch as bf
+from bluefog.common import topology_util
+
+bf.init()
+n, rank = bf.size(), bf.rank()
+bf.set_topology(topology_util.RingGraph(n))
+bf.turn_on_win_ops_with_associated_p()
+sender = 1
+x = torch.full((3,), float(rank))
+bf.win_create(x, "w")  # no zero_init
+if rank == sender:
+    bf.win_accumulate(x, name="w", self_weight=0.5,
+                      dst_weights={(sender - 1) % n: 0.5, (sender + 1) % n: 0.5})
+bf.barrier()
+bf.win_update_then_collect(name="w")
+sys.stdout.write(f"{rank} {bf.win_associated_p('w')}\\n")
+bf.win_free()
+"""
+
+
+@pytest.mark.mpi
+def test_associated_p_of_an_accumulate_and_a_collect(tmp_path):
+    # MPI only: one agent's one-sided op while the others wait is not an SPMD rendezvous
+    job = fogrun_script(tmp_path, ASSOCIATED_P, 4, options=("--bluefog",), timeout=120)
+    job.check()
+    p = dict(line.split() for line in job.stdout.splitlines() if line.strip())
+    assert {int(r): float(v) for r, v in p.items()} == {0: 1.5, 1: 0.5, 2: 1.5, 3: 1.0}, \
+        job.describe()  # fmt: skip

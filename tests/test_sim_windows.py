@@ -60,7 +60,7 @@ class Ref:
         for i in range(n):
             for j in self.ins[i]:
                 self.buf[i, j] = np.zeros_like(x[i]) if zero_init else x[i].copy()
-                self.ver[i, j], self.q[i, j] = 0, 0.0 if zero_init else 1.0
+                self.ver[i, j], self.q[i, j] = 0, 0.0  # p buffers start empty (BlueFog)
         D = (topo if weighted else topo.uniform()).to_dense()
         self.default = (np.diag(D).copy(), [{j: D[i, j] for j in self.ins[i]} for i in range(n)])
 

@@ -84,7 +84,7 @@ class _Window:
         self.lock = np.frombuffer(self.mutex.tomemory(), dtype=np.int64)
         self.mem[0] = arr.reshape(-1)
         self.mem[1:] = 0 if zero_init else arr.reshape(1, -1)
-        self.pmem[0], self.pmem[1:] = 1.0, 0.0 if zero_init else 1.0
+        self.pmem[0], self.pmem[1:] = 1.0, 0.0  # neighbours' p: nothing received yet
         self.vmem[:], self.lock[:] = 0, 0
         self.p = 1.0
         self.held: dict[int, int] = {}  # rank -> how many times this agent holds its mutex

@@ -73,7 +73,7 @@ class SimWindow:
             self.buf[...] = self.flat[self.recv]
         self.ver = np.zeros(self.send.size, np.int64)
         self.p = np.ones(n)
-        self.q = np.full(self.send.size, 0.0 if zero_init else 1.0)
+        self.q = np.zeros(self.send.size)  # neighbours' p: nothing received yet (BlueFog's)
         self.exposed = self.flat.copy()
         self.exposed_p = self.p.copy()
         # arrival round -> [(send sequence number, kind, edges, values, p values or None)]
