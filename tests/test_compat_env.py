@@ -145,6 +145,7 @@ def test_bluefog_timeline_makes_init_write_bluefogs_layout(tmp_path, monkeypatch
     import fogsim
     import fogsim.compat.bluefog as bf
     from fogsim import timeline
+    from fogsim._timeline_bluefog import BlueFogTimeline
 
     monkeypatch.delenv("FOGSIM_TIMELINE", raising=False)
     monkeypatch.setenv("BLUEFOG_TIMELINE", str(tmp_path / "bf"))
@@ -152,7 +153,7 @@ def test_bluefog_timeline_makes_init_write_bluefogs_layout(tmp_path, monkeypatch
     monkeypatch.setenv("FOGSIM_SIZE", "4")
     try:
         bf.init()
-        assert isinstance(timeline.active, timeline._BlueFogTimeline)
+        assert isinstance(timeline.active, BlueFogTimeline)
         bf.neighbor_allreduce(np.ones((4, 3)), name="x")
         text = (tmp_path / "bf.json").read_text()  # simulation: one file, before shutdown
     finally:

@@ -12,6 +12,7 @@ import pytest
 
 import fogsim as fs
 from fogsim import timeline as TL
+from fogsim._timeline_bluefog import BlueFogTimeline
 from tests import _jobs
 from tests._jobs import fogrun_script
 
@@ -423,7 +424,7 @@ def test_bluefog_layout_names_ops_tracks_tensors_and_threads(tmp_path):
     import threading
 
     path = tmp_path / "bf0.json"
-    tl = TL._BlueFogTimeline(str(path), [0], "rank")
+    tl = BlueFogTimeline(str(path), [0], "rank")
     try:
         tid = tl.op_begin("NEIGHBOR_ALLREDUCE", "x")
         with tl.phase("COMMUNICATE"):
@@ -475,7 +476,7 @@ def test_bluefog_layout_is_an_option_of_start(world, tmp_path):
     with pytest.raises(TypeError, match="bluefog must be a bool"):
         TL.start(str(tmp_path / "t"), bluefog="yes")
     tl = TL.start(str(tmp_path / "t"), bluefog=True)
-    assert isinstance(tl, TL._BlueFogTimeline)
+    assert isinstance(tl, BlueFogTimeline)
     fs.neighbor_allreduce(np.ones((N, 2)), name="v")
     TL.stop()
     events = _bluefog_events(tmp_path / "t.json")  # simulation: pid stays the agent
@@ -483,4 +484,4 @@ def test_bluefog_layout_is_an_option_of_start(world, tmp_path):
         names = {e["name"] for e in events if e["ph"] == "B" and e["pid"] == agent}
         assert names == {"ENQUEUE_NEIGHBOR_ALLREDUCE", "MPI_NEIGHBOR_ALLREDUCE"}, names
     assert isinstance(TL.start(str(tmp_path / "u")), TL.Timeline)
-    assert not isinstance(TL.active, TL._BlueFogTimeline)
+    assert not isinstance(TL.active, BlueFogTimeline)
