@@ -28,7 +28,7 @@ TIMEOUT = 300  # a guard against a hang, far above the few seconds a run takes
 EXPECTED = {
     "static-exp2-True-float64", "static-ring-False-float32",  # circulant combine
     "static-star-False-float64", "static-weighted-True-float32",  # CSR combine
-    "dense-matrix", "self-and-src", "float16-error", "dynamic-matrix", "dynamic-dicts",
+    "dense-matrix", "self-and-src", "float16", "int-error", "dynamic-matrix", "dynamic-dicts",
     "hierarchical", "hierarchical-f32", "allreduce", "allreduce-local",
     "allreduce-decomposed", "allreduce-decomposed-f32", "fused-0", "fused-1", "fused-3",
     "fused-weights", "trace",
