@@ -81,6 +81,7 @@ def test_static_neighbor_allgather_stays_by_rank(world):
 
 
 SCRIPT = """
+import sys
 import numpy as np
 import fogsim.compat.bluefog as bf
 
@@ -92,7 +93,8 @@ x = np.full((r + 1, 2), float(r))            # blocks of different lengths
 got = bf.neighbor_allgather(x, src_ranks=src, dst_ranks=dst)
 want = np.concatenate([np.full((s + 1, 2), float(s)) for s in src])
 h = bf.neighbor_allgather_nonblocking(x, src_ranks=src, dst_ranks=dst)
-print("rank", r, "ok", np.array_equal(got, want) and np.array_equal(bf.synchronize(h), want))
+ok = np.array_equal(got, want) and np.array_equal(bf.synchronize(h), want)
+sys.stdout.write(f"rank {r} ok {ok}\\n")  # one write: the ranks' lines do not mix
 """
 
 

@@ -438,14 +438,20 @@ def test_bluefog_layout_names_ops_tracks_tensors_and_threads(tmp_path):
         with tl.op("WIN_CREATE", "w"):
             pass
 
+        both_alive = threading.Barrier(2)  # a finished thread's ident may be reused
+        one_at_a_time = threading.Lock()
+
         def activity():
-            tl.begin("THREAD", "t")
-            tl.end("t")
+            both_alive.wait()
+            with one_at_a_time:
+                tl.begin("THREAD", "t")
+                tl.end("t")
 
         threads = [threading.Thread(target=activity) for _ in range(2)]
         for t in threads:
             t.start()
-            t.join()  # one after the other: two threads, two thread tracks
+        for t in threads:
+            t.join()  # two threads alive at once: two thread tracks
         text = path.read_text()  # written at each op's end, not after 2 s or at close
         events = _bluefog_events(path)
     finally:
