@@ -26,7 +26,7 @@ from torch import nn  # noqa: E402
 
 import fogsim as fs  # noqa: E402
 from fogsim import optim as fo  # noqa: E402
-from fogsim import topology as T  # noqa: E402
+from tests.test_optim import float64_world, net  # noqa: E402, F401 - the same world and model
 
 N = 4
 LR = 0.1
@@ -37,20 +37,6 @@ AWC = fo.DistributedAdaptWithCombineOptimizer
 GA = fo.DistributedGradientAllreduceOptimizer
 WIN_PUT = fo.DistributedWinPutOptimizer
 
-
-@pytest.fixture(autouse=True)
-def float64_world():
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    fs.init(backend="sim", size=N, topology=T.exponential_two_graph)
-    yield
-    fs.shutdown()
-    torch.set_default_dtype(default)
-
-
-def net(r: int = 0) -> nn.Module:
-    torch.manual_seed(100 + r)
-    return nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 3))
 
 
 def batch(t: int):

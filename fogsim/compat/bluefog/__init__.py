@@ -47,7 +47,7 @@ BlueFog's environment variables (``BLUEFOG_TIMELINE``, ``BLUEFOG_FUSION_THRESHOL
 read by ``bf.init``, and what each does in fogsim are listed in :mod:`._environ`.
 """
 
-from . import topology_util
+from . import _extra, topology_util
 from ._alias import install as install  # fogsim's, not BlueFog's
 from ._alias import uninstall as uninstall
 from ._api import (
@@ -90,21 +90,7 @@ from ._api import (
     synchronize,
     wait,
 )
-from ._extra import (
-    allreduce_parameters,
-    get_skip_negotiate_stage,
-    is_homogeneous,
-    mpi_threads_supported,
-    nccl_built,
-    resume,
-    set_skip_negotiate_stage,
-    suspend,
-    timeline_context,
-    timeline_end_activity,
-    timeline_start_activity,
-    unified_mpi_window_model_supported,
-    win_lock,
-)
+from ._extra import *  # noqa: F403 - basics, timeline, win_lock: _extra.__all__
 from ._windows import (
     get_current_created_window_names,
     get_win_version,
@@ -173,19 +159,6 @@ __all__ = [
     "SymmetricExponentialGraph",
     "allgather",
     "allgather_nonblocking",
-    "allreduce_parameters",
-    "get_skip_negotiate_stage",
-    "is_homogeneous",
-    "mpi_threads_supported",
-    "nccl_built",
-    "resume",
-    "set_skip_negotiate_stage",
-    "suspend",
-    "timeline_context",
-    "timeline_end_activity",
-    "timeline_start_activity",
-    "unified_mpi_window_model_supported",
-    "win_lock",
     "allreduce",
     "allreduce_",
     "allreduce_nonblocking",
@@ -244,6 +217,7 @@ __all__ = [
     "win_sync_then_collect",
     "win_wait",
 ]
+__all__ += [name for name in _extra.__all__ if name not in __all__]  # basics, timeline ...
 __all__ += _OPTIM + _FACTORIES
 
 
