@@ -48,6 +48,10 @@ def win_create(x: Any, name: str, zero_init: bool = False) -> bool:
     window ops read it, and :func:`win_update` writes its result into it. Each agent gets
     one buffer per in-neighbor of the current topology, holding a copy of its own ``x`` (or
     zeros with ``zero_init``). The topology cannot change while windows exist.
+
+    ``x`` is float32 or float64, or half precision (float16, bfloat16): then the buffers
+    hold float32, and each result written into ``x`` is computed in float32 and rounded
+    once, the same bits in every mode. Integers are refused (TypeError).
     """
     tl = _timeline.active
     if tl is None:
@@ -134,9 +138,10 @@ def win_update(
 
     Default weights: the topology's, as :func:`neighbor_allreduce` uses (give both or
     neither). The result is written into the registered ``x``, which is returned, unless
-    ``clone`` (then ``x`` is left alone and a new array returned). ``reset`` zeroes the
-    buffers that were read. The versions of the buffers read go back to 0.
-    ``require_mutex`` holds this agent's own mutex, so no neighbor writes meanwhile.
+    ``clone`` (then ``x`` is left alone and a new array returned); half precision is
+    computed in float32 and rounded once. ``reset`` zeroes the buffers that were read. The
+    versions of the buffers read go back to 0. ``require_mutex`` holds this agent's own
+    mutex, so no neighbor writes meanwhile.
     """
     tl = _timeline.active
     if tl is None:

@@ -8,6 +8,8 @@ Half precision (float16, and torch's bfloat16, which numpy lacks) is computed in
 and rounded once on the way out, the same in every mode: :func:`to_numpy` turns a bfloat16
 tensor into float32, :func:`upcast_half` turns a float16 array into float32 before an op
 that adds, and :func:`wrap_like` rounds the result back to the dtype the value came in as.
+Windows, which work on the caller's value in place, follow the same rule through
+:class:`fogsim.backends._windows.WindowFormat`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ __all__ = [
 
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 _FLOAT16 = np.dtype(np.float16)
+_WINDOW_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
 class Kind:
@@ -139,19 +142,17 @@ def require_float(arr: np.ndarray, op: str, argname: str = "x") -> None:
         )
 
 
-def require_window_float(arr: np.ndarray, kind: Kind, op: str = "win_create") -> None:
-    """Raise TypeError unless ``arr`` is float32 or float64 (a window's value).
+def require_window_float(dtype: str, op: str = "win_create", argname: str = "x") -> None:
+    """Raise TypeError unless ``dtype`` (a dtype's name) is one a window can average.
 
-    A window works on the caller's array in place, so it cannot compute in float32 on
-    behalf of a half-precision value the way the other ops do.
+    Windows take float32 and float64, and half precision (float16, bfloat16), which they
+    hold and compute in float32 (see :class:`fogsim.backends._windows.WindowFormat`).
     """
-    if arr.dtype not in FLOAT_DTYPES[1:]:
-        raise TypeError(f"{op} averages, so x must be float32 or float64, got {arr.dtype}")
-    if kind.half is not None:
+    if dtype not in _WINDOW_DTYPES:
         raise TypeError(
-            f"{op}: windows update x in place and hold float32 or float64 values; got "
-            f"{kind.half} (half precision works in the other ops); "
-            "create the window from x.float() or x.astype(np.float32)"
+            f"{op}: windows average, so {argname} must be float32 or float64, got {dtype}; half "
+            f"precision (float16, bfloat16) works too, computed in float32; convert it "
+            f"first, e.g. {argname}.astype(np.float32) or {argname}.float()"
         )
 
 

@@ -5,10 +5,13 @@ that the simulator's window owns. Before each op that reads it the agents' array
 copied in (an agent may change its own in place between ops, as under MPI), and after an
 op that changes it (``win_update``, a put or accumulate with ``self_weight``) the rows are
 copied back into the agents' own arrays, in place, so a tensor registered with
-``win_create`` holds what the MPI runtime would leave in it. Every op meets all agents,
-so the agents run their window ops in lock step: the simulator's default schedule, which
-equals an MPI run with a barrier after every window op. Mutexes hold nothing (every op
-runs atomically); versions, ``p`` and window names are read without a rendezvous.
+``win_create`` holds what the MPI runtime would leave in it. Copies are bit for bit, of the
+agents' own elements (see :func:`fogsim.backends._windows.window_view`): the simulator
+computes half precision in float32 and rounds it once, as in every mode. Every op meets
+all agents, so the agents run their window ops in lock step: the simulator's default
+schedule, which equals an MPI run with a barrier after every window op. Mutexes hold
+nothing (every op runs atomically); versions, ``p`` and window names are read without a
+rendezvous.
 """
 
 from __future__ import annotations
@@ -18,30 +21,52 @@ from typing import Any
 
 import numpy as np
 
-from .._arrays import Kind, is_tensor, require_window_float, to_numpy
-from ..backends._windows import check_flag, check_update_args
-from ._collect import agree, arrays, check_alike, label, per_agent_weights, rows, self_weights
+from .._arrays import to_numpy
+from ..backends._windows import WindowFormat, check_flag, check_update_args, window_view
+from ._collect import agree, label, per_agent_weights, rows, self_weights
+from ._errors import disagreement
 
 __all__ = ["WindowOps"]
 
 
 class Registered:
-    """The agents' registered values of one window and the stacked copy the simulator owns."""
+    """The agents' registered values of one window and the stacked copy the simulator owns.
 
-    __slots__ = ("objs", "arrs", "kinds", "stacked")
+    ``raws`` are views of the agents' own memory and ``stacked`` holds them stacked, in the
+    same elements (:func:`window_view`); ``fmts`` say how windows hold each agent's dtype.
+    """
 
-    def __init__(self, objs: list[Any], arrs: list[np.ndarray], kinds: list[Kind],
+    __slots__ = ("objs", "raws", "fmts", "stacked")
+
+    def __init__(self, objs: list[Any], raws: list[np.ndarray], fmts: list[WindowFormat],
                  stacked: np.ndarray) -> None:  # fmt: skip
-        self.objs, self.arrs, self.kinds, self.stacked = objs, arrs, kinds, stacked
+        self.objs, self.raws, self.fmts, self.stacked = objs, raws, fmts, stacked
+
+    def value(self) -> Any:
+        """Return the stacked value as the simulator's window takes it (over ``stacked``)."""
+        return self.fmts[0].holder(self.stacked)
 
     def copy_in(self) -> None:
         """Take the agents' current values (they may have changed them in place)."""
-        np.stack(self.arrs, out=self.stacked)
+        np.stack(self.raws, out=self.stacked)
 
     def copy_out(self, ranks: Sequence[int] | None = None) -> None:
         """Write the simulator's values back into the agents' own arrays, in place."""
-        for i in range(len(self.arrs)) if ranks is None else ranks:
-            self.arrs[i][...] = self.stacked[i]
+        for i in range(len(self.raws)) if ranks is None else ranks:
+            self.raws[i][...] = self.stacked[i]
+
+
+def _views(op: str, xs: Sequence[Any]) -> tuple[list[np.ndarray], list[WindowFormat]]:
+    """Return views of the agents' values and their formats (see :func:`window_view`)."""
+    raws, fmts = [], []
+    for rank, x in enumerate(xs):
+        try:
+            raw, fmt = window_view(x, op)
+        except TypeError as exc:
+            raise TypeError(f"{exc} (agent {rank})") from None
+        raws.append(raw)
+        fmts.append(fmt)
+    return raws, fmts
 
 
 def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
@@ -120,25 +145,17 @@ def _win_create(world, args: Sequence[Any]) -> list[bool]:
     xs, names, zero_inits = zip(*args, strict=True)
     name = names[0]
     zero_init = agree(op, list(zero_inits), "zero_init")
-    for rank, x in enumerate(xs):
-        if not isinstance(x, np.ndarray) and not is_tensor(x):
-            raise TypeError(
-                f"win_create: x must be a numpy array or a CPU tensor (updated in place), "
-                f"but agent {rank} passed {type(x).__name__}"
-            )
-    arrs, kinds = arrays(op, xs)
-    for rank, (arr, kind) in enumerate(zip(arrs, kinds, strict=True)):
-        try:
-            require_window_float(arr, kind)
-        except TypeError as exc:
-            raise TypeError(f"{exc} (agent {rank})") from None
-    check_alike(op, arrs)
-    for rank, arr in enumerate(arrs):
-        if not arr.flags.c_contiguous or not arr.flags.writeable:
+    raws, fmts = _views(op, xs)
+    message = disagreement([(f.label, r.shape) for r, f in zip(raws, fmts, strict=True)],
+                           "passed", lambda k: f"{k[0]} {k[1]}")  # fmt: skip
+    if message is not None:
+        raise ValueError(f"{op}: the agents' values must have one dtype and shape, but {message}")
+    for rank, raw in enumerate(raws):
+        if not raw.flags.c_contiguous or not raw.flags.writeable:
             raise ValueError(f"win_create: x must be C-contiguous and writeable (agent {rank})")
-    stacked = np.stack(arrs)
-    world.sim.win_create(stacked, name, zero_init)
-    world.windows[name] = Registered(list(xs), arrs, kinds, stacked)
+    reg = Registered(list(xs), raws, fmts, np.stack(raws))
+    world.sim.win_create(reg.value(), name, zero_init)
+    world.windows[name] = reg
     return [True] * world.size
 
 
@@ -163,36 +180,30 @@ def _push(world, args: Sequence[Any], op: str, send) -> list[bool]:
     xs, names, sws, dsts = zip(*args, strict=True)
     name = names[0]
     reg = _registered(world, name, op)
-    for rank, x in enumerate(xs):
-        if not isinstance(x, np.ndarray) and not is_tensor(x):
-            raise TypeError(
-                f"{op}: x must be a numpy array or a CPU tensor (scaled in place), but agent "
-                f"{rank} passed {type(x).__name__}"
-            )
-    arrs, _ = arrays(op, xs)
-    want = reg.arrs[0]
-    for rank, arr in enumerate(arrs):
-        if arr.dtype != want.dtype or arr.shape != want.shape:
+    raws, fmts = _views(op, xs)
+    want, want_fmt = reg.raws[0], reg.fmts[0]
+    for rank, (raw, fmt) in enumerate(zip(raws, fmts, strict=True)):
+        if fmt.label != want_fmt.label or raw.shape != want.shape:
             raise ValueError(
-                f"{op}: agent {rank}'s x is {arr.dtype} {arr.shape} but window {name!r} holds "
-                f"{want.dtype} {want.shape}"
+                f"{op}: agent {rank}'s x is {fmt.label} {raw.shape} but window {name!r} holds "
+                f"{want_fmt.label} {want.shape}"
             )
     sw = self_weights(op, sws, default=1.0)
     topo = world.sim.load_topology()
     dst = per_agent_weights(op, _fill(dsts, topo.out_neighbors), "dst_weights", world.size,
                             allow_matrix=False)  # fmt: skip
-    own = [_same_memory(a, r) for a, r in zip(arrs, reg.arrs, strict=True)]
+    own = [_same_memory(a, r) for a, r in zip(raws, reg.raws, strict=True)]
     reg.copy_in()
     if all(own):  # the usual call: each agent passes its registered value
-        send(reg.stacked, name, sw, dst, False)
+        send(reg.value(), name, sw, dst, False)
         if sw is not None:
             reg.copy_out()
         return [True] * world.size
-    target = np.stack(arrs)
-    send(target, name, sw, dst, False)
+    target = np.stack(raws)
+    send(want_fmt.holder(target), name, sw, dst, False)
     if sw is not None:  # x was scaled in place
-        for arr, row in zip(arrs, target, strict=True):
-            arr[...] = row
+        for raw, row in zip(raws, target, strict=True):
+            raw[...] = row
         mine = [i for i, o in enumerate(own) if o]
         if mine:  # a registered x that was scaled is what these agents expose now
             reg.stacked[mine] = target[mine]
@@ -246,7 +257,7 @@ def _win_update(world, args: Sequence[Any]) -> list[Any]:
     reg.copy_in()
     out = world.sim.win_update(name, sw, nw, reset, clone, False)
     if clone:
-        return rows(to_numpy(out)[0], reg.kinds)
+        return rows(to_numpy(out)[0], [fmt.kind for fmt in reg.fmts])
     reg.copy_out()
     return list(reg.objs)
 
@@ -264,4 +275,3 @@ def _set_with_p(world, values: Sequence[Any]) -> list[None]:
     enabled = agree("set_win_ops_with_associated_p", list(values), "enabled")
     world.sim.set_win_ops_with_associated_p(enabled)
     return [None] * world.size
-

@@ -42,9 +42,8 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from ... import _arrays, _core
-from ..._arrays import Kind, wrap_like
-from .._windows import check_flag, check_update_args
+from ... import _core
+from .._windows import WindowFormat, check_flag, check_update_args, window_view
 from ._agree import LocalError, agree, fingerprint
 from ._plan import rank_weights, scalar_weight
 
@@ -61,29 +60,32 @@ class _Window:
         self,
         comm: Any,
         name: str,
-        arr: np.ndarray,
-        kind: Kind,
+        obj: Any,
+        raw: np.ndarray,
+        fmt: WindowFormat,
         srcs: np.ndarray,
         dsts: np.ndarray,
         remote_slot: dict[int, int],
         zero_init: bool,
     ) -> None:
-        self.name, self.arr, self.kind = name, arr, kind
+        # raw: the caller's memory, read with fmt.decode and written with fmt.encode; the
+        # window memory holds fmt.dtype (float32 for half precision)
+        self.name, self.obj, self.raw, self.fmt = name, obj, raw, fmt
         self.srcs, self.dsts, self.remote_slot = srcs, dsts, remote_slot
         self.slot_of = {int(j): k for k, j in enumerate(srcs)}
-        self.m = arr.size
-        self.mpi_type = _MPI_TYPES[arr.dtype]
-        d, itemsize = len(srcs), arr.dtype.itemsize
+        self.m = raw.size
+        self.mpi_type = _MPI_TYPES[fmt.dtype]
+        d, itemsize = len(srcs), fmt.dtype.itemsize
         self.data = MPI.Win.Allocate((1 + d) * self.m * itemsize, itemsize, comm=comm)
         self.pwin = MPI.Win.Allocate((1 + d) * 8, 8, comm=comm)
         self.version = MPI.Win.Allocate(max(d, 1) * 8, 8, comm=comm)
         self.mutex = MPI.Win.Allocate(8, 8, comm=comm)
-        self.mem = np.frombuffer(self.data.tomemory(), dtype=arr.dtype).reshape(1 + d, self.m)
+        self.mem = np.frombuffer(self.data.tomemory(), dtype=fmt.dtype).reshape(1 + d, self.m)
         self.pmem = np.frombuffer(self.pwin.tomemory(), dtype=np.float64)
         self.vmem = np.frombuffer(self.version.tomemory(), dtype=np.int64)
         self.lock = np.frombuffer(self.mutex.tomemory(), dtype=np.int64)
-        self.mem[0] = arr.reshape(-1)
-        self.mem[1:] = 0 if zero_init else arr.reshape(1, -1)
+        self.mem[0] = self.value()
+        self.mem[1:] = 0 if zero_init else self.value()
         self.pmem[0], self.pmem[1:] = 1.0, 0.0  # neighbours' p: nothing received yet
         self.vmem[:], self.lock[:] = 0, 0
         self.p = 1.0
@@ -143,10 +145,14 @@ class _Window:
             self.release(ranks)
 
     # -- own memory -----------------------------------------------------------------------
+    def value(self) -> np.ndarray:
+        """Return the registered value, flat, in the window's dtype (a view unless half)."""
+        return self.fmt.decode(self.raw.reshape(-1))
+
     def expose(self, me: int) -> None:
         """Copy the registered value and p to slot 0, what neighbors' win_get reads."""
-        p = np.array([self.p])  # origin buffers stay alive until their Flush
-        self.data.Accumulate(self.arr.reshape(-1), me, (0, self.m, self.mpi_type), op=MPI.REPLACE)
+        value, p = self.value(), np.array([self.p])  # origin buffers alive until their Flush
+        self.data.Accumulate(value, me, (0, self.m, self.mpi_type), op=MPI.REPLACE)
         self.pwin.Accumulate(p, me, (0, 1, MPI.DOUBLE), op=MPI.REPLACE)
         self.data.Flush(me)
         self.pwin.Flush(me)
@@ -199,34 +205,29 @@ class WindowOps:
         return list(zip(ranks.tolist(), weights.tolist(), strict=True))
 
     def _operand(self, win: _Window, x: Any, op: str) -> np.ndarray:
-        arr, _ = _arrays.to_numpy(x)
-        if arr.dtype != win.arr.dtype or arr.shape != win.arr.shape:
+        """Return a view of ``x``'s memory (see :func:`window_view`), checked against ``win``."""
+        raw, fmt = window_view(x, op)
+        if fmt.label != win.fmt.label or raw.shape != win.raw.shape:
             raise ValueError(
-                f"{op}: x is {arr.dtype} {arr.shape} on agent {self._rank} but window "
-                f"{win.name!r} holds {win.arr.dtype} {win.arr.shape}"
+                f"{op}: x is {fmt.label} {raw.shape} on agent {self._rank} but window "
+                f"{win.name!r} holds {win.fmt.label} {win.raw.shape}"
             )
-        return arr
+        return raw
 
     # -- create and free (collective) ---------------------------------------------------------
     def win_create(self, x: Any, name: str, zero_init: bool = False) -> bool:
-        error, arr, kind, fp, describe = None, None, None, 0, "an invalid argument"
+        error, raw, fmt, fp, describe = None, None, None, 0, "an invalid argument"
         try:
             if not isinstance(name, str) or not name:
                 raise TypeError(f"win_create: name must be a non-empty str, got {name!r}")
             check_flag(zero_init, "zero_init", "win_create")
             if name in self._windows:
                 raise ValueError(f"win_create: a window named {name!r} exists already")
-            if not isinstance(x, np.ndarray) and not _arrays.is_tensor(x):
-                raise TypeError(
-                    "win_create: x must be a numpy array or a CPU tensor (updated in place), "
-                    f"got {type(x).__name__}"
-                )
-            arr, kind = _arrays.to_numpy(x)
-            _arrays.require_window_float(arr, kind)
-            if not arr.flags.c_contiguous or not arr.flags.writeable:
+            raw, fmt = window_view(x, "win_create")
+            if not raw.flags.c_contiguous or not raw.flags.writeable:
                 raise ValueError("win_create: x must be C-contiguous and writeable")
-            fp = fingerprint("win_create", name, arr.dtype.str, arr.shape, zero_init)
-            describe = f"window {name!r} of {arr.dtype} {arr.shape}"
+            fp = fingerprint("win_create", name, fmt.label, raw.shape, zero_init)
+            describe = f"window {name!r} of {fmt.label} {raw.shape}"
         except (TypeError, ValueError) as exc:
             error = LocalError(exc)
         agree(self.comm, MPI, fp, error, describe)
@@ -235,7 +236,7 @@ class WindowOps:
         srcs = np.asarray(topo.in_neighbors(self._rank), dtype=np.int64)
         dsts = np.asarray(topo.out_neighbors(self._rank), dtype=np.int64)
         remote_slot = {int(j): topo.in_neighbors(int(j)).index(self._rank) for j in dsts}
-        self._windows[name] = _Window(self.comm, name, arr, kind, srcs, dsts, remote_slot,
+        self._windows[name] = _Window(self.comm, name, x, raw, fmt, srcs, dsts, remote_slot,
                                       zero_init)  # fmt: skip
         self.comm.Barrier()  # every window is initialized before anyone writes to it
         return True
@@ -270,11 +271,11 @@ class WindowOps:
 
     def _push(self, op, x, name, self_weight, dst_weights, require_mutex) -> bool:
         win = self._window(name, op)
-        arr = self._operand(win, x, op)
+        raw = self._operand(win, x, op)
         check_flag(require_mutex, "require_mutex", op)
         sw = 1.0 if self_weight is None else scalar_weight(self_weight, "self_weight")
         dsts = self._partners(dst_weights, win.dsts, "dst_weights", op, "out-neighbor")
-        flat = arr.reshape(-1)
+        flat = win.fmt.decode(raw).reshape(-1)
         how = MPI.REPLACE if op == "win_put" else MPI.SUM  # REPLACE: atomic like the SUMs
         keep = []
         with win.holding([j for j, _ in dsts], require_mutex):
@@ -292,7 +293,7 @@ class WindowOps:
                 win.pwin.Flush(j)
                 win.count(j, slot)
         if sw != 1.0:
-            np.multiply(arr, arr.dtype.type(sw), out=arr)
+            raw[...] = win.fmt.encode(flat * flat.dtype.type(sw)).reshape(raw.shape)
             if self._with_p:
                 win.p *= sw
         with win.holding([self._rank], require_mutex):
@@ -303,7 +304,7 @@ class WindowOps:
         win = self._window(name, "win_get")
         check_flag(require_mutex, "require_mutex", "win_get")
         srcs = self._partners(src_weights, win.srcs, "src_weights", "win_get", "in-neighbor")
-        got = np.empty(win.m, dtype=win.arr.dtype)
+        got = np.empty(win.m, dtype=win.fmt.dtype)
         pgot = np.empty(1)
         me = self._rank
         for j, w in srcs:
@@ -348,16 +349,16 @@ class WindowOps:
         me = self._rank
         slots = np.array([1 + win.slot_of[j] for j, _ in pairs], dtype=np.int64)
         weights = np.array([w for _, w in pairs], dtype=np.float64)
-        flat = win.arr.reshape(-1)
         with win.holding([me], require_mutex):
             for w in (win.data, win.pwin, win.version):
                 w.Sync()
+            flat = win.value()
             out = _core.combine_rows(np.empty_like(flat), sw, flat, weights, win.mem, 0, slots)
             p = sw * win.p
             for k, w in zip(slots.tolist(), weights.tolist(), strict=True):
                 p = p + w * float(win.pmem[k])
             if reset and slots.size:
-                zeros, zero = np.zeros(win.m, dtype=win.arr.dtype), np.zeros(1)
+                zeros, zero = np.zeros(win.m, dtype=win.fmt.dtype), np.zeros(1)
                 for k in slots.tolist():
                     win.data.Accumulate(zeros, me, (k * win.m, win.m, win.mpi_type), op=MPI.REPLACE)
                     win.pwin.Accumulate(zero, me, (k, 1, MPI.DOUBLE), op=MPI.REPLACE)
@@ -372,10 +373,10 @@ class WindowOps:
                 win.p = p
             if clone:
                 win.expose(me)
-                return wrap_like(out.reshape(win.arr.shape), win.kind)
-            flat[...] = out
+                return win.fmt.wrap(out.reshape(win.raw.shape))
+            win.raw.reshape(-1)[...] = win.fmt.encode(out)  # rounded once for half precision
             win.expose(me)
-        return wrap_like(win.arr, win.kind)
+        return win.obj
 
     # -- mutexes, versions, p ---------------------------------------------------------------
     def win_mutex(self, name: str, for_self: bool = False, ranks: Any = None):

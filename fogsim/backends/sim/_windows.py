@@ -10,7 +10,8 @@ registered value as it stood after agent ``i``'s own last put, accumulate or upd
 Arithmetic follows the MPI runtime's exactly, so a lock-step run is bit-identical to it:
 weights are float64 and cast to the data dtype before each product, and a combine adds one
 rounded product per buffer in ascending sender order (``fogsim._core.weighted_combine``),
-looping over degree slots, never over agents.
+looping over degree slots, never over agents. Half precision is held and computed in
+float32 and rounded once into ``x`` (see :class:`fogsim.backends._windows.WindowFormat`).
 
 Asynchrony (:class:`fogsim._asynchrony.Asynchrony`, see :func:`fogsim.set_asynchrony`):
 one clock for all windows; a round ends at every ``win_update``, its active agents are drawn
@@ -29,12 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from ... import _arrays
-from ..._arrays import is_tensor, to_numpy, wrap_like
+from ..._arrays import is_tensor
 from ..._asynchrony import Asynchrony
 from ...topology import Topology, as_topology
 from .._weights import is_matrix
-from .._windows import check_flag, check_update_args
+from .._windows import WindowFormat, check_flag, check_update_args, window_view
 from ._plan import rank_rows, self_weights, slot_add
 
 __all__ = ["SimWindow", "WindowOps"]
@@ -50,12 +50,13 @@ class SimWindow:
     attributes are the working arrays of :class:`WindowOps`, which alone changes them.
     """
 
-    def __init__(self, name: str, obj: Any, arr: np.ndarray, kind: _arrays.Kind,
+    def __init__(self, name: str, obj: Any, raw: np.ndarray, fmt: WindowFormat,
                  topo: Topology, default: Topology, zero_init: bool) -> None:  # fmt: skip
-        n = arr.shape[0]
-        self.name, self.obj, self.kind = name, obj, kind
-        self.dtype, self.shape = arr.dtype, arr.shape
-        self.flat = arr.reshape(n, int(np.prod(arr.shape[1:], dtype=np.int64)))  # a view
+        n = raw.shape[0]
+        self.name, self.obj, self.fmt = name, obj, fmt
+        self.dtype, self.shape = fmt.dtype, raw.shape  # dtype: what buffers hold
+        # the caller's memory, one row per agent: read with fmt.decode, written with fmt.encode
+        self.raw = raw.reshape(n, int(np.prod(raw.shape[1:], dtype=np.int64)))
         indptr, indices, _ = topo.offdiag_csr()
         self.indptr = indptr
         self.send = indices.astype(np.int64)
@@ -68,13 +69,14 @@ class SimWindow:
         dptr, didx, ddata = default.offdiag_csr()
         drecv = np.repeat(np.arange(n, dtype=np.int64), np.diff(dptr))
         self.weights[np.searchsorted(self.keys, drecv * n + didx)] = ddata
-        self.buf = np.zeros((self.send.size, self.flat.shape[1]), self.dtype)
+        value = fmt.decode(self.raw)
+        self.buf = np.zeros((self.send.size, self.raw.shape[1]), self.dtype)
         if not zero_init:
-            self.buf[...] = self.flat[self.recv]
+            self.buf[...] = value[self.recv]
         self.ver = np.zeros(self.send.size, np.int64)
         self.p = np.ones(n)
         self.q = np.zeros(self.send.size)  # neighbours' p: nothing received yet (BlueFog's)
-        self.exposed = self.flat.copy()
+        self.exposed = value.copy()
         self.exposed_p = self.p.copy()
         # arrival round -> [(send sequence number, kind, edges, values, p values or None)]
         self._queue: dict[int, list[tuple[int, str, np.ndarray, np.ndarray, Any]]] = {}
@@ -117,7 +119,7 @@ class SimWindow:
         For tests and debugging: with accumulates only (push-sum), ``sum(x) + sum of
         buffers + values in flight`` and ``sum(p) + sum(q) + p in flight`` are conserved.
         """
-        x = np.zeros(self.flat.shape[1])
+        x = np.zeros(self.raw.shape[1])
         p = 0.0
         for batches in self._queue.values():
             for _, _, _, vals, pvals in batches:
@@ -160,10 +162,10 @@ class SimWindow:
     def expose(self, rows: np.ndarray | None) -> None:
         """Refresh the exposed value and p of ``rows`` (None: every agent)."""
         if rows is None:
-            self.exposed[...] = self.flat
+            self.exposed[...] = self.fmt.decode(self.raw)
             self.exposed_p[...] = self.p
         else:
-            self.exposed[rows] = self.flat[rows]
+            self.exposed[rows] = self.fmt.decode(self.raw[rows])
             self.exposed_p[rows] = self.p[rows]
 
 
@@ -200,18 +202,14 @@ class WindowOps:
         return win
 
     def _operand(self, win: SimWindow, x: Any, op: str) -> np.ndarray:
-        if not isinstance(x, np.ndarray) and not is_tensor(x):
-            raise TypeError(
-                f"{op}: x must be a numpy array or a CPU tensor (scaled in place), "
-                f"got {type(x).__name__}"
-            )
-        arr, _ = to_numpy(x)
-        if arr.dtype != win.dtype or arr.shape != win.shape:
+        """Return a view of ``x``'s memory (see :func:`window_view`), checked against ``win``."""
+        raw, fmt = window_view(x, op)
+        if fmt.label != win.fmt.label or raw.shape != win.shape:
             raise ValueError(
-                f"{op}: x is {arr.dtype} {arr.shape} but window {win.name!r} holds "
-                f"{win.dtype} {win.shape}"
+                f"{op}: x is {fmt.label} {raw.shape} but window {win.name!r} holds "
+                f"{win.fmt.label} {win.shape}"
             )
-        return arr
+        return raw
 
     def _edges(self, win: SimWindow, obj: Any, argname: str, op: str, by_sender: bool):
         """Return the buffers (ascending edge ids) a weight argument names, and its weights.
@@ -306,23 +304,17 @@ class WindowOps:
         check_flag(zero_init, "zero_init", "win_create")
         if name in self._windows:
             raise ValueError(f"win_create: a window named {name!r} exists already")
-        if not isinstance(x, np.ndarray) and not is_tensor(x):
-            raise TypeError(
-                "win_create: x must be a numpy array or a CPU tensor (updated in place), "
-                f"got {type(x).__name__}"
-            )
-        arr, kind = to_numpy(x)
-        _arrays.require_window_float(arr, kind)
-        if arr.ndim == 0 or arr.shape[0] != self._n:
+        raw, fmt = window_view(x, "win_create")
+        if raw.ndim == 0 or raw.shape[0] != self._n:
             raise ValueError(
-                f"win_create: x has shape {arr.shape}; stack one value per agent along a "
+                f"win_create: x has shape {raw.shape}; stack one value per agent along a "
                 f"leading axis of {self._n} (see fogsim.local)"
             )
-        if not arr.flags.c_contiguous or not arr.flags.writeable:
+        if not raw.flags.c_contiguous or not raw.flags.writeable:
             raise ValueError("win_create: x must be C-contiguous and writeable")
         topo = self._topology
         default = topo if self._is_weighted else topo.uniform()
-        self._windows[name] = SimWindow(name, x, arr, kind, topo, default, zero_init)
+        self._windows[name] = SimWindow(name, x, raw, fmt, topo, default, zero_init)
         return True
 
     def win_free(self, name: str | None = None) -> bool:
@@ -347,32 +339,27 @@ class WindowOps:
 
     def _push(self, op, kind, x, name, self_weight, dst_weights, require_mutex) -> bool:
         win = self._win(name, op)
-        arr = self._operand(win, x, op)
+        raw = self._operand(win, x, op)
         check_flag(require_mutex, "require_mutex", op)
         sw = self_weights(self_weight, self._n)
         edges, w = self._edges(win, dst_weights, "dst_weights", op, by_sender=True)
-        if sw is not None and not arr.flags.writeable:
+        if sw is not None and not raw.flags.writeable:
             raise ValueError(f"{op}: x is read-only, so self_weight cannot scale it in place")
         active = self._active_ranks()
         if active is not None:
             keep = self._active_mask[win.send[edges]]
             edges, w = edges[keep], w[keep]
         src = win.send[edges]
-        flat = arr.reshape(win.flat.shape)
+        flat = win.fmt.decode(raw).reshape(win.raw.shape)
         vals = flat[src] * w.astype(win.dtype)[:, None]
         pvals = w * win.p[src] if self._with_p else None
         self._send(win, kind, edges, vals, pvals)
         if sw is not None:
-            col = (slice(None),) + (None,) * (arr.ndim - 1)
-            swd = sw.astype(win.dtype)
-            if active is None:
-                np.multiply(arr, swd[col], out=arr)
-                if self._with_p:
-                    win.p *= sw
-            else:
-                arr[active] = arr[active] * swd[active][col]
-                if self._with_p:
-                    win.p[active] *= sw[active]
+            rows = slice(None) if active is None else active
+            scaled = flat[rows] * sw.astype(win.dtype)[rows][:, None]
+            raw[rows] = win.fmt.encode(scaled).reshape(scaled.shape[:1] + win.shape[1:])
+            if self._with_p:
+                win.p[rows] *= sw[rows]
         win.expose(active)
         return True
 
@@ -417,7 +404,7 @@ class WindowOps:
             keep = self._active_mask[recv]
             edges, w, counts, sw = edges[keep], w[keep], counts[rows], sw[rows]
         indptr = np.concatenate([[0], np.cumsum(counts)])
-        flat = win.flat if rows is None else win.flat[rows]
+        flat = win.fmt.decode(win.raw if rows is None else win.raw[rows])
         out = flat * sw.astype(win.dtype)[:, None]
         slot_add(out, indptr, edges, w.astype(win.dtype), win.buf)
         if self._with_p:
@@ -432,11 +419,11 @@ class WindowOps:
             if rows is None:
                 result = out
             else:
-                result = win.flat.copy()
+                result = win.fmt.decode(win.raw).copy()
                 result[rows] = out
-            value = wrap_like(result.reshape(win.shape), win.kind)
+            value = win.fmt.wrap(result.reshape(win.shape))
         else:
-            win.flat[slice(None) if rows is None else rows] = out
+            win.raw[slice(None) if rows is None else rows] = win.fmt.encode(out)
             value = win.obj
         win.expose(rows)
         self._end_round()

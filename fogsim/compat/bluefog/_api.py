@@ -18,6 +18,7 @@ import numpy as np
 
 import fogsim
 
+from . import _errors
 from .topology_util import ExponentialTwoGraph
 
 __all__ = [
@@ -76,6 +77,7 @@ def init(topology_fn: Callable[[int], nx.DiGraph] | None = None, is_weighted: bo
     """
     from . import _environ
 
+    _errors.forget_names()
     with _environ.init_environment():
         ctx = fogsim.init(local_size=_nodes_per_machine())
     _environ.start_timeline(ctx)
@@ -103,6 +105,7 @@ def _nodes_per_machine() -> int | None:
 
 def shutdown() -> None:
     """Shut fogsim down; :func:`init` may be called again."""
+    _errors.forget_names()
     fogsim.shutdown()
 
 
@@ -217,6 +220,7 @@ def hierarchical_neighbor_allreduce(
 
     See :func:`fogsim.hierarchical_neighbor_allreduce`.
     """
+    _blocking("hierarchical_neighbor_allreduce", tensor, name)
     return fogsim.hierarchical_neighbor_allreduce(
         tensor, _float_scalar(self_weight), _float_weights(src_machine_weights),
         _float_weights(dst_machine_weights), enable_topo_check, name,
@@ -232,10 +236,12 @@ def hierarchical_neighbor_allreduce_nonblocking(
     name: str | None = None,
 ) -> fogsim.Handle:
     """Start :func:`hierarchical_neighbor_allreduce`; return a handle for :func:`synchronize`."""
-    return fogsim.hierarchical_neighbor_allreduce_nonblocking(
+    op = "hierarchical_neighbor_allreduce_nonblocking"
+    _errors.check_tensor(op, tensor)
+    return _errors.started(op, name, lambda: fogsim.hierarchical_neighbor_allreduce_nonblocking(
         tensor, _float_scalar(self_weight), _float_weights(src_machine_weights),
         _float_weights(dst_machine_weights), enable_topo_check, name,
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 # -- collective ops -----------------------------------------------------------------------
@@ -244,8 +250,11 @@ def allreduce(
 ) -> Any:
     """Return the average (``average=False``: the sum) of ``tensor`` over all agents.
 
-    ``is_hierarchical_local=True``: over the agents of the same machine only.
+    ``is_hierarchical_local=True``: over the agents of the same machine only. Averaging an
+    integer tensor raises :class:`~._errors.AverageOfIntegers` (BlueFog asserts floats).
     """
+    _blocking("allreduce", tensor, name)
+    _errors.check_average("allreduce", tensor, average)
     return fogsim.allreduce(tensor, average, name, is_hierarchical_local=is_hierarchical_local)
 
 
@@ -253,8 +262,11 @@ def allreduce_nonblocking(
     tensor: Any, average: bool = True, is_hierarchical_local: bool = False, name: str | None = None
 ) -> fogsim.Handle:
     """Start :func:`allreduce`; return a handle for :func:`synchronize`."""
-    return fogsim.allreduce_nonblocking(tensor, average, name,
-                                        is_hierarchical_local=is_hierarchical_local)  # fmt: skip
+    op = "allreduce_nonblocking"
+    _errors.check_tensor(op, tensor)
+    _errors.check_average(op, tensor, average)
+    return _errors.started(op, name, lambda: fogsim.allreduce_nonblocking(
+        tensor, average, name, is_hierarchical_local=is_hierarchical_local))  # fmt: skip
 
 
 def allreduce_(
@@ -270,39 +282,47 @@ def allreduce_nonblocking_(
 ) -> fogsim.Handle:
     """Start :func:`allreduce_`; :func:`synchronize` writes the result into ``tensor``."""
     return _in_place(
-        tensor, lambda: allreduce_nonblocking(tensor, average, is_hierarchical_local, name)
+        tensor, lambda: allreduce_nonblocking(tensor, average, is_hierarchical_local, name), name
     )
 
 
 def allgather(tensor: Any, name: str | None = None) -> Any:
     """Return every agent's ``tensor`` concatenated along the first dimension, by rank."""
+    _blocking("allgather", tensor, name)
     return fogsim.allgather(tensor, name)
 
 
 def allgather_nonblocking(tensor: Any, name: str | None = None) -> fogsim.Handle:
     """Start :func:`allgather`; return a handle for :func:`synchronize`."""
-    return fogsim.allgather_nonblocking(tensor, name)
+    _errors.check_tensor("allgather_nonblocking", tensor)
+    return _errors.started("allgather_nonblocking", name,
+                           lambda: fogsim.allgather_nonblocking(tensor, name))  # fmt: skip
 
 
 def broadcast(tensor: Any, root_rank: int, name: str | None = None) -> Any:
     """Return agent ``root_rank``'s ``tensor`` on every agent (``tensor`` is not modified)."""
+    _blocking("broadcast", tensor, name)
     return fogsim.broadcast(tensor, root_rank, name)
 
 
 def broadcast_nonblocking(tensor: Any, root_rank: int, name: str | None = None) -> fogsim.Handle:
     """Start :func:`broadcast`; return a handle for :func:`synchronize`."""
-    return fogsim.broadcast_nonblocking(tensor, root_rank, name)
+    _errors.check_tensor("broadcast_nonblocking", tensor)
+    def start() -> fogsim.Handle:
+        return fogsim.broadcast_nonblocking(tensor, root_rank, name)
+
+    return _errors.started("broadcast_nonblocking", name, start)
 
 
 def broadcast_(tensor: Any, root_rank: int, name: str | None = None) -> Any:
     """Overwrite ``tensor`` with agent ``root_rank``'s, in place; return ``tensor``."""
     _check_in_place(tensor)
-    return _copy_into(tensor, fogsim.broadcast(tensor, root_rank, name))
+    return _copy_into(tensor, broadcast(tensor, root_rank, name))
 
 
 def broadcast_nonblocking_(tensor: Any, root_rank: int, name: str | None = None) -> fogsim.Handle:
     """Start :func:`broadcast_`; :func:`synchronize` writes the result into ``tensor``."""
-    return _in_place(tensor, lambda: fogsim.broadcast_nonblocking(tensor, root_rank, name))
+    return _in_place(tensor, lambda: broadcast_nonblocking(tensor, root_rank, name), name)
 
 
 # -- neighbor ops -------------------------------------------------------------------------
@@ -324,7 +344,9 @@ def neighbor_allreduce(
     No weights: the topology's (``is_weighted``) or uniform. ``self_weight`` and
     ``src_weights`` (``{rank: weight}``) together: a static-topology step with these
     weights. ``dst_weights`` too (``{rank: weight}``, or a list of ranks meaning 1.0 each):
-    a dynamic step, senders and receivers checked to match. Integer weights are accepted.
+    a dynamic step, senders and receivers checked to match. Integer weights in the dicts
+    are accepted; as in BlueFog, a per-agent ``self_weight`` must be a float and
+    ``src_weights`` a dict (ValueError), and a ``name`` still in flight raises ValueError.
     BlueFog's earlier keywords still work, with a ``DeprecationWarning``:
     ``neighbor_weights`` for ``src_weights`` and ``send_neighbors`` (a list of ranks) for
     ``dst_weights``. See :func:`fogsim.neighbor_allreduce` for the stacked arguments of
@@ -332,6 +354,8 @@ def neighbor_allreduce(
     """
     src_weights, dst_weights = _legacy_weights(
         "neighbor_allreduce", src_weights, dst_weights, neighbor_weights, send_neighbors)
+    _blocking("neighbor_allreduce", tensor, name)
+    _errors.check_weights("neighbor_allreduce", self_weight, src_weights, "src_weights")
     return fogsim.neighbor_allreduce(
         tensor,
         _float_scalar(self_weight),
@@ -358,10 +382,12 @@ def neighbor_allreduce_nonblocking(
 
     Takes the same arguments, the deprecated ``neighbor_weights``/``send_neighbors`` too.
     """
-    src_weights, dst_weights = _legacy_weights(
-        "neighbor_allreduce_nonblocking", src_weights, dst_weights, neighbor_weights,
-        send_neighbors)  # fmt: skip
-    return fogsim.neighbor_allreduce_nonblocking(
+    op = "neighbor_allreduce_nonblocking"
+    src_weights, dst_weights = _legacy_weights(op, src_weights, dst_weights, neighbor_weights,
+                                               send_neighbors)  # fmt: skip
+    _errors.check_tensor(op, tensor)
+    _errors.check_weights(op, self_weight, src_weights, "src_weights")
+    return _errors.started(op, name, lambda: fogsim.neighbor_allreduce_nonblocking(
         tensor,
         _float_scalar(self_weight),
         _float_weights(src_weights),
@@ -369,7 +395,7 @@ def neighbor_allreduce_nonblocking(
         enable_topo_check,
         name,
         check_weights=False,  # BlueFog uses weights as given, without a word
-    )
+    ))
 
 
 def neighbor_allgather(
@@ -388,7 +414,7 @@ def neighbor_allgather(
     may differ in length. ``enable_topo_check`` is accepted for BlueFog scripts; fogsim
     always checks the match.
     """
-    return fogsim.wait(neighbor_allgather_nonblocking(
+    return synchronize(neighbor_allgather_nonblocking(
         tensor, src_ranks, dst_ranks, name, enable_topo_check=enable_topo_check))
 
 
@@ -406,7 +432,15 @@ def neighbor_allgather_nonblocking(
     length to its destinations (a small extra exchange), so that the blocks, which may
     differ in length, can be put in the order of ``src_ranks``.
     """
+    op = "neighbor_allgather_nonblocking"
     _check_bool(enable_topo_check, "enable_topo_check")
+    _errors.check_tensor(op, tensor)
+    return _errors.started(op, name, lambda: _start_neighbor_allgather(tensor, src_ranks,
+                                                                      dst_ranks, name))
+
+
+def _start_neighbor_allgather(tensor: Any, src_ranks: Any, dst_ranks: Any,
+                              name: str | None) -> fogsim.Handle:  # fmt: skip
     handle = fogsim.neighbor_allgather_nonblocking(tensor, src_ranks, dst_ranks, name)
     if src_ranks is None:
         return handle
@@ -479,13 +513,19 @@ def barrier() -> None:
 
 
 def synchronize(handle: fogsim.Handle) -> Any:
-    """Block until the operation behind ``handle`` finishes; return its result."""
-    return fogsim.wait(handle)
+    """Block until the operation behind ``handle`` finishes; return its result.
+
+    Its ``name``, if it had one, may then be given to another op.
+    """
+    try:
+        return fogsim.wait(handle)
+    finally:
+        _errors.finished(handle)
 
 
 def wait(handle: fogsim.Handle) -> Any:
     """Block until the operation behind ``handle`` finishes; return its result (= synchronize)."""
-    return fogsim.wait(handle)
+    return synchronize(handle)
 
 
 def poll(handle: fogsim.Handle) -> bool:
@@ -555,6 +595,12 @@ def _float_weights(weights: Any) -> Any:
     return weights
 
 
+def _blocking(op: str, tensor: Any, name: str | None) -> None:
+    """A blocking op's checks: BlueFog's tensor types, and ``name`` not in flight."""
+    _errors.check_tensor(op, tensor)
+    _errors.check_name_free(op, name)
+
+
 def _check_bool(value: Any, name: str) -> None:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
@@ -578,13 +624,16 @@ def _copy_into(tensor: Any, result: Any) -> Any:
     return tensor
 
 
-def _in_place(tensor: Any, start: Callable[[], fogsim.Handle]) -> fogsim.Handle:
+def _in_place(tensor: Any, start: Callable[[], fogsim.Handle], name: str | None) -> fogsim.Handle:
     """Start an op with ``start()``; return a handle whose wait copies its result to ``tensor``."""
     _check_in_place(tensor)  # refuse a wrong type before the op starts, not at wait time
     handle = start()
-    return fogsim.Handle(
+    _errors.finished(handle)  # the returned handle carries the name from here
+    outer = fogsim.Handle(
         handle.op + "_",
         finish=lambda: _copy_into(tensor, fogsim.wait(handle)),
         test=lambda: fogsim.poll(handle),
         name=handle.name,
     )
+    _errors.started(handle.op + "_", name, lambda: outer)
+    return outer

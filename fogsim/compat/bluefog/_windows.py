@@ -14,6 +14,7 @@ from typing import Any
 
 import fogsim
 
+from . import _errors
 from ._api import _float_scalar, _float_weights
 
 __all__ = [
@@ -43,11 +44,17 @@ __all__ = [
 # -- one-sided window ops (see fogsim.win_create) --------------------------------------------
 def win_create(tensor: Any, name: str, zero_init: bool = False) -> bool:
     """Create the window ``name`` for ``tensor`` (collective); one buffer per in-neighbor."""
+    _errors.check_tensor("win_create", tensor)
     return fogsim.win_create(tensor, name, zero_init)
 
 
 def win_free(name: str | None = None) -> bool:
-    """Free the window ``name``, or all windows (collective)."""
+    """Free the window ``name``, or all windows (collective).
+
+    A name no window has raises :class:`~._errors.UnknownWindow` (a KeyError, as BlueFog's
+    lookup, and a ValueError).
+    """
+    _known_window("win_free", name)
     return fogsim.win_free(name)
 
 
@@ -59,6 +66,7 @@ def win_put(
     require_mutex: bool = False,
 ) -> bool:
     """Put ``dst_weights[j] * tensor`` into the buffers at the out-neighbors ``j``."""
+    _errors.check_tensor("win_put", tensor)
     return fogsim.win_put(tensor, name, _float_scalar(self_weight), _float_weights(dst_weights),
                           require_mutex)  # fmt: skip
 
@@ -71,6 +79,7 @@ def win_put_nonblocking(
     require_mutex: bool = False,
 ) -> fogsim.Handle:
     """Start :func:`win_put`; return a handle for :func:`win_wait`."""
+    _errors.check_tensor("win_put_nonblocking", tensor)
     return fogsim.win_put_nonblocking(tensor, name, _float_scalar(self_weight),
                                       _float_weights(dst_weights), require_mutex)  # fmt: skip
 
@@ -83,6 +92,7 @@ def win_accumulate(
     require_mutex: bool = False,
 ) -> bool:
     """Add ``dst_weights[j] * tensor`` to the buffers at the out-neighbors ``j``."""
+    _errors.check_tensor("win_accumulate", tensor)
     return fogsim.win_accumulate(tensor, name, _float_scalar(self_weight),
                                  _float_weights(dst_weights), require_mutex)  # fmt: skip
 
@@ -95,6 +105,7 @@ def win_accumulate_nonblocking(
     require_mutex: bool = False,
 ) -> fogsim.Handle:
     """Start :func:`win_accumulate`; return a handle for :func:`win_wait`."""
+    _errors.check_tensor("win_accumulate_nonblocking", tensor)
     return fogsim.win_accumulate_nonblocking(tensor, name, _float_scalar(self_weight),
                                              _float_weights(dst_weights),
                                              require_mutex)  # fmt: skip
@@ -120,13 +131,21 @@ def win_update(
     clone: bool = False,
     require_mutex: bool = False,
 ) -> Any:
-    """Return the weighted average of the registered tensor and the buffers (in place)."""
+    """Return the weighted average of the registered tensor and the buffers (in place).
+
+    A half-precision tensor (float16, bfloat16) is combined in float32 and rounded once.
+    As in BlueFog, an unknown ``name`` raises a KeyError (:class:`~._errors.UnknownWindow`),
+    and ``self_weight`` must be a float and ``neighbor_weights`` a dict (ValueError).
+    """
+    _known_window("win_update", name)
+    _errors.check_weights("win_update", self_weight, neighbor_weights, "neighbor_weights")
     return fogsim.win_update(name, _float_scalar(self_weight), _float_weights(neighbor_weights),
                              reset, clone, require_mutex)  # fmt: skip
 
 
 def win_update_then_collect(name: str, require_mutex: bool = True) -> Any:
     """Add every buffer to the registered tensor and zero the buffers."""
+    _known_window("win_update_then_collect", name)
     return fogsim.win_update_then_collect(name, require_mutex)
 
 
@@ -175,3 +194,11 @@ win_sync = win_update
 
 #: BlueFog's earlier name of :func:`win_update_then_collect` (same arguments, same result).
 win_sync_then_collect = win_update_then_collect
+
+
+def _known_window(op: str, name: str | None) -> None:
+    """Raise :class:`~._errors.UnknownWindow` unless a window ``name`` exists (None: all)."""
+    if name is not None and isinstance(name, str) and name not in fogsim.win_names():
+        names = ", ".join(map(repr, fogsim.win_names())) or "none"
+        raise _errors.UnknownWindow(f"{op}: no window named {name!r} (windows: {names}); "
+                                    "create it with win_create first")  # fmt: skip
