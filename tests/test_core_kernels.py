@@ -69,13 +69,15 @@ def test_weighted_combine_bitwise(compiled, dtype, m, k):
     assert np.array_equal(a, b)
 
 
-def test_float32_weights_are_cast_first(impl):
+def test_float32_is_summed_in_float64_and_rounded_once(impl):
     x = np.linspace(-3, 3, 101, dtype=np.float32)
     ys = x[::-1].copy()[None, :]
     out = impl.weighted_combine(np.empty_like(x), 0.1, x, np.array([0.7]), ys)
-    expected = np.float32(0.1) * x
-    expected = expected + np.float32(0.7) * ys[0]
+    expected = 0.1 * x.astype(np.float64)
+    expected = (expected + 0.7 * ys[0].astype(np.float64)).astype(np.float32)
     assert np.array_equal(out, expected)
+    # Casting the weights to float32 first, or summing in float32, gives other bits here.
+    assert not np.array_equal(out, np.float32(0.1) * x + np.float32(0.7) * ys[0])
 
 
 # --- csr_combine -----------------------------------------------------------------------------

@@ -92,14 +92,15 @@ class Ref:
             s, nw = self.default
         dt, out = self.dt, self.x.copy()
         for i in range(self.n):
-            acc, p = self.x[i] * dt(s[i]), s[i] * self.p[i]
+            # summed in float64 (weights as given, values widened), rounded once below
+            acc, p = self.x[i].astype(np.float64) * s[i], s[i] * self.p[i]
             for j, w in sorted(nw[i].items()):
-                acc = acc + dt(w) * self.buf[i, j]
+                acc = acc + w * self.buf[i, j].astype(np.float64)
                 p = p + w * self.q[i, j]
                 self.ver[i, j] = 0
                 if reset:
-                    self.buf[i, j], self.q[i, j] = np.zeros_like(acc), 0.0
-            out[i] = acc
+                    self.buf[i, j], self.q[i, j] = np.zeros_like(self.buf[i, j]), 0.0
+            out[i] = acc.astype(dt)
             if self.with_p:
                 self.p[i] = p
         if not clone:
@@ -337,7 +338,9 @@ def test_reset_zeroes_the_buffers_read(world):
     expect = np.stack([(x[i] + x[right[i]]) / 3 for i in range(6)])
     np.testing.assert_allclose(W.win_update("w", clone=True), expect, rtol=1e-6)
     W.win_update("w", reset=True)
-    np.testing.assert_array_equal(W.win_update("w", clone=True), x * np.float32(1 / 3))
+    self_weight = topo.uniform().to_dense()[0, 0]  # float64; the sum is float64, rounded once
+    want = (x.astype(np.float64) * self_weight).astype(np.float32)
+    np.testing.assert_array_equal(W.win_update("w", clone=True), want)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

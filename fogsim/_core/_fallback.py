@@ -1,9 +1,10 @@
 """Pure numpy versions of the kernels in ``_kernels.pyx``, bit-identical to them.
 
 Each function performs the same floating-point operations in the same order as its compiled
-twin (weights first cast to the data dtype, the self term first, then one rounded product
-added per neighbor in the stated order), vectorized over agents: the loops run over degree
-slots or offsets, never over agents, except in ``assemble_csr``.
+twin (sums in float64 whatever the data dtype: the self term first, then one rounded product
+of a float64 weight and a value added per neighbor in the stated order; a float32 result
+rounded once at the end), vectorized over agents: the loops run over degree slots or
+offsets, never over agents, except in ``assemble_csr``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,20 @@ from . import _checks
 
 __all__ = ["assemble_csr", "circulant_combine", "csr_combine", "weighted_combine"]
 
+_F64 = np.float64
+
+
+def _accumulator(out: np.ndarray) -> np.ndarray:
+    """Return where the float64 sums for ``out`` are formed: ``out`` itself when float64."""
+    return out if out.dtype == _F64 else np.empty(out.shape, _F64)
+
+
+def _store(out: np.ndarray, acc: np.ndarray) -> np.ndarray:
+    """Round the sums into ``out`` (once; nothing to do when they were formed there)."""
+    if acc is not out:
+        np.copyto(out, acc, casting="same_kind")
+    return out
+
 
 def weighted_combine(
     out: np.ndarray, self_weight: float, x: np.ndarray, weights: np.ndarray, ys: np.ndarray
@@ -26,12 +41,11 @@ def weighted_combine(
     """
     sw = _checks.weighted_combine_args(out, self_weight, x, weights, ys)
     _checks.finite("weights", weights)
-    dt = x.dtype
-    w = weights.astype(dt)
-    np.multiply(x, dt.type(sw), out=out)
-    for k in range(w.shape[0]):
-        out += w[k] * ys[k]
-    return out
+    acc = _accumulator(out)
+    np.multiply(x, _F64(sw), out=acc, dtype=_F64)
+    for k in range(weights.shape[0]):
+        acc += np.multiply(weights[k], ys[k], dtype=_F64)
+    return _store(out, acc)
 
 
 def csr_combine(
@@ -50,19 +64,18 @@ def csr_combine(
     _checks.csr_combine_args(indptr, indices, data, self_weight, x, out)
     n = x.shape[0]
     _checks.csr_structure(indptr, indices, n)
-    dt = x.dtype
-    np.multiply(x, self_weight.astype(dt)[:, None], out=out)
+    acc = _accumulator(out)
+    np.multiply(x, self_weight[:, None], out=acc, dtype=_F64)
     if indices.shape[0] == 0 or out.size == 0:
-        return out
-    w = data.astype(dt)
+        return _store(out, acc)
     deg = np.diff(indptr)
     if (deg == deg[0]).all():
         # Every row has the same degree: degree slot s is column s of (n, degree) views.
         cols = indices.reshape(n, -1)
-        ws = w.reshape(n, -1)
+        ws = data.reshape(n, -1)
         for s in range(cols.shape[1]):
-            out += ws[:, s, None] * np.take(x, cols[:, s], axis=0)
-        return out
+            acc += np.multiply(ws[:, s, None], np.take(x, cols[:, s], axis=0), dtype=_F64)
+        return _store(out, acc)
     # Degree slot s adds entry indptr[i] + s of every row i with more than s entries; sorting
     # rows by decreasing degree makes those rows a prefix of `order`.
     start = indptr[:-1]
@@ -71,8 +84,8 @@ def csr_combine(
     for s in range(int(-neg_sorted[0])):
         rows = order[: int(np.searchsorted(neg_sorted, -s, side="left"))]
         p = start[rows] + s
-        out[rows] += w[p, None] * np.take(x, indices[p], axis=0)
-    return out
+        acc[rows] += np.multiply(data[p, None], np.take(x, indices[p], axis=0), dtype=_F64)
+    return _store(out, acc)
 
 
 def circulant_combine(
@@ -95,12 +108,12 @@ def circulant_combine(
         _checks.finite("weights", weights)
     if self_weight.size == 1:
         _checks.finite("self_weight", self_weight)
-    dt = x.dtype
+    acc = _accumulator(out)
     # (), (1,) and (n,) all broadcast against x as a column.
-    np.multiply(x, self_weight.astype(dt).reshape(-1, 1), out=out)
+    np.multiply(x, self_weight.reshape(-1, 1), out=acc, dtype=_F64)
     if out.size == 0:
-        return out
-    w = weights.astype(dt)
+        return _store(out, acc)
+    w = weights
     per_row = w.ndim == 2
     offs = offsets.tolist()
     nk = len(offs)
@@ -112,8 +125,8 @@ def circulant_combine(
         for k in (*range(p, nk), *range(p)):
             shift = offs[k] - n if k >= p else offs[k]
             wk = w[k, lo:hi, None] if per_row else w[k]
-            out[lo:hi] += wk * x[lo + shift : hi + shift]
-    return out
+            acc[lo:hi] += np.multiply(wk, x[lo + shift : hi + shift], dtype=_F64)
+    return _store(out, acc)
 
 
 def assemble_csr(

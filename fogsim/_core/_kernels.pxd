@@ -1,7 +1,9 @@
 # cython: language_level=3
 # Kernels other Cython modules may cimport: `from fogsim._core._kernels cimport ...`.
 # They do no argument checking; the def wrappers in _kernels.pyx show what callers must
-# guarantee (shapes, index ranges, out not aliasing x). Call them without the GIL.
+# guarantee (shapes, index ranges, out not aliasing x). Call them without the GIL. Every sum
+# is formed in double (float64 weights, float32 data widened) and rounded to the data type
+# once, when stored.
 
 from libc.stdint cimport int32_t, int64_t
 

@@ -4,11 +4,12 @@
 The ``cdef ... noexcept nogil`` kernels (declared in ``_kernels.pxd``) trust their arguments.
 The ``def`` wrappers check types and shapes through ``_checks``, which the numpy fallback
 shares, scan index ranges (and the weights ``_checks`` says to scan) in C, and run the kernel
-without the GIL. A weight is
-cast to the data dtype before use and every step is ``acc = acc + w * v`` with the product
-rounded first; setup.py compiles with -ffp-contract=off so that no FMA changes the bits.
-Large outputs are written with SSE2 streaming stores (``STREAM_MIN_BYTES``), whose C helpers
-do the same operations in the same order.
+without the GIL. Sums are formed in double whatever the data dtype: every step is
+``acc = acc + w * v`` in double (the float64 weight as given, float32 data widened exactly)
+with the product rounded first, and a float32 result is rounded once, when stored. setup.py
+compiles with -ffp-contract=off so that no FMA changes the bits. Large outputs are written
+with SSE2 streaming stores (``STREAM_MIN_BYTES``), whose C helpers do the same operations in
+the same order.
 """
 
 from cpython.dict cimport PyDict_Next
@@ -77,88 +78,118 @@ def _set_stream_min_bytes(nbytes):
 cdef enum:
     _CHUNK = 3
 
+# What a pass stores: double into the accumulator (the passes before the last), the data type
+# into out (the last pass). Sums are always formed in double, so float32 data is rounded once.
+ctypedef fused store_t:
+    float
+    double
+
 
 cdef inline void _pass(
     Py_ssize_t cnt,
-    real_t* dst,
+    store_t* dst,
+    const double* acc,
     const real_t* x0,
-    real_t w0,
+    double w0,
     Py_ssize_t nt,
     const real_t** src,
-    const real_t* w,
+    const double* w,
 ) noexcept nogil:
-    # dst <- (w0 * x0 if x0 else dst) + w[0] * src[0] + ... + w[nt-1] * src[nt-1], left to
-    # right, for 0 <= nt <= _CHUNK (nt >= 1 without x0). x0 may be dst.
+    # dst <- (w0 * x0 if x0 else acc) + w[0] * src[0] + ... + w[nt-1] * src[nt-1], left to
+    # right in double, converted to store_t on the store, for 0 <= nt <= _CHUNK (nt >= 1
+    # without x0). x0 and acc may be dst. A sum kept in dst itself is read through dst: the
+    # compiler cannot tell that acc is dst and would take its unvectorized path for overlap.
     cdef Py_ssize_t c
     cdef const real_t* s0 = src[0] if nt > 0 else NULL
     cdef const real_t* s1 = src[1] if nt > 1 else NULL
     cdef const real_t* s2 = src[2] if nt > 2 else NULL
-    cdef real_t a = w[0] if nt > 0 else 0
-    cdef real_t b = w[1] if nt > 1 else 0
-    cdef real_t e = w[2] if nt > 2 else 0
+    cdef double a = w[0] if nt > 0 else 0
+    cdef double b = w[1] if nt > 1 else 0
+    cdef double e = w[2] if nt > 2 else 0
     if x0 != NULL:
         if nt == 0:
             for c in range(cnt):
-                dst[c] = w0 * x0[c]
+                dst[c] = <store_t>(w0 * x0[c])
         elif nt == 1:
             for c in range(cnt):
-                dst[c] = w0 * x0[c] + a * s0[c]
+                dst[c] = <store_t>(w0 * x0[c] + a * s0[c])
         elif nt == 2:
             for c in range(cnt):
-                dst[c] = w0 * x0[c] + a * s0[c] + b * s1[c]
+                dst[c] = <store_t>(w0 * x0[c] + a * s0[c] + b * s1[c])
         else:
             for c in range(cnt):
-                dst[c] = w0 * x0[c] + a * s0[c] + b * s1[c] + e * s2[c]
+                dst[c] = <store_t>(w0 * x0[c] + a * s0[c] + b * s1[c] + e * s2[c])
+    elif <const void*>acc == <const void*>dst:
+        if nt == 1:
+            for c in range(cnt):
+                dst[c] = <store_t>(dst[c] + a * s0[c])
+        elif nt == 2:
+            for c in range(cnt):
+                dst[c] = <store_t>(dst[c] + a * s0[c] + b * s1[c])
+        else:
+            for c in range(cnt):
+                dst[c] = <store_t>(dst[c] + a * s0[c] + b * s1[c] + e * s2[c])
     elif nt == 1:
         for c in range(cnt):
-            dst[c] = dst[c] + a * s0[c]
+            dst[c] = <store_t>(acc[c] + a * s0[c])
     elif nt == 2:
         for c in range(cnt):
-            dst[c] = dst[c] + a * s0[c] + b * s1[c]
+            dst[c] = <store_t>(acc[c] + a * s0[c] + b * s1[c])
     else:
         for c in range(cnt):
-            dst[c] = dst[c] + a * s0[c] + b * s1[c] + e * s2[c]
+            dst[c] = <store_t>(acc[c] + a * s0[c] + b * s1[c] + e * s2[c])
 
 
 cdef inline void _pass_w(
     Py_ssize_t cnt,
-    real_t* dst,
+    store_t* dst,
+    const double* acc,
     const real_t* x0,
-    const real_t* w0,
+    const double* w0,
     Py_ssize_t nt,
     const real_t** src,
-    const real_t** w,
+    const double** w,
 ) noexcept nogil:
     # _pass with one weight per element: dst[c] <- w0[c] * x0[c] + w[0][c] * src[0][c] + ...
     cdef Py_ssize_t c
     cdef const real_t* s0 = src[0] if nt > 0 else NULL
     cdef const real_t* s1 = src[1] if nt > 1 else NULL
     cdef const real_t* s2 = src[2] if nt > 2 else NULL
-    cdef const real_t* a = w[0] if nt > 0 else NULL
-    cdef const real_t* b = w[1] if nt > 1 else NULL
-    cdef const real_t* e = w[2] if nt > 2 else NULL
+    cdef const double* a = w[0] if nt > 0 else NULL
+    cdef const double* b = w[1] if nt > 1 else NULL
+    cdef const double* e = w[2] if nt > 2 else NULL
     if x0 != NULL:
         if nt == 0:
             for c in range(cnt):
-                dst[c] = w0[c] * x0[c]
+                dst[c] = <store_t>(w0[c] * x0[c])
         elif nt == 1:
             for c in range(cnt):
-                dst[c] = w0[c] * x0[c] + a[c] * s0[c]
+                dst[c] = <store_t>(w0[c] * x0[c] + a[c] * s0[c])
         elif nt == 2:
             for c in range(cnt):
-                dst[c] = w0[c] * x0[c] + a[c] * s0[c] + b[c] * s1[c]
+                dst[c] = <store_t>(w0[c] * x0[c] + a[c] * s0[c] + b[c] * s1[c])
         else:
             for c in range(cnt):
-                dst[c] = w0[c] * x0[c] + a[c] * s0[c] + b[c] * s1[c] + e[c] * s2[c]
+                dst[c] = <store_t>(w0[c] * x0[c] + a[c] * s0[c] + b[c] * s1[c] + e[c] * s2[c])
+    elif <const void*>acc == <const void*>dst:
+        if nt == 1:
+            for c in range(cnt):
+                dst[c] = <store_t>(dst[c] + a[c] * s0[c])
+        elif nt == 2:
+            for c in range(cnt):
+                dst[c] = <store_t>(dst[c] + a[c] * s0[c] + b[c] * s1[c])
+        else:
+            for c in range(cnt):
+                dst[c] = <store_t>(dst[c] + a[c] * s0[c] + b[c] * s1[c] + e[c] * s2[c])
     elif nt == 1:
         for c in range(cnt):
-            dst[c] = dst[c] + a[c] * s0[c]
+            dst[c] = <store_t>(acc[c] + a[c] * s0[c])
     elif nt == 2:
         for c in range(cnt):
-            dst[c] = dst[c] + a[c] * s0[c] + b[c] * s1[c]
+            dst[c] = <store_t>(acc[c] + a[c] * s0[c] + b[c] * s1[c])
     else:
         for c in range(cnt):
-            dst[c] = dst[c] + a[c] * s0[c] + b[c] * s1[c] + e[c] * s2[c]
+            dst[c] = <store_t>(acc[c] + a[c] * s0[c] + b[c] * s1[c] + e[c] * s2[c])
 
 
 cdef inline bint _streams(Py_ssize_t count, size_t itemsize) noexcept nogil:
@@ -169,16 +200,16 @@ cdef inline bint _streams(Py_ssize_t count, size_t itemsize) noexcept nogil:
 cdef inline void _pass_stream(
     Py_ssize_t cnt,
     real_t* dst,
-    const real_t* acc,
+    const double* acc,
     const real_t* x0,
-    real_t w0,
+    double w0,
     Py_ssize_t nt,
     const real_t** src,
-    const real_t* w,
+    const double* w,
     bint beyond,
 ) noexcept nogil:
-    # _pass writing dst with streaming stores; without x0 the sum starts from acc, not dst.
-    # The sources are prefetched ahead, past cnt if beyond (where they continue).
+    # The last _pass (into out), writing dst with streaming stores. The sources are
+    # prefetched ahead, past cnt if beyond (where they continue).
     if real_t is double:
         fogsim_pass_stream_f64(cnt, dst, acc, x0, w0, nt, src, w, beyond)
     else:
@@ -188,19 +219,80 @@ cdef inline void _pass_stream(
 cdef inline void _pass_w_stream(
     Py_ssize_t cnt,
     real_t* dst,
-    const real_t* acc,
+    const double* acc,
     const real_t* x0,
-    const real_t* w0,
+    const double* w0,
     Py_ssize_t nt,
     const real_t** src,
-    const real_t** w,
+    const double** w,
     bint beyond,
 ) noexcept nogil:
-    # _pass_w writing dst with streaming stores; without x0 the sum starts from acc.
+    # The last _pass_w (into out), writing dst with streaming stores.
     if real_t is double:
         fogsim_pass_w_stream_f64(cnt, dst, acc, x0, w0, nt, src, w, beyond)
     else:
         fogsim_pass_w_stream_f32(cnt, dst, acc, x0, w0, nt, src, w, beyond)
+
+
+cdef inline double* _accumulator(real_t* out, double* buf, bint stream) noexcept nogil:
+    # Where the passes before the last keep a block's sums: out itself for float64 data that
+    # is not streamed (the sums already are out's type, and out is then read in place), else
+    # the double buffer buf.
+    if real_t is double:
+        if not stream:
+            return out
+    return buf
+
+
+cdef inline void _step(
+    Py_ssize_t cnt,
+    real_t* out,
+    double* acc,
+    bint last,
+    bint stream,
+    const real_t* x0,
+    double w0,
+    Py_ssize_t nt,
+    const real_t** src,
+    const double* w,
+    bint beyond,
+) noexcept nogil:
+    # One pass over a block whose sums are kept in acc = _accumulator(out, buf, stream): into
+    # acc, or, if last, into out (streamed if stream). float64 passes that do not stream all
+    # go through one call of _pass (acc is out): a second inlined copy of it made the kernels
+    # 10% slower on memory-bound float64 steps.
+    if last and stream:
+        _pass_stream(cnt, out, acc, x0, w0, nt, src, w, beyond)
+    elif real_t is double:
+        _pass(cnt, acc, acc, x0, w0, nt, src, w)
+    elif last:
+        _pass(cnt, out, acc, x0, w0, nt, src, w)
+    else:
+        _pass(cnt, acc, acc, x0, w0, nt, src, w)
+
+
+cdef inline void _step_w(
+    Py_ssize_t cnt,
+    real_t* out,
+    double* acc,
+    bint last,
+    bint stream,
+    const real_t* x0,
+    const double* w0,
+    Py_ssize_t nt,
+    const real_t** src,
+    const double** w,
+    bint beyond,
+) noexcept nogil:
+    # _step with one weight per element (_pass_w).
+    if last and stream:
+        _pass_w_stream(cnt, out, acc, x0, w0, nt, src, w, beyond)
+    elif real_t is double:
+        _pass_w(cnt, acc, acc, x0, w0, nt, src, w)
+    elif last:
+        _pass_w(cnt, out, acc, x0, w0, nt, src, w)
+    else:
+        _pass_w(cnt, acc, acc, x0, w0, nt, src, w)
 
 
 cdef inline Py_ssize_t _block_end(
@@ -234,18 +326,21 @@ cdef inline void _rows_combine(
     # y_k = base + r * stride for r = select[k] (or k without select), in blocks of out.
     cdef Py_ssize_t start, cnt, k, t, nt
     cdef const real_t* src[_CHUNK]
-    cdef real_t w[_CHUNK]
+    cdef double w[_CHUNK]
+    cdef double buf[_BLOCK]
+    cdef double* acc
     start = 0
     while start < m:
         cnt = min(<Py_ssize_t>_BLOCK, m - start)
+        acc = _accumulator(out + start, buf, False)
         k = 0
         while True:
             nt = min(<Py_ssize_t>_CHUNK, nk - k)
             for t in range(nt):
                 src[t] = base + (select[k + t] if select != NULL else k + t) * stride + start
-                w[t] = <real_t>weights[k + t]
-            _pass(cnt, out + start, x + start if k == 0 else NULL, <real_t>self_weight,
-                  nt, src, w)
+                w[t] = weights[k + t]
+            _step(cnt, out + start, acc, k + nt >= nk, False, x + start if k == 0 else NULL,
+                  self_weight, nt, src, w, False)
             k += nt
             if k >= nk:
                 break
@@ -282,10 +377,10 @@ cdef void rows_combine_f32(
 
 # The csr and circulant kernels compute out in blocks of at most _BLOCK elements (rows, or a
 # column range of long rows) and add the neighbor terms in passes of up to _CHUNK over a
-# block. When they stream (large outputs, see STREAM_MIN_BYTES), the passes before the last
-# go to a stack buffer and the last one writes out with streaming stores, so out is written
-# once, without being read; otherwise every pass works on out. Either way each element gets
-# the same operations in the same order.
+# block. The passes before the last keep the block's sums in double (see _accumulator); the
+# last one writes out, rounded to its type, with streaming stores when the output is large
+# (see STREAM_MIN_BYTES), so out is written once, without being read. Either way each
+# element gets the same operations in the same order.
 
 cdef void csr_combine_kernel(
     const int64_t[::1] indptr,
@@ -297,10 +392,11 @@ cdef void csr_combine_kernel(
 ) noexcept nogil:
     cdef Py_ssize_t n = x.shape[0], m = x.shape[1], i, c0, c1, t, nt
     cdef int64_t p, end
-    cdef real_t acc
+    cdef double acc
     cdef const real_t* src[_CHUNK]
-    cdef real_t w[_CHUNK]
-    cdef real_t buf[_BLOCK]
+    cdef double w[_CHUNK]
+    cdef double buf[_BLOCK]
+    cdef double* ab
     cdef real_t* op
     cdef real_t* dst
     cdef const real_t* xp
@@ -323,17 +419,18 @@ cdef void csr_combine_kernel(
     if m == 1:
         # One value per agent: keep the sum in a register.
         for i in range(n):
-            acc = <real_t>sp[i] * xp[i]
+            acc = sp[i] * xp[i]
             for p in range(ip[i], ip[i + 1]):
-                acc = acc + <real_t>dp[p] * xp[ix[p]]
-            op[i] = acc
+                acc = acc + dp[p] * xp[ix[p]]
+            op[i] = <real_t>acc
     else:
         for i in range(n):
             # Columns [c0, c1) of row i: all of them unless m > _BLOCK.
             c0 = 0
             while c0 < m:
                 c1 = _block_end(op + i * m, c0, m, _BLOCK)
-                dst = &buf[0] if stream else op + i * m + c0
+                dst = op + i * m + c0
+                ab = _accumulator(dst, buf, stream)
                 x0 = xp + i * m + c0
                 p = ip[i]
                 end = ip[i + 1]
@@ -341,12 +438,8 @@ cdef void csr_combine_kernel(
                     nt = min(<int64_t>_CHUNK, end - p)
                     for t in range(nt):
                         src[t] = xp + <Py_ssize_t>ix[p + t] * m + c0
-                        w[t] = <real_t>dp[p + t]
-                    if stream and p + nt >= end:
-                        _pass_stream(c1 - c0, op + i * m + c0, dst, x0, <real_t>sp[i], nt, src,
-                                     w, False)
-                    else:
-                        _pass(c1 - c0, dst, x0, <real_t>sp[i], nt, src, w)
+                        w[t] = dp[p + t]
+                    _step(c1 - c0, dst, ab, p + nt >= end, stream, x0, sp[i], nt, src, w, False)
                     x0 = NULL
                     p += nt
                     if p >= end:
@@ -371,12 +464,13 @@ cdef void circulant_combine_kernel(
     cdef Py_ssize_t shift[_CHUNK]
     cdef Py_ssize_t kk[_CHUNK]
     cdef const real_t* src[_CHUNK]
-    cdef const real_t* wrow[_CHUNK]
-    cdef real_t w[_CHUNK]
-    cdef real_t sw
-    # Per-row weights of one block of a one-value-per-agent x, cast to real_t.
-    cdef real_t wbuf[_CHUNK + 1][_WBLOCK]
-    cdef real_t buf[_BLOCK]
+    cdef const double* wrow[_CHUNK]
+    cdef double w[_CHUNK]
+    cdef double sw
+    # Per-row weights of one block of a one-value-per-agent x.
+    cdef double wbuf[_CHUNK + 1][_WBLOCK]
+    cdef double buf[_BLOCK]
+    cdef double* ab
     cdef real_t* op
     cdef real_t* dst
     cdef const real_t* xp
@@ -440,7 +534,7 @@ cdef void circulant_combine_kernel(
                         r += 1
                     while e0 < stop:
                         e1 = _block_end(op, e0, stop, _BLOCK)
-                        dst = &buf[0] if stream else op + e0
+                        ab = _accumulator(op + e0, buf, stream)
                         done = 0
                         while True:
                             nt = min(<Py_ssize_t>_CHUNK, nk - done)
@@ -451,14 +545,9 @@ cdef void circulant_combine_kernel(
                                 else:
                                     k = k - nk
                                     src[t] = xp + e0 + off[k] * m
-                                w[t] = <real_t>wp[k]
-                            if stream and done + nt >= nk:
-                                _pass_stream(e1 - e0, op + e0, dst,
-                                             xp + e0 if done == 0 else NULL, <real_t>sp[0],
-                                             nt, src, w, True)
-                            else:
-                                _pass(e1 - e0, dst, xp + e0 if done == 0 else NULL,
-                                      <real_t>sp[0], nt, src, w)
+                                w[t] = wp[k]
+                            _step(e1 - e0, op + e0, ab, done + nt >= nk, stream,
+                                  xp + e0 if done == 0 else NULL, sp[0], nt, src, w, True)
                             done += nt
                             if done >= nk:
                                 break
@@ -476,7 +565,7 @@ cdef void circulant_combine_kernel(
                     done = 0
                     while True:
                         nt = min(<Py_ssize_t>_CHUNK, nk - done)
-                        last = stream and done + nt >= nk
+                        last = done + nt >= nk
                         for t in range(nt):
                             k = p + done + t
                             if k < nk:
@@ -489,35 +578,25 @@ cdef void circulant_combine_kernel(
                             for t in range(nt):
                                 src[t] = xp + r0 + shift[t]
                                 for r in range(r0, r1):
-                                    wbuf[t + 1][r - r0] = <real_t>(
+                                    wbuf[t + 1][r - r0] = (
                                         wp[kk[t] * n + r] if weights_per_row else wp[kk[t]])
                                 wrow[t] = wbuf[t + 1]
                             if done == 0:
                                 for r in range(r0, r1):
-                                    wbuf[0][r - r0] = <real_t>(sp[r] if self_per_row else sp[0])
-                            dst = &buf[0] if stream else op + r0
-                            if last:
-                                _pass_w_stream(r1 - r0, op + r0, dst,
-                                               xp + r0 if done == 0 else NULL, wbuf[0], nt, src,
-                                               wrow, True)
-                            else:
-                                _pass_w(r1 - r0, dst, xp + r0 if done == 0 else NULL, wbuf[0],
-                                        nt, src, wrow)
+                                    wbuf[0][r - r0] = sp[r] if self_per_row else sp[0]
+                            _step_w(r1 - r0, op + r0, _accumulator(op + r0, buf, stream), last,
+                                    stream, xp + r0 if done == 0 else NULL, wbuf[0], nt, src,
+                                    wrow, True)
                         else:
                             for r in range(r0, r1):
                                 for t in range(nt):
                                     src[t] = xp + (r + shift[t]) * m + d0
-                                    w[t] = <real_t>(
-                                        wp[kk[t] * n + r] if weights_per_row else wp[kk[t]])
-                                sw = <real_t>(sp[r] if self_per_row else sp[0])
-                                dst = &buf[(r - r0) * dw] if stream else op + r * m + d0
-                                if last:
-                                    _pass_stream(dw, op + r * m + d0, dst,
-                                                 xp + r * m + d0 if done == 0 else NULL, sw, nt,
-                                                 src, w, True)
-                                else:
-                                    _pass(dw, dst, xp + r * m + d0 if done == 0 else NULL, sw,
-                                          nt, src, w)
+                                    w[t] = wp[kk[t] * n + r] if weights_per_row else wp[kk[t]]
+                                sw = sp[r] if self_per_row else sp[0]
+                                dst = op + r * m + d0
+                                _step(dw, dst, _accumulator(dst, &buf[(r - r0) * dw], stream),
+                                      last, stream, xp + r * m + d0 if done == 0 else NULL, sw,
+                                      nt, src, w, True)
                         done += nt
                         if done >= nk:
                             break

@@ -18,15 +18,59 @@ cdef extern from *:
     #if FOGSIM_HAVE_STREAM
     #define FOGSIM_ALIGNED(p) (((size_t)(p) & 15) == 0)
     #define FOGSIM_PREFETCH(p) _mm_prefetch((const char *)(p) + FOGSIM_AHEAD, _MM_HINT_T0)
+
+    /* float32 data is summed in double: four floats are a pair of double vectors, loaded
+       widened (exactly) and stored narrowed (rounded once, to nearest). */
+    typedef struct { __m128d lo, hi; } fogsim_d4;
+
+    static CYTHON_INLINE fogsim_d4 fogsim_d4_load_f32(const float *p) {
+        __m128 v = _mm_loadu_ps(p);
+        fogsim_d4 r;
+        r.lo = _mm_cvtps_pd(v);
+        r.hi = _mm_cvtps_pd(_mm_movehl_ps(v, v));
+        return r;
+    }
+
+    static CYTHON_INLINE fogsim_d4 fogsim_d4_load_f64(const double *p) {
+        fogsim_d4 r;
+        r.lo = _mm_loadu_pd(p);
+        r.hi = _mm_loadu_pd(p + 2);
+        return r;
+    }
+
+    static CYTHON_INLINE fogsim_d4 fogsim_d4_set1(double v) {
+        fogsim_d4 r;
+        r.lo = r.hi = _mm_set1_pd(v);
+        return r;
+    }
+
+    static CYTHON_INLINE fogsim_d4 fogsim_d4_mul(fogsim_d4 a, fogsim_d4 b) {
+        fogsim_d4 r;
+        r.lo = _mm_mul_pd(a.lo, b.lo);
+        r.hi = _mm_mul_pd(a.hi, b.hi);
+        return r;
+    }
+
+    static CYTHON_INLINE fogsim_d4 fogsim_d4_add(fogsim_d4 a, fogsim_d4 b) {
+        fogsim_d4 r;
+        r.lo = _mm_add_pd(a.lo, b.lo);
+        r.hi = _mm_add_pd(a.hi, b.hi);
+        return r;
+    }
+
+    static CYTHON_INLINE void fogsim_d4_stream_f32(float *p, fogsim_d4 v) {
+        _mm_stream_ps(p, _mm_movelh_ps(_mm_cvtpd_ps(v.lo), _mm_cvtpd_ps(v.hi)));
+    }
     #else
-    /* Without SSE2 the "vectors" are single elements and every store is plain. */
+    /* Without SSE2 the "vectors" are single elements (of double) and every store is plain. */
     #define FOGSIM_ALIGNED(p) 1
     #define FOGSIM_PREFETCH(p) ((void)0)
-    #define FOGSIM_S_LOAD(p) (*(p))
+    #define FOGSIM_S_LOAD(p) ((double)*(p))
     #define FOGSIM_S_SET1(v) (v)
     #define FOGSIM_S_MUL(a, b) ((a) * (b))
     #define FOGSIM_S_ADD(a, b) ((a) + (b))
-    #define FOGSIM_S_STORE(p, v) (*(p) = (v))
+    #define FOGSIM_S_STORE_F64(p, v) (*(p) = (v))
+    #define FOGSIM_S_STORE_F32(p, v) (*(p) = (float)(v))
     #endif
 
     /* One element stored without reading its cache line (MOVNTI, any alignment) where the
@@ -62,12 +106,15 @@ cdef extern from *:
     #endif
     }
 
-    /* FOGSIM_DEFINE(SUF, T, V, LANES, LOAD, SET1, MUL, ADD, STORE) defines for element type T
-       (vector type V of LANES elements and its operations):
+    /* FOGSIM_DEFINE(SUF, T, V, LANES, LOAD, LOADD, SET1, MUL, ADD, STORE) defines for element
+       type T summed in double (V: a vector of LANES doubles; LOAD widens LANES elements of
+       T to V, LOADD loads LANES doubles, STORE narrows V to T and stores it streaming):
 
        fogsim_pass_stream_SUF(cnt, dst, acc, x0, w0, nt, src, w, beyond):
-           dst[c] <- (x0 ? w0 * x0[c] : acc[c]) + w[0] * src[0][c] + ... + w[nt-1] * src[nt-1][c]
-           for c < cnt, left to right, 0 <= nt <= 3 (nt >= 1 without x0);
+           dst[c] <- (T)((x0 ? w0 * x0[c] : acc[c]) + w[0] * src[0][c] + ...
+                         + w[nt-1] * src[nt-1][c])
+           for c < cnt, left to right in double, 0 <= nt <= 3 (nt >= 1 without x0); acc and
+           the weights are double, so float32 data is rounded once, when stored;
        fogsim_pass_w_stream_SUF: the same with one weight per element, w0[c] and w[t][c].
 
        Every element gets the operations of the plain loops of _kernels.pyx, in their order.
@@ -102,7 +149,7 @@ cdef extern from *:
             FOGSIM_VSTEP(V, LOAD, MUL, ADD, STORE, FIRST, NT, WA, WB, WE)
 
     /* The vector loop specialized for each number of terms (VW0 and W*: vector weights). */
-    #define FOGSIM_VSWITCH(V, LANES, LOAD, MUL, ADD, STORE, VW0, WA, WB, WE)                  \\
+    #define FOGSIM_VSWITCH(V, LANES, LOAD, LOADD, MUL, ADD, STORE, VW0, WA, WB, WE)           \\
         if (x0) {                                                                            \\
             switch (nt) {                                                                    \\
             case 0:                                                                          \\
@@ -124,15 +171,15 @@ cdef extern from *:
         } else {                                                                             \\
             switch (nt) {                                                                    \\
             case 1:                                                                          \\
-                FOGSIM_VLOOP(V, LANES, LOAD, MUL, ADD, STORE, LOAD(acc + c), (void)0, 1,     \\
+                FOGSIM_VLOOP(V, LANES, LOAD, MUL, ADD, STORE, LOADD(acc + c), (void)0, 1,    \\
                              WA, WB, WE)                                                     \\
                 break;                                                                       \\
             case 2:                                                                          \\
-                FOGSIM_VLOOP(V, LANES, LOAD, MUL, ADD, STORE, LOAD(acc + c), (void)0, 2,     \\
+                FOGSIM_VLOOP(V, LANES, LOAD, MUL, ADD, STORE, LOADD(acc + c), (void)0, 2,    \\
                              WA, WB, WE)                                                     \\
                 break;                                                                       \\
             default:                                                                         \\
-                FOGSIM_VLOOP(V, LANES, LOAD, MUL, ADD, STORE, LOAD(acc + c), (void)0, 3,     \\
+                FOGSIM_VLOOP(V, LANES, LOAD, MUL, ADD, STORE, LOADD(acc + c), (void)0, 3,    \\
                              WA, WB, WE)                                                     \\
             }                                                                                \\
         }
@@ -140,58 +187,58 @@ cdef extern from *:
     /* Single elements while COND holds. */
     #define FOGSIM_SLOOP(SUF, T, COND, W0, WA, WB, WE)                                        \\
         for (; (COND); c++) {                                                                \\
-            T v_ = x0 ? (W0) * x0[c] : acc[c];                                               \\
-            if (nt > 0) v_ = v_ + (WA) * s0[c];                                              \\
-            if (nt > 1) v_ = v_ + (WB) * s1[c];                                              \\
-            if (nt > 2) v_ = v_ + (WE) * s2[c];                                              \\
-            fogsim_put_##SUF(dst + c, v_);                                                   \\
+            double v_ = x0 ? (W0) * (double)x0[c] : acc[c];                                  \\
+            if (nt > 0) v_ = v_ + (WA) * (double)s0[c];                                      \\
+            if (nt > 1) v_ = v_ + (WB) * (double)s1[c];                                      \\
+            if (nt > 2) v_ = v_ + (WE) * (double)s2[c];                                      \\
+            fogsim_put_##SUF(dst + c, (T)v_);                                                \\
         }
 
-    #define FOGSIM_DEFINE(SUF, T, V, LANES, LOAD, SET1, MUL, ADD, STORE)                      \\
+    #define FOGSIM_DEFINE(SUF, T, V, LANES, LOAD, LOADD, SET1, MUL, ADD, STORE)               \\
     static CYTHON_INLINE void fogsim_pass_stream_##SUF(                                      \\
-            Py_ssize_t cnt, T *dst, const T *acc, const T *x0, T w0, Py_ssize_t nt,         \\
-            const T **src, const T *w, int beyond) {                                         \\
+            Py_ssize_t cnt, T *dst, const double *acc, const T *x0, double w0,              \\
+            Py_ssize_t nt, const T **src, const double *w, int beyond) {                     \\
         const T *s0 = nt > 0 ? src[0] : NULL;                                                \\
         const T *s1 = nt > 1 ? src[1] : NULL;                                                \\
         const T *s2 = nt > 2 ? src[2] : NULL;                                                \\
-        T a = nt > 0 ? w[0] : 0, b = nt > 1 ? w[1] : 0, e = nt > 2 ? w[2] : 0;              \\
+        double a = nt > 0 ? w[0] : 0, b = nt > 1 ? w[1] : 0, e = nt > 2 ? w[2] : 0;         \\
         Py_ssize_t c = 0;                                                                    \\
         Py_ssize_t pf_stop = beyond ? cnt : cnt - FOGSIM_AHEAD / (Py_ssize_t)sizeof(T);      \\
         FOGSIM_SLOOP(SUF, T, c < cnt && !FOGSIM_ALIGNED(dst + c), w0, a, b, e)                \\
         {                                                                                    \\
             V va_ = SET1(a), vb_ = SET1(b), ve_ = SET1(e), vw_ = SET1(w0);                   \\
-            FOGSIM_VSWITCH(V, LANES, LOAD, MUL, ADD, STORE, vw_, va_, vb_, ve_)              \\
+            FOGSIM_VSWITCH(V, LANES, LOAD, LOADD, MUL, ADD, STORE, vw_, va_, vb_, ve_)       \\
         }                                                                                    \\
         FOGSIM_SLOOP(SUF, T, c < cnt, w0, a, b, e)                                           \\
     }                                                                                        \\
                                                                                              \\
     static CYTHON_INLINE void fogsim_pass_w_stream_##SUF(                                    \\
-            Py_ssize_t cnt, T *dst, const T *acc, const T *x0, const T *w0, Py_ssize_t nt,  \\
-            const T **src, const T **w, int beyond) {                                        \\
+            Py_ssize_t cnt, T *dst, const double *acc, const T *x0, const double *w0,       \\
+            Py_ssize_t nt, const T **src, const double **w, int beyond) {                    \\
         const T *s0 = nt > 0 ? src[0] : NULL;                                                \\
         const T *s1 = nt > 1 ? src[1] : NULL;                                                \\
         const T *s2 = nt > 2 ? src[2] : NULL;                                                \\
-        const T *a = nt > 0 ? w[0] : NULL;                                                   \\
-        const T *b = nt > 1 ? w[1] : NULL;                                                   \\
-        const T *e = nt > 2 ? w[2] : NULL;                                                   \\
+        const double *a = nt > 0 ? w[0] : NULL;                                              \\
+        const double *b = nt > 1 ? w[1] : NULL;                                              \\
+        const double *e = nt > 2 ? w[2] : NULL;                                              \\
         Py_ssize_t c = 0;                                                                    \\
         Py_ssize_t pf_stop = beyond ? cnt : cnt - FOGSIM_AHEAD / (Py_ssize_t)sizeof(T);      \\
         FOGSIM_SLOOP(SUF, T, c < cnt && !FOGSIM_ALIGNED(dst + c), w0[c], a[c], b[c], e[c])    \\
-        FOGSIM_VSWITCH(V, LANES, LOAD, MUL, ADD, STORE, LOAD(w0 + c), LOAD(a + c),           \\
-                       LOAD(b + c), LOAD(e + c))                                             \\
+        FOGSIM_VSWITCH(V, LANES, LOAD, LOADD, MUL, ADD, STORE, LOADD(w0 + c), LOADD(a + c),  \\
+                       LOADD(b + c), LOADD(e + c))                                           \\
         FOGSIM_SLOOP(SUF, T, c < cnt, w0[c], a[c], b[c], e[c])                               \\
     }
 
     #if FOGSIM_HAVE_STREAM
-    FOGSIM_DEFINE(f64, double, __m128d, 2, _mm_loadu_pd, _mm_set1_pd, _mm_mul_pd, _mm_add_pd,
-                  _mm_stream_pd)
-    FOGSIM_DEFINE(f32, float, __m128, 4, _mm_loadu_ps, _mm_set1_ps, _mm_mul_ps, _mm_add_ps,
-                  _mm_stream_ps)
+    FOGSIM_DEFINE(f64, double, __m128d, 2, _mm_loadu_pd, _mm_loadu_pd, _mm_set1_pd, _mm_mul_pd,
+                  _mm_add_pd, _mm_stream_pd)
+    FOGSIM_DEFINE(f32, float, fogsim_d4, 4, fogsim_d4_load_f32, fogsim_d4_load_f64,
+                  fogsim_d4_set1, fogsim_d4_mul, fogsim_d4_add, fogsim_d4_stream_f32)
     #else
-    FOGSIM_DEFINE(f64, double, double, 1, FOGSIM_S_LOAD, FOGSIM_S_SET1, FOGSIM_S_MUL,
-                  FOGSIM_S_ADD, FOGSIM_S_STORE)
-    FOGSIM_DEFINE(f32, float, float, 1, FOGSIM_S_LOAD, FOGSIM_S_SET1, FOGSIM_S_MUL,
-                  FOGSIM_S_ADD, FOGSIM_S_STORE)
+    FOGSIM_DEFINE(f64, double, double, 1, FOGSIM_S_LOAD, FOGSIM_S_LOAD, FOGSIM_S_SET1,
+                  FOGSIM_S_MUL, FOGSIM_S_ADD, FOGSIM_S_STORE_F64)
+    FOGSIM_DEFINE(f32, float, double, 1, FOGSIM_S_LOAD, FOGSIM_S_LOAD, FOGSIM_S_SET1,
+                  FOGSIM_S_MUL, FOGSIM_S_ADD, FOGSIM_S_STORE_F32)
     #endif
     """
     void fogsim_stream_fence() noexcept nogil
@@ -199,11 +246,11 @@ cdef extern from *:
         Py_ssize_t cnt, double* dst, const double* acc, const double* x0, double w0,
         Py_ssize_t nt, const double** src, const double* w, int beyond) noexcept nogil
     void fogsim_pass_stream_f32(
-        Py_ssize_t cnt, float* dst, const float* acc, const float* x0, float w0,
-        Py_ssize_t nt, const float** src, const float* w, int beyond) noexcept nogil
+        Py_ssize_t cnt, float* dst, const double* acc, const float* x0, double w0,
+        Py_ssize_t nt, const float** src, const double* w, int beyond) noexcept nogil
     void fogsim_pass_w_stream_f64(
         Py_ssize_t cnt, double* dst, const double* acc, const double* x0, const double* w0,
         Py_ssize_t nt, const double** src, const double** w, int beyond) noexcept nogil
     void fogsim_pass_w_stream_f32(
-        Py_ssize_t cnt, float* dst, const float* acc, const float* x0, const float* w0,
-        Py_ssize_t nt, const float** src, const float** w, int beyond) noexcept nogil
+        Py_ssize_t cnt, float* dst, const double* acc, const float* x0, const double* w0,
+        Py_ssize_t nt, const float** src, const double** w, int beyond) noexcept nogil

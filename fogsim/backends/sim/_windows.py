@@ -8,9 +8,10 @@ p-buffer ``q`` per edge, and the *exposed* value and ``p`` that ``win_get`` read
 registered value as it stood after agent ``i``'s own last put, accumulate or update).
 
 Arithmetic follows the MPI runtime's exactly, so a lock-step run is bit-identical to it:
-weights are float64 and cast to the data dtype before each product, and a combine adds one
-rounded product per buffer in ascending sender order (``fogsim._core.weighted_combine``),
-looping over degree slots, never over agents. Half precision is held and computed in
+a put, accumulate or get scales by the weight cast to the data dtype (one rounded product);
+``win_update`` sums ``sw_i x_i + sum_j w_ij b[i<-j]`` in float64 (float64 weights, widened
+values, ascending sender order, as ``fogsim._core.combine_rows``) and rounds once to the
+data dtype, looping over degree slots, never over agents. Half precision is held and computed in
 float32 and rounded once into ``x`` (see :class:`fogsim.backends._windows.WindowFormat`).
 
 Asynchrony (:class:`fogsim._asynchrony.Asynchrony`, see :func:`fogsim.set_asynchrony`):
@@ -405,8 +406,9 @@ class WindowOps:
             edges, w, counts, sw = edges[keep], w[keep], counts[rows], sw[rows]
         indptr = np.concatenate([[0], np.cumsum(counts)])
         flat = win.fmt.decode(win.raw if rows is None else win.raw[rows])
-        out = flat * sw.astype(win.dtype)[:, None]
-        slot_add(out, indptr, edges, w.astype(win.dtype), win.buf)
+        acc = np.multiply(flat, sw[:, None], dtype=np.float64)  # float64, rounded once
+        slot_add(acc, indptr, edges, w, win.buf)
+        out = acc.astype(win.dtype, copy=False)
         if self._with_p:
             p = (win.p if rows is None else win.p[rows]) * sw
             slot_add(p, indptr, edges, w, win.q)
