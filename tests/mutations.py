@@ -62,8 +62,8 @@ MUTATIONS: list[Mutation] = [
         "combine-weights-swapped",
         "compiled combine kernel: two neighbors' weights exchanged (a weight transposed)",
         "fogsim/_core/_kernels.pyx",
-        "                dst[c] = w0 * x0[c] + a * s0[c] + b * s1[c]\n",
-        "                dst[c] = w0 * x0[c] + b * s0[c] + a * s1[c]\n",
+        "                dst[c] = <store_t>(w0 * x0[c] + a * s0[c] + b * s1[c])\n",
+        "                dst[c] = <store_t>(w0 * x0[c] + b * s0[c] + a * s1[c])\n",
         ("tests/test_core_kernels.py",),
     ),
     Mutation(
@@ -71,9 +71,11 @@ MUTATIONS: list[Mutation] = [
         "pure-Python twin of csr_combine sums neighbors in reverse order (bits differ)",
         "fogsim/_core/_fallback.py",
         "        for s in range(cols.shape[1]):\n"
-        "            out += ws[:, s, None] * np.take(x, cols[:, s], axis=0)\n",
+        "            acc += np.multiply(ws[:, s, None], np.take(x, cols[:, s], axis=0), "
+        "dtype=_F64)\n",
         "        for s in reversed(range(cols.shape[1])):\n"
-        "            out += ws[:, s, None] * np.take(x, cols[:, s], axis=0)\n",
+        "            acc += np.multiply(ws[:, s, None], np.take(x, cols[:, s], axis=0), "
+        "dtype=_F64)\n",
         ("tests/test_core_kernels.py",),
     ),
     Mutation(
@@ -127,7 +129,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "mpi-topology-check-skipped",
         "MPI: a rank does not compare who says they send to it with its src_weights",
-        "fogsim/backends/mpi/_plan.py",
+        "fogsim/backends/_runtime/plan.py",
         "    senders = np.flatnonzero(got[:, 0])\n",
         "    senders = np.asarray(plan.srcs)\n",
         (DUAL, "-k", "test_mpi and mismatched and 3]"),

@@ -303,7 +303,7 @@ def case_torch_combine_of_cuda_tensors_has_combine_rows_bits():
     import torch
 
     from fogsim import _core
-    from fogsim.backends.mpi._plan import RankPlan
+    from fogsim.backends._runtime.plan import RankPlan
     from fogsim.backends.torchdist._neighbor import _combine_cuda
     from fogsim.backends.torchdist._values import Value
 

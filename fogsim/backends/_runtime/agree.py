@@ -3,9 +3,11 @@
 A call whose arguments are wrong on one rank (bad weights, a shape that differs, a
 sender its receiver does not expect) must not leave the other ranks blocked in a
 transfer that will never complete. Each rank reduces a small fingerprint of what must
-match plus a flag for its own local error in one ``Allreduce``; only when something is
-off do the ranks exchange descriptions (small Python objects) to word one message,
-which every rank then raises.
+match plus a flag for its own local error in one reduction
+(:meth:`~.transport.Transport.iallreduce_max`); only when something is off do the ranks
+exchange descriptions (small Python objects) to word one message, which every rank then
+raises. Written once over a :class:`~.transport.Transport`, so that every runtime raises
+the same errors.
 """
 
 from __future__ import annotations
@@ -18,16 +20,17 @@ from typing import Any
 import numpy as np
 
 from ... import timeline as _timeline
+from .transport import Request, Transport
 
 __all__ = [
     "GUARDS", "REPAIRS", "fingerprint", "agree", "LocalError", "settle", "start_agree",
     "fused_terms",
 ]
 
-#: Stall guards of the worlds' communicators, by ``id(comm)`` (see `fogsim._stall`).
+#: Stall guards of the worlds' transports, by ``id(transport)`` (see `fogsim._stall`).
 GUARDS: dict[int, Any] = {}
 
-#: By ``id(comm)``: completes, from a rank that did not start it, the data transfer that
+#: By ``id(transport)``: completes, from a rank that did not start it, the data transfer that
 #: calls overlapping their agreement (``start_agree(..., posted=True)``) start beside it.
 #: Their ranks wait for it before they see that the agreement failed.
 REPAIRS: dict[int, Callable[[], None]] = {}
@@ -64,7 +67,7 @@ def _describe_layout(entries: list) -> str:
 
 
 def agree(
-    comm: Any, mpi: Any, fp: int, error: LocalError | None, describe: str | Callable[[], str]
+    transport: Transport, fp: int, error: LocalError | None, describe: str | Callable[[], str]
 ) -> None:
     """Raise the same exception on every rank unless all fingerprints match and no error.
 
@@ -74,26 +77,26 @@ def agree(
     """
     tl = _timeline.active
     if tl is None:
-        return _agree(comm, mpi, fp, error, describe)
+        return _agree(transport, fp, error, describe)
     t = tl.clock_ns()
     try:
-        return _agree(comm, mpi, fp, error, describe)
+        return _agree(transport, fp, error, describe)
     finally:
         tl.since("NEGOTIATE", t)
 
 
-def _agree(comm: Any, mpi: Any, fp: int, error: LocalError | None,
+def _agree(transport: Transport, fp: int, error: LocalError | None,
            describe: str | Callable[[], str]) -> None:  # fmt: skip
     # Always the nonblocking reduction: a rank that meets this agreement may be in an op
     # that overlaps it with its data (start_agree), and blocking and nonblocking
     # collectives do not match each other.
-    flags, req = start_agree(comm, mpi, fp, error)
-    guard = GUARDS.get(id(comm))
+    flags, req = start_agree(transport, fp, error)
+    guard = GUARDS.get(id(transport))
     if guard is None:
-        req.Wait()
+        req.wait()
     else:  # a rank that never comes is reported, not waited for forever
-        guard.wait(req.Test, req.Wait)
-    settle(comm, flags, error, describe)
+        guard.wait(req.test, req.wait)
+    settle(transport, flags, error, describe)
 
 
 def _flags(fp: int, error: LocalError | None, posted: bool) -> np.ndarray:
@@ -102,8 +105,8 @@ def _flags(fp: int, error: LocalError | None, posted: bool) -> np.ndarray:
                     dtype=np.int64)  # fmt: skip
 
 
-def start_agree(comm: Any, mpi: Any, fp: int, error: LocalError | None,
-                posted: bool = False) -> tuple[Any, Any]:  # fmt: skip
+def start_agree(transport: Transport, fp: int, error: LocalError | None,
+                posted: bool = False) -> tuple[np.ndarray, Request]:  # fmt: skip
     """Start :func:`agree`'s reduction; return ``(flags, request)``. Once the request is
     complete, :func:`settle` raises what :func:`agree` would (on every rank).
 
@@ -111,10 +114,10 @@ def start_agree(comm: Any, mpi: Any, fp: int, error: LocalError | None,
     its agreement (see :data:`REPAIRS`).
     """
     flags = _flags(fp, error, posted)
-    return flags, comm.Iallreduce(mpi.IN_PLACE, flags, op=mpi.MAX)
+    return flags, transport.iallreduce_max(flags)
 
 
-def settle(comm: Any, flags: np.ndarray, error: LocalError | None,
+def settle(transport: Transport, flags: np.ndarray, error: LocalError | None,
            describe: str | Callable[[], str], posted: bool = False) -> None:  # fmt: skip
     """Raise the agreed error on every rank (see :func:`agree`), given the reduced flags."""
     if flags[0] == -flags[1] and flags[2] == 0:
@@ -122,14 +125,15 @@ def settle(comm: Any, flags: np.ndarray, error: LocalError | None,
     if flags[3] and flags[4] and not posted:
         # Some ranks already sent their data in an overlapped call: complete the transfer
         # they wait for, so that they too get to the error.
-        REPAIRS[id(comm)]()
-    reports = comm.allgather((error.kind, error.message) if error else None)
+        REPAIRS[id(transport)]()
+    reports = transport.allgather_object((error.kind, error.message) if error else None)
     for rank, report in enumerate(reports):
         if report is not None:
             kind, message = report
             exc_type = TypeError if kind == "TypeError" else ValueError
             prefix = "" if message.startswith("topology check") else f"rank {rank}: "
             raise exc_type(prefix + message)
-    descriptions = comm.allgather(describe if isinstance(describe, str) else describe())
+    descriptions = transport.allgather_object(describe if isinstance(describe, str)
+                                              else describe())  # fmt: skip
     listed = ", ".join(f"rank {r} has {d}" for r, d in enumerate(descriptions))
     raise ValueError(f"ranks disagree: {listed}")

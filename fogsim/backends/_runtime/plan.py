@@ -19,7 +19,7 @@ from ... import _weightcheck
 from ..._arrays import is_tensor
 from ...topology import Topology, as_topology
 from .._weights import check_partners, is_matrix
-from ._agree import LocalError, fingerprint
+from .agree import LocalError, fingerprint
 
 __all__ = [
     "RankPlan",

@@ -4,7 +4,7 @@ Collectives map to their MPI namesakes; the static topology lives in a distribut
 communicator (``Create_dist_graph_adjacent``) whose ``Neighbor_allgather`` feeds the
 weighted combine; dynamic calls use ``Isend``/``Irecv`` set up per call. Before data
 moves, ranks agree on shapes, dtypes and (dynamic calls) who sends to whom, so a bad
-call raises the same error on every rank instead of hanging (see ``_agree``).
+call raises the same error on every rank instead of hanging (see ``_runtime.agree``).
 """
 
 from __future__ import annotations
@@ -23,11 +23,12 @@ from ..._stall import Guard
 from ...hierarchy._decomposed import digits, piece_bounds
 from ...hierarchy._machines import layout_error
 from .._base import Backend, OneAgentEach, launched_size
+from .._runtime.agree import GUARDS, LocalError, agree, fingerprint
+from .._runtime.plan import static_rank_plan
 from .._weights import exchange_between_machines
-from ._agree import GUARDS, LocalError, agree, fingerprint
 from ._neighbor import NeighborOps
 from ._peers import MPIPeers
-from ._plan import static_rank_plan
+from ._transport import MpiTransport
 from ._windows import WindowOps
 
 __all__ = ["MPIBackend"]
@@ -49,6 +50,7 @@ class MPIBackend(OneAgentEach, NeighborOps, WindowOps, Backend):
         self._settings = settings or _settings.Settings()
         self.comm = (MPI.COMM_WORLD if comm is None else comm).Dup()
         self._n, self._rank = self.comm.Get_size(), self.comm.Get_rank()
+        self.transport = MpiTransport(self.comm, MPI)  # what the shared protocol speaks
         try:  # the launcher's count wins over init(size=)
             launched_size(size, self._n, self._rank, f"the MPI launcher (-np {self._n})")
         except (TypeError, ValueError):
@@ -76,7 +78,7 @@ class MPIBackend(OneAgentEach, NeighborOps, WindowOps, Backend):
         peers = MPIPeers(self.comm.Dup(), MPI) if timeout is not None and self._n > 1 else None
         guard = Guard(self._rank, self._n, timeout, self._settings.stall_warn_only, peers)
         if peers is not None:
-            GUARDS[id(self.comm)] = guard
+            GUARDS[id(self.transport)] = guard
         return guard
 
     def _split_machines(self, local_size: int | None) -> Any:
@@ -118,7 +120,7 @@ class MPIBackend(OneAgentEach, NeighborOps, WindowOps, Backend):
                 comm.Free()
         self._stage_comms.clear()
         self._roots_comm = None
-        if GUARDS.pop(id(self.comm), None) is not None:
+        if GUARDS.pop(id(self.transport), None) is not None:
             self.stall.peers.close()
         for comm in (self.graph_comm, self.local_comm, self.comm):
             if comm is not None and comm != MPI.COMM_NULL:
@@ -130,7 +132,7 @@ class MPIBackend(OneAgentEach, NeighborOps, WindowOps, Backend):
         topo = self._topology
         indptr, indices, data = topo.offdiag_csr()
         agree(
-            self.comm, MPI, fingerprint("topology", self._is_weighted, indptr.tobytes(),
+            self.transport, fingerprint("topology", self._is_weighted, indptr.tobytes(),
                                         indices.tobytes(), data.tobytes()),
             None, "a different topology",
         )  # fmt: skip
@@ -187,7 +189,7 @@ class MPIBackend(OneAgentEach, NeighborOps, WindowOps, Backend):
                 describe = f"{arr.dtype} {shape_of(arr)}"
         except (TypeError, ValueError) as exc:
             error = error or LocalError(exc)
-        agree(self.comm, MPI, fp, error, f"{describe} in {op}")
+        agree(self.transport, fp, error, f"{describe} in {op}")
         return arr, kind
 
     # -- collectives ----------------------------------------------------------------------

@@ -20,8 +20,7 @@ from ... import _arrays, _core
 from ... import timeline as _timeline
 from ..._arrays import wrap_like
 from ..._handles import Handle, HandleTable
-from .._weights import is_matrix
-from ._agree import (
+from .._runtime.agree import (
     REPAIRS,
     LocalError,
     agree,
@@ -30,7 +29,8 @@ from ._agree import (
     settle,
     start_agree,
 )
-from ._plan import RankPlan, check_senders, rank_plan, rank_weights, send_table
+from .._runtime.plan import RankPlan, check_senders, rank_plan, rank_weights, send_table
+from .._weights import is_matrix
 
 __all__ = ["NeighborOps"]
 
@@ -60,9 +60,12 @@ def _describe(arr: np.ndarray) -> str:
     return f"{arr.dtype} {arr.shape} in neighbor_allreduce"
 
 
-def _done(*requests: Any) -> bool:
-    """Whether every request is complete (a truncated message counts as complete)."""
-    for req in requests:
+def _done(data: Any, agreement: Any) -> bool:
+    """Whether the mpi4py request ``data`` and the transport request ``agreement`` are both
+    complete (a truncated message counts as complete)."""
+    if not agreement.test():
+        return False
+    for req in (data,):
         try:
             if not req.Test():
                 return False
@@ -97,14 +100,14 @@ class NeighborOps:
         self.p2p_comm = self.comm.Dup()  # dynamic transfers never meet collectives
         self._fusion = _core.FusionQueue(self._fusion_threshold, self._send_batch, self.handles)
         self._fingerprints: dict[tuple, int] = {}
-        REPAIRS[id(self.comm)] = self._complete_exchange
+        REPAIRS[id(self.transport)] = self._complete_exchange
 
     def _close_neighbor_ops(self) -> None:
-        REPAIRS.pop(id(self.comm), None)
+        REPAIRS.pop(id(self.transport), None)
 
     def _complete_exchange(self) -> None:
         """Take part, sending nothing, in the graph collective that the other ranks started
-        beside an agreement this rank failed (see ``_agree.REPAIRS``)."""
+        beside an agreement this rank failed (see ``_runtime.agree.REPAIRS``)."""
         recv = np.empty((len(self._static.srcs), 0), np.uint8)
         req = self.graph_comm.Ineighbor_allgather(np.empty(0, np.uint8), recv)
         try:
@@ -137,7 +140,7 @@ class NeighborOps:
                     if tl is None:
                         return self._checked_static_exchange(x, plan)
                     return self._traced_checked_static_exchange(tl, x, plan)
-                agree(self.comm, MPI, self._fingerprint(x, plan, False), None,
+                agree(self.transport, self._fingerprint(x, plan, False), None,
                       partial(_describe, x))  # fmt: skip
             return self._static_exchange(x, plan, plan.weights)
         return self._neighbor_allreduce(
@@ -160,12 +163,12 @@ class NeighborOps:
         where a neighbor's larger value is truncated quietly (MPICH; Open MPI's
         nonblocking neighbor collectives crash on a truncated message), else the
         agreement comes first. A rank that meets this call with another op completes the
-        transfer for it once the agreement failed (``_agree.REPAIRS``)."""
-        flags, agreement = start_agree(self.comm, MPI, self._fingerprint(arr, plan, False),
+        transfer for it once the agreement failed (``_runtime.agree.REPAIRS``)."""
+        flags, agreement = start_agree(self.transport, self._fingerprint(arr, plan, False),
                                        None, posted=True)  # fmt: skip
         recv = np.empty((len(self._static.srcs), *arr.shape), dtype=arr.dtype)
         self._wait_overlapped(self.graph_comm.Ineighbor_allgather(arr, recv), agreement)
-        settle(self.comm, flags, None, partial(_describe, arr), posted=True)
+        settle(self.transport, flags, None, partial(_describe, arr), posted=True)
         return combine(arr, plan, recv, plan.weights, select=plan.select)
 
     def _wait_overlapped(self, data: Any, agreement: Any) -> None:
@@ -174,20 +177,20 @@ class NeighborOps:
             self.stall.wait(data.Test, data.Wait)
         except MPI.Exception:  # a truncated message: the agreement tells why
             pass
-        self.stall.wait(agreement.Test, agreement.Wait)
+        self.stall.wait(agreement.test, agreement.wait)
 
     def _traced_checked_static_exchange(self, tl, arr: np.ndarray, plan: RankPlan):
         """:meth:`_checked_static_exchange` with its phases on the timeline: COMMUNICATE
         (the agreement and the data travel together), NEGOTIATE (the agreement's outcome),
         COMPUTE_AVERAGE."""
         t = tl.clock_ns()
-        flags, agreement = start_agree(self.comm, MPI, self._fingerprint(arr, plan, False),
+        flags, agreement = start_agree(self.transport, self._fingerprint(arr, plan, False),
                                        None, posted=True)  # fmt: skip
         recv = np.empty((len(self._static.srcs), *arr.shape), dtype=arr.dtype)
         self._wait_overlapped(self.graph_comm.Ineighbor_allgather(arr, recv), agreement)
         t = tl.since("COMMUNICATE", t)
         try:
-            settle(self.comm, flags, None, partial(_describe, arr), posted=True)
+            settle(self.transport, flags, None, partial(_describe, arr), posted=True)
         finally:
             t = tl.since("NEGOTIATE", t)
         out = combine(arr, plan, recv, plan.weights, select=plan.select)
@@ -252,11 +255,11 @@ class NeighborOps:
             describe = partial(_describe, arr)
         else:
             fp, describe = 0, "an invalid argument"
-        agree(self.comm, MPI, fp, error, describe)
+        agree(self.transport, fp, error, describe)
         if not exchange:
             return arr, kind, plan, plan.weights
         weights, mismatch = self._exchange(plan)
-        agree(self.comm, MPI, 0, mismatch, "")
+        agree(self.transport, 0, mismatch, "")
         return arr, kind, plan, weights
 
     def _fingerprint(self, arr: np.ndarray, plan: RankPlan, exchange: bool) -> int:
@@ -341,9 +344,9 @@ class NeighborOps:
         if layout is not None:
             fp, describe = fused_terms(layout, error, entries)
             if overlap:
-                flags, agreement = start_agree(self.comm, MPI, fp, None, posted=True)
+                flags, agreement = start_agree(self.transport, fp, None, posted=True)
             else:
-                agree(self.comm, MPI, fp, error, describe)
+                agree(self.transport, fp, error, describe)
         with _timeline.phase("ALLOCATE"):
             send = np.empty(total, dtype=np.uint8)
             recv = np.empty((len(self._static.srcs), total), np.uint8)
@@ -356,7 +359,7 @@ class NeighborOps:
 
         def wait(test: Any, block: Any) -> None:
             self._wait_overlapped(data, agreement)
-            settle(self.comm, flags, None, describe, posted=True)
+            settle(self.transport, flags, None, describe, posted=True)
 
         _core.FusedBatch(entries, send, recv, data, wait, partial(_done, data, agreement),
                          _timeline.running)  # fmt: skip
@@ -418,7 +421,7 @@ class NeighborOps:
             mismatch.message = mismatch.message.replace("dst_weights", "dst_ranks").replace(
                 "src_weights", "src_ranks"
             )
-        agree(self.comm, MPI, 0, mismatch, "")
+        agree(self.transport, 0, mismatch, "")
 
     def _neighbor_rows(self, mine: int, srcs, dsts, graph_comm) -> np.ndarray:
         """Return the first-dimension length of each source's value (they may differ)."""

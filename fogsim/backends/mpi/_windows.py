@@ -43,9 +43,9 @@ import numpy as np
 from mpi4py import MPI
 
 from ... import _core
+from .._runtime.agree import LocalError, agree, fingerprint
+from .._runtime.plan import rank_weights, scalar_weight
 from .._windows import WindowFormat, check_flag, check_update_args, window_view
-from ._agree import LocalError, agree, fingerprint
-from ._plan import rank_weights, scalar_weight
 
 __all__ = ["WindowOps"]
 
@@ -230,7 +230,7 @@ class WindowOps:
             describe = f"window {name!r} of {fmt.label} {raw.shape}"
         except (TypeError, ValueError) as exc:
             error = LocalError(exc)
-        agree(self.comm, MPI, fp, error, describe)
+        agree(self.transport, fp, error, describe)
         self._drain()
         topo = self._topology
         srcs = np.asarray(topo.in_neighbors(self._rank), dtype=np.int64)
@@ -249,7 +249,7 @@ class WindowOps:
             fp = fingerprint("win_free", name)
         except (TypeError, ValueError) as exc:
             error = LocalError(exc)
-        agree(self.comm, MPI, fp, error, f"win_free({name!r})")
+        agree(self.transport, fp, error, f"win_free({name!r})")
         for key in list(self._windows) if name is None else [name]:
             self._windows.pop(key).free()
         return True

@@ -23,13 +23,13 @@ from ... import timeline as _timeline
 from ..._handles import Handle
 from ..._stall import Guard
 from .._base import Backend, OneAgentEach, launched_size
-from ..mpi._agree import GUARDS
-from ..mpi._plan import static_rank_plan
+from .._runtime.agree import GUARDS, LocalError, agree, fingerprint
+from .._runtime.plan import static_rank_plan
 from . import _world
-from ._agree import GroupComm, LocalError, agree, fingerprint
 from ._machines import MachineOps
 from ._neighbor import NeighborOps, as_bytes
 from ._peers import StorePeers, default_store
+from ._transport import TorchTransport
 from ._values import Value, as_value
 
 __all__ = ["TorchBackend"]
@@ -67,7 +67,7 @@ class TorchBackend(OneAgentEach, MachineOps, NeighborOps, Backend):
                 from ...run._liveness import record
 
                 record(self._settings.rank_dir, self._rank)
-        self._comm = GroupComm(self.group, self._n)
+        self._transport = TorchTransport(self.group, self._n, self._rank)
         self.stall = self._stall_guard(world=groups is None)
         try:
             self._local_rank, self._local_size = self._machines(local_size)
@@ -89,7 +89,7 @@ class TorchBackend(OneAgentEach, MachineOps, NeighborOps, Backend):
                     "emulated machines must all hold the same number of processes"
                 )
             return self._rank % local_size, local_size
-        hosts = self._comm.allgather(socket.gethostname())
+        hosts = self._transport.allgather_object(socket.gethostname())
         mine = [r for r, h in enumerate(hosts) if h == hosts[self._rank]]
         return mine.index(self._rank), len(mine)
 
@@ -128,11 +128,11 @@ class TorchBackend(OneAgentEach, MachineOps, NeighborOps, Backend):
                                                       f"fogsim/stall/{_worlds}/")  # fmt: skip
         guard = Guard(self._rank, self._n, timeout, self._settings.stall_warn_only, peers)
         if timeout is not None:
-            GUARDS[id(self._comm)] = guard
+            GUARDS[id(self._transport)] = guard
         return guard
 
     def _destroy_groups(self) -> None:
-        GUARDS.pop(id(getattr(self, "_comm", None)), None)
+        GUARDS.pop(id(getattr(self, "_transport", None)), None)
         # Local: gloo's sends completed when their bytes were handed over, so no peer
         # loses data; the default group stays for the next world (see _world).
         for group in (self.nccl_group, self.group):
@@ -146,7 +146,7 @@ class TorchBackend(OneAgentEach, MachineOps, NeighborOps, Backend):
         indptr, indices, data = topo.offdiag_csr()
         try:
             agree(
-                self._comm, fingerprint("topology", self._is_weighted, indptr.tobytes(),
+                self._transport, fingerprint("topology", self._is_weighted, indptr.tobytes(),
                                         indices.tobytes(), data.tobytes()),
                 None, "a different topology",
             )  # fmt: skip
@@ -197,7 +197,7 @@ class TorchBackend(OneAgentEach, MachineOps, NeighborOps, Backend):
                 describe += " on cuda" if value.cuda else ""
         except (TypeError, ValueError) as exc:
             error = error or LocalError(exc)
-        agree(self._comm, fp, error, f"{describe} in {op}")
+        agree(self._transport, fp, error, f"{describe} in {op}")
         return value
 
     def _data_group(self, value: Value) -> Any:

@@ -21,9 +21,9 @@ import torch.distributed as dist
 from ... import _arrays
 from ...hierarchy._decomposed import digits, piece_bounds
 from ...hierarchy._machines import layout_error
+from .._runtime.agree import LocalError
 from .._weights import exchange_between_machines
 from . import _world
-from ._agree import LocalError
 from ._neighbor import as_bytes, p2p
 from ._values import Value
 
@@ -49,7 +49,7 @@ class MachineOps:
     _local_size: int
 
     def _init_machine_ops(self) -> None:
-        self._machine_error = layout_error(self._comm.allgather((self._local_size,
+        self._machine_error = layout_error(self._transport.allgather_object((self._local_size,
                                                                  self._local_rank)))  # fmt: skip
         self._roots_groups: Any = _UNSET  # (gloo, NCCL) of the local ranks 0; None elsewhere
         self._machines_world: Any = None  # the local ranks 0 as one world (on first use)

@@ -4,11 +4,12 @@ Every call posts its receives and sends in one ``batch_isend_irecv`` (NCCL runs 
 one group; gloo one by one). Static calls receive from the topology's in-neighbors and
 send to its out-neighbors; dynamic ones use the plan's partners (``rank_plan``, shared
 with the MPI runtime). The combine is the simulator's: self first, then ascending source
-rank, each weight cast to the dtype and one rounded product added per neighbor, so the
-bits match; CPU values run the compiled ``combine_rows``, CUDA tensors the same steps in
-torch. Small nonblocking static calls on CPU values are queued and fused as in the MPI
-runtime (``_core.FusionQueue``) in worlds without CUDA; with CUDA every call is agreed
-on (devices included) on its own, so mixing devices across ranks raises instead of hanging.
+rank, one rounded product of the float64 weight and the value added per neighbor, summed in
+float64 (a float32 result rounded once), so the bits match; CPU values run the compiled
+``combine_rows``, CUDA tensors the same steps in torch. Small nonblocking static calls on
+CPU values are queued and fused as in the MPI runtime (``_core.FusionQueue``) in worlds
+without CUDA; with CUDA every call is agreed on (devices included) on its own, so mixing
+devices across ranks raises instead of hanging.
 """
 
 from __future__ import annotations
@@ -23,10 +24,9 @@ import torch.distributed as dist
 from ... import _arrays, _core
 from ... import timeline as _timeline
 from ..._handles import HandleTable
+from .._runtime.agree import LocalError, agree, fingerprint, fused_terms
+from .._runtime.plan import RankPlan, check_senders, rank_plan, rank_weights, send_table
 from .._weights import is_matrix
-from ..mpi._agree import fused_terms
-from ..mpi._plan import RankPlan, check_senders, rank_plan, rank_weights, send_table
-from ._agree import LocalError, agree, fingerprint
 from ._values import Value
 
 __all__ = ["NeighborOps", "as_bytes", "p2p"]
@@ -82,14 +82,15 @@ class _Transfer:
 
 def _combine_cuda(value: Value, plan: RankPlan, recv: Any, weights: np.ndarray,
                   select: np.ndarray | None) -> Any:  # fmt: skip
-    """``self_weight * x + sum_k w_k * y_k`` in combine_rows' order and roundings, in torch."""
-    w = np.concatenate([[plan.self_weight], weights]).astype(value.dtype)
+    """``self_weight * x + sum_k w_k * y_k`` in combine_rows' order and roundings, in torch:
+    summed in float64, a float32 result rounded once at the end."""
+    w = np.concatenate([[plan.self_weight], weights]).astype(np.float64)
     w = torch.from_numpy(w).to(value.tensor.device)
-    out = value.tensor * w[0]
+    out = value.tensor.to(torch.float64) * w[0]
     rows = range(len(weights)) if select is None else select.tolist()
     for k, row in enumerate(rows):
-        out += w[k + 1] * recv[row]  # the product is rounded before the add: no FMA
-    return out
+        out += w[k + 1] * recv[row].to(torch.float64)  # the product is rounded first: no FMA
+    return out.to(value.tensor.dtype)
 
 
 class NeighborOps:
@@ -203,11 +204,11 @@ class NeighborOps:
             describe = f"{value.describe()} in neighbor_allreduce"
         else:
             fp, describe = 0, "an invalid argument"
-        agree(self._comm, fp, error, describe)
+        agree(self._transport, fp, error, describe)
         if not exchange:
             return plan.weights
         weights, mismatch = self._exchange(plan)
-        agree(self._comm, 0, mismatch, "")
+        agree(self._transport, 0, mismatch, "")
         return weights
 
     def _fingerprint(self, value: Value, plan: RankPlan, exchange: bool) -> int:
@@ -280,7 +281,7 @@ class NeighborOps:
         if layout is not None:
             fp, describe = fused_terms(layout, error, entries)
             # refused: the queue makes every call of the batch raise it, not only this one
-            agree(self._comm, fp, error, describe)
+            agree(self._transport, fp, error, describe)
         srcs, dsts = self._static.srcs, self._static_dsts
         with _timeline.phase("ALLOCATE"):
             send = np.empty(total, dtype=np.uint8)
@@ -350,7 +351,7 @@ class NeighborOps:
             mismatch.message = mismatch.message.replace("dst_weights", "dst_ranks").replace(
                 "src_weights", "src_ranks"
             )
-        agree(self._comm, 0, mismatch, "")
+        agree(self._transport, 0, mismatch, "")
 
     def _neighbor_rows(self, mine: int, srcs: np.ndarray, dsts: np.ndarray) -> np.ndarray:
         """Return the first-dimension length of each source's value (they may differ)."""

@@ -1,0 +1,48 @@
+"""The runtime's :class:`~fogsim.backends._runtime.Transport` over an mpi4py communicator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["MpiTransport"]
+
+
+class _MpiRequest:
+    """An mpi4py request as a :class:`~fogsim.backends._runtime.Request`."""
+
+    __slots__ = ("req",)
+
+    def __init__(self, req: Any) -> None:
+        self.req = req
+
+    def test(self) -> bool:
+        return bool(self.req.Test())
+
+    def wait(self) -> None:
+        self.req.Wait()
+
+
+class MpiTransport:
+    """Point-to-point and small collectives on the communicator ``comm`` (``mpi``: the
+    ``mpi4py.MPI`` module, passed in so that importing this module needs no MPI)."""
+
+    def __init__(self, comm: Any, mpi: Any) -> None:
+        self.comm, self._mpi = comm, mpi
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+
+    def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> _MpiRequest:
+        return _MpiRequest(self.comm.Isend(buf, dest=dest, tag=tag))
+
+    def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> _MpiRequest:
+        return _MpiRequest(self.comm.Irecv(buf, source=source, tag=tag))
+
+    def iallreduce_max(self, flags: np.ndarray) -> _MpiRequest:
+        return _MpiRequest(self.comm.Iallreduce(self._mpi.IN_PLACE, flags, op=self._mpi.MAX))
+
+    def allgather_object(self, obj: Any) -> list[Any]:
+        return list(self.comm.allgather(obj))
+
+    def barrier(self) -> None:
+        self.comm.Barrier()

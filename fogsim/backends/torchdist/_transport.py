@@ -1,0 +1,67 @@
+"""The runtime's :class:`~fogsim.backends._runtime.Transport` over torch.distributed.
+
+The small collectives (the agreement's reduction, allgathers of Python objects) run on a
+CPU (gloo) group, so that metadata never has to visit a GPU; point-to-point messages go
+through ``dist.isend``/``dist.irecv`` on the group given.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+__all__ = ["TorchTransport"]
+
+
+class _TorchRequest:
+    """A torch ``Work`` as a :class:`~fogsim.backends._runtime.Request`."""
+
+    __slots__ = ("work",)
+
+    def __init__(self, work: Any) -> None:
+        self.work = work
+
+    def test(self) -> bool:
+        return bool(self.work.is_completed())
+
+    def wait(self) -> None:
+        self.work.wait()
+
+
+def _bytes(buf: np.ndarray) -> torch.Tensor:
+    """``buf``'s memory as a uint8 tensor (no copy; any dtype, numpy's float16 included)."""
+    return torch.from_numpy(buf.reshape(-1).view(np.uint8))
+
+
+class TorchTransport:
+    """Point-to-point and small collectives among the ``size`` ranks of ``group``."""
+
+    def __init__(self, group: Any, size: int, rank: int) -> None:
+        self.group, self.size, self.rank = group, size, rank
+
+    def _global(self, rank: int) -> int:
+        return rank if self.group is None else dist.get_global_rank(self.group, rank)
+
+    def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> _TorchRequest:
+        return _TorchRequest(dist.isend(_bytes(buf), self._global(dest), group=self.group,
+                                        tag=tag))  # fmt: skip
+
+    def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> _TorchRequest:
+        return _TorchRequest(dist.irecv(_bytes(buf), self._global(source), group=self.group,
+                                        tag=tag))  # fmt: skip
+
+    def iallreduce_max(self, flags: np.ndarray) -> _TorchRequest:
+        work = dist.all_reduce(torch.from_numpy(flags), op=dist.ReduceOp.MAX, group=self.group,
+                               async_op=True)  # fmt: skip
+        return _TorchRequest(work)
+
+    def allgather_object(self, obj: Any) -> list[Any]:
+        out: list[Any] = [None] * self.size
+        dist.all_gather_object(out, obj, group=self.group)
+        return out
+
+    def barrier(self) -> None:
+        dist.barrier(group=self.group)
