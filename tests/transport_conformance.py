@@ -65,6 +65,11 @@ def exercise(t: Transport) -> list[str]:
         bad.append(f"iallreduce_max gave {flags.tolist()}")
     if t.allgather_object(("rank", r)) != [("rank", k) for k in range(n)]:
         bad.append("allgather_object is not by rank")
+    send = np.array([[r, k] for k in range(n)], dtype=np.float64)  # block k goes to rank k
+    recv = np.full((n, 2), -1.0)
+    t.alltoall(send, recv)
+    if recv.tolist() != [[float(k), float(r)] for k in range(n)]:
+        bad.append(f"alltoall gave {recv.tolist()}")
     t.barrier()
     # agreement (the shared protocol) over this transport
     if _raised(lambda: agree(t, fingerprint("same", 1), None, "x")) is not None:

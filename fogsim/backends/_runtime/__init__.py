@@ -11,6 +11,8 @@ bytes and combine. This package holds the parts that do not depend on how bytes 
   apart, the :class:`WindowTransport` capability for one-sided windows;
 * :mod:`.agree` -- agreement before data moves;
 * :mod:`.plan` -- one rank's plan of a ``neighbor_allreduce`` call and the send tables;
+* :mod:`.exchange` -- the small exchanges of a dynamic call (send tables, the pair check of
+  ``neighbor_allgather``, the lengths of blocks that may differ);
 * :mod:`.inprocess` -- a transport between threads of one process, for tests: it shows
   what a transport must provide, and runs the protocol without a launcher.
 

@@ -34,8 +34,8 @@ class Transport(Protocol):
 
     Buffers are C-contiguous numpy arrays; a receive writes into the array it is given.
     Messages between one pair of ranks with one ``tag`` arrive in the order they were sent.
-    Collectives (:meth:`iallreduce_max`, :meth:`allgather_object`, :meth:`barrier`) are
-    called by every rank in the same order.
+    Collectives (:meth:`iallreduce_max`, :meth:`allgather_object`, :meth:`alltoall`,
+    :meth:`barrier`) are called by every rank in the same order.
     """
 
     rank: int
@@ -56,6 +56,11 @@ class Transport(Protocol):
 
     def allgather_object(self, obj: Any) -> list[Any]:
         """Return every rank's ``obj`` (a small picklable value), by rank."""
+        ...
+
+    def alltoall(self, send: np.ndarray, recv: np.ndarray) -> None:
+        """Send block ``k`` of ``send`` (its first axis has ``size`` blocks) to rank ``k``;
+        receive rank ``k``'s block for this rank into ``recv[k]`` (small tables)."""
         ...
 
     def barrier(self) -> None:

@@ -29,7 +29,8 @@ from .._runtime.agree import (
     settle,
     start_agree,
 )
-from .._runtime.plan import RankPlan, check_senders, rank_plan, rank_weights, send_table
+from .._runtime.exchange import check_pairs, exchange_send_tables, neighbor_rows
+from .._runtime.plan import RankPlan, rank_plan, rank_weights
 from .._weights import is_matrix
 
 __all__ = ["NeighborOps"]
@@ -258,7 +259,7 @@ class NeighborOps:
         agree(self.transport, fp, error, describe)
         if not exchange:
             return arr, kind, plan, plan.weights
-        weights, mismatch = self._exchange(plan)
+        weights, mismatch = exchange_send_tables(self.transport, plan)
         agree(self.transport, 0, mismatch, "")
         return arr, kind, plan, weights
 
@@ -274,17 +275,6 @@ class NeighborOps:
                 exchange,
             )  # fmt: skip
         return fp
-
-    def _exchange(self, plan: RankPlan) -> tuple[np.ndarray | None, LocalError | None]:
-        """Tell every rank whether (and with which weight) we send to it; check our senders.
-
-        Returns the combined weights ``r_ij * s_ij`` (the simulator's product, so both
-        give the same bits) or the mismatch found on this rank.
-        """
-        table = send_table(plan, self._n)
-        got = np.empty_like(table)
-        self.comm.Alltoall(table, got)
-        return check_senders(plan, got, self._rank)
 
     def _neighbor_allreduce(self, x, self_weight, src_weights, dst_weights, check, name,
                             blocking):  # fmt: skip
@@ -391,7 +381,7 @@ class NeighborOps:
             srcs = np.asarray(self._static.srcs)
             comm, counts_comm = self.graph_comm, self.graph_comm
         else:
-            self._check_pairs(srcs, dsts)
+            check_pairs(self.transport, srcs, dsts)
             comm, counts_comm = None, None
         rows = self._neighbor_rows(arr.shape[0], srcs, dsts, counts_comm)
         per_row = int(np.prod(arr.shape[1:], dtype=np.int64))
@@ -413,24 +403,10 @@ class NeighborOps:
         return self.handles.start("neighbor_allgather", finish,
                                   lambda: MPI.Request.Testall(reqs), name)  # fmt: skip
 
-    def _check_pairs(self, srcs: np.ndarray, dsts: np.ndarray) -> None:
-        plan = RankPlan(1.0, srcs, np.ones(len(srcs)), static=False, dsts=dsts,
-                        send_weights=np.ones(len(dsts)), exchange=True)  # fmt: skip
-        _, mismatch = self._exchange(plan)
-        if mismatch is not None:
-            mismatch.message = mismatch.message.replace("dst_weights", "dst_ranks").replace(
-                "src_weights", "src_ranks"
-            )
-        agree(self.transport, 0, mismatch, "")
-
     def _neighbor_rows(self, mine: int, srcs, dsts, graph_comm) -> np.ndarray:
         """Return the first-dimension length of each source's value (they may differ)."""
+        if graph_comm is None:
+            return neighbor_rows(self.transport, mine, srcs, dsts)
         rows = np.empty(len(srcs), dtype=np.int64)
-        if graph_comm is not None:
-            graph_comm.Neighbor_allgather(np.array([mine], dtype=np.int64), rows)
-            return rows
-        sent = np.array([mine], dtype=np.int64)
-        reqs = [self.p2p_comm.Irecv(rows[k : k + 1], source=int(j)) for k, j in enumerate(srcs)]
-        reqs += [self.p2p_comm.Isend(sent, dest=int(j)) for j in dsts]
-        MPI.Request.Waitall(reqs)
+        graph_comm.Neighbor_allgather(np.array([mine], dtype=np.int64), rows)
         return rows

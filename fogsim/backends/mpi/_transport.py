@@ -44,5 +44,8 @@ class MpiTransport:
     def allgather_object(self, obj: Any) -> list[Any]:
         return list(self.comm.allgather(obj))
 
+    def alltoall(self, send: np.ndarray, recv: np.ndarray) -> None:
+        self.comm.Alltoall(send, recv)
+
     def barrier(self) -> None:
         self.comm.Barrier()

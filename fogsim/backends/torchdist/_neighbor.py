@@ -25,7 +25,8 @@ from ... import _arrays, _core
 from ... import timeline as _timeline
 from ..._handles import HandleTable
 from .._runtime.agree import LocalError, agree, fingerprint, fused_terms
-from .._runtime.plan import RankPlan, check_senders, rank_plan, rank_weights, send_table
+from .._runtime.exchange import check_pairs, exchange_send_tables, neighbor_rows
+from .._runtime.plan import RankPlan, rank_plan, rank_weights
 from .._weights import is_matrix
 from ._values import Value
 
@@ -207,7 +208,7 @@ class NeighborOps:
         agree(self._transport, fp, error, describe)
         if not exchange:
             return plan.weights
-        weights, mismatch = self._exchange(plan)
+        weights, mismatch = exchange_send_tables(self._transport, plan)
         agree(self._transport, 0, mismatch, "")
         return weights
 
@@ -223,17 +224,6 @@ class NeighborOps:
                 plan.static, exchange, value.cuda,
             )  # fmt: skip
         return fp
-
-    def _exchange(self, plan: RankPlan) -> tuple[np.ndarray | None, LocalError | None]:
-        """Tell every rank whether (and with which weight) we send to it; check our senders.
-
-        Returns the combined weights ``r_ij * s_ij`` (the simulator's product, so both
-        give the same bits) or the mismatch found on this rank.
-        """
-        table = send_table(plan, self._n)
-        got = np.empty_like(table)
-        dist.all_to_all_single(torch.from_numpy(got), torch.from_numpy(table), group=self.group)
-        return check_senders(plan, got, self._rank)
 
     def _exchange_data(self, value: Value, plan: RankPlan, weights: np.ndarray, scale: bool,
                        name: str | None, blocking: bool):  # fmt: skip
@@ -324,8 +314,8 @@ class NeighborOps:
         if srcs is None:
             srcs, dsts = self._static.srcs, self._static_dsts
         else:
-            self._check_pairs(srcs, dsts)
-        rows = self._neighbor_rows(value.shape[0], srcs, dsts)
+            check_pairs(self._transport, srcs, dsts)
+        rows = neighbor_rows(self._transport, value.shape[0], srcs, dsts)
         out, out_arr = value.empty((int(rows.sum()), *value.shape[1:]))
         starts = np.concatenate([[0], np.cumsum(rows)])
         group = self.nccl_group if value.cuda else self.group
@@ -343,23 +333,4 @@ class NeighborOps:
 
         return self.handles.start("neighbor_allgather", finish, transfer.Test, name)
 
-    def _check_pairs(self, srcs: np.ndarray, dsts: np.ndarray) -> None:
-        plan = RankPlan(1.0, srcs, np.ones(len(srcs)), static=False, dsts=dsts,
-                        send_weights=np.ones(len(dsts)), exchange=True)  # fmt: skip
-        _, mismatch = self._exchange(plan)
-        if mismatch is not None:
-            mismatch.message = mismatch.message.replace("dst_weights", "dst_ranks").replace(
-                "src_weights", "src_ranks"
-            )
-        agree(self._transport, 0, mismatch, "")
-
-    def _neighbor_rows(self, mine: int, srcs: np.ndarray, dsts: np.ndarray) -> np.ndarray:
-        """Return the first-dimension length of each source's value (they may differ)."""
-        rows = torch.empty(len(srcs), dtype=torch.int64)
-        sent = torch.tensor([mine], dtype=torch.int64)
-        ops = [p2p(dist.irecv, rows[k : k + 1], j, self.group)
-               for k, j in enumerate(srcs)]  # fmt: skip
-        ops += [p2p(dist.isend, sent, j, self.group) for j in dsts]
-        self._p2p(ops, False, True).Wait()
-        return rows.numpy()
 

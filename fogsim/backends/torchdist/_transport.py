@@ -31,6 +31,14 @@ class _TorchRequest:
         self.work.wait()
 
 
+def _tensor(buf: np.ndarray) -> torch.Tensor:
+    """``buf`` as a tensor sharing its memory (bytes where torch lacks the dtype)."""
+    try:
+        return torch.from_numpy(buf)
+    except TypeError:
+        return _bytes(buf)
+
+
 def _bytes(buf: np.ndarray) -> torch.Tensor:
     """``buf``'s memory as a uint8 tensor (no copy; any dtype, numpy's float16 included)."""
     return torch.from_numpy(buf.reshape(-1).view(np.uint8))
@@ -42,16 +50,13 @@ class TorchTransport:
     def __init__(self, group: Any, size: int, rank: int) -> None:
         self.group, self.size, self.rank = group, size, rank
 
-    def _global(self, rank: int) -> int:
-        return rank if self.group is None else dist.get_global_rank(self.group, rank)
-
     def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> _TorchRequest:
-        return _TorchRequest(dist.isend(_bytes(buf), self._global(dest), group=self.group,
-                                        tag=tag))  # fmt: skip
+        return _TorchRequest(dist.isend(_bytes(buf), group=self.group, tag=tag,
+                                        group_dst=int(dest)))  # fmt: skip
 
     def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> _TorchRequest:
-        return _TorchRequest(dist.irecv(_bytes(buf), self._global(source), group=self.group,
-                                        tag=tag))  # fmt: skip
+        return _TorchRequest(dist.irecv(_bytes(buf), group=self.group, tag=tag,
+                                        group_src=int(source)))  # fmt: skip
 
     def iallreduce_max(self, flags: np.ndarray) -> _TorchRequest:
         work = dist.all_reduce(torch.from_numpy(flags), op=dist.ReduceOp.MAX, group=self.group,
@@ -62,6 +67,9 @@ class TorchTransport:
         out: list[Any] = [None] * self.size
         dist.all_gather_object(out, obj, group=self.group)
         return out
+
+    def alltoall(self, send: np.ndarray, recv: np.ndarray) -> None:
+        dist.all_to_all_single(_tensor(recv), _tensor(send), group=self.group)
 
     def barrier(self) -> None:
         dist.barrier(group=self.group)
