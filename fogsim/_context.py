@@ -80,6 +80,29 @@ class Context:
         return exponential_two_graph(self.backend.size())
 
     @property
+    def is_simulated(self) -> bool:
+        """Whether this world is the simulator (all agents stacked in this process)."""
+        from .backends.sim import SimBackend
+
+        return isinstance(self.backend, SimBackend)
+
+    def simulator(self, feature: str) -> Any:
+        """Return this world's simulator backend, for the simulator-only ``feature``.
+
+        Fault injection, the cost model, modelled asynchrony's inspection and agent-level
+        window inspection need all agents in one process; they reach the simulator here,
+        and under any other backend get a ``ValueError`` that names ``feature`` and the
+        backend this world runs on.
+        """
+        if not self.is_simulated:
+            raise ValueError(
+                f"{feature} is for the simulator (init(backend='sim'), or fogrun --sim); this "
+                f"world runs on the {self.backend.name} backend, whose processes communicate "
+                "for real"
+            )
+        return self.backend
+
+    @property
     def closed(self) -> bool:
         """Whether :meth:`close` has run."""
         return self._closed

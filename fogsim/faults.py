@@ -210,14 +210,10 @@ def inject(link_drop: float = 0.0, fail: Any = None, stragglers: Any = None,
     """
     import fogsim as fs
 
-    backend = fs._api._backend()
-    if not hasattr(backend, "set_faults"):
-        raise ValueError(
-            f"faults.inject: the {backend.name} backend runs a real network; fault injection "
-            "is for the simulator (init(backend='sim'))"
-        )
+    ctx = fs._context.current()
+    backend = ctx.simulator("faults.inject")
     if seed is None:
-        seed = fs._context.current().seed
+        seed = ctx.seed
     faults = Faults(backend.size_int, link_drop, fail, stragglers, noise, dropped_weight, seed)
     backend.set_faults(faults)
     return faults
@@ -227,13 +223,14 @@ def clear() -> None:
     """Remove the injected faults of the current simulated world."""
     import fogsim as fs
 
-    backend = fs._api._backend()
-    if hasattr(backend, "set_faults"):
-        backend.set_faults(None)
+    ctx = fs._context.current()
+    if ctx.is_simulated:
+        ctx.simulator("faults.clear").set_faults(None)
 
 
 def current() -> Faults | None:
     """The faults of the current simulated world, or None."""
     import fogsim as fs
 
-    return getattr(fs._api._backend(), "_faults", None)
+    ctx = fs._context.current()
+    return ctx.simulator("faults.current").faults if ctx.is_simulated else None

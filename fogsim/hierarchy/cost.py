@@ -452,10 +452,7 @@ def attach_cost_model(model: CostModel | Network | CostMeter) -> CostMeter:
     import fogsim as fs
 
     meter = model if isinstance(model, CostMeter) else CostMeter(model)
-    backend = fs._api._backend()
-    if not hasattr(backend, "attach_cost_model"):
-        raise ValueError(f"attach_cost_model: the {backend.name} backend communicates for "
-                         "real; the cost model attaches to init(backend='sim')")  # fmt: skip
+    backend = fs._context.current().simulator("attach_cost_model")
     if meter.model.network.size != backend.size_int:
         raise ValueError(f"the network has {meter.model.network.size} processes but the "
                          f"world {backend.size_int} agents")  # fmt: skip
@@ -467,9 +464,9 @@ def detach_cost_model() -> None:
     """Stop charging the current simulated world's ops to a cost meter."""
     import fogsim as fs
 
-    backend = fs._api._backend()
-    if hasattr(backend, "attach_cost_model"):
-        backend.attach_cost_model(None)
+    ctx = fs._context.current()
+    if ctx.is_simulated:
+        ctx.simulator("detach_cost_model").attach_cost_model(None)
 
 
 # -- scaling --------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from ._collect import (
     self_weights,
     stack,
 )
-from ._windows import WindowOps
+from ._windows import SpmdWindowOps
 from ._world import World
 
 __all__ = ["SpmdBackend"]
@@ -51,7 +51,7 @@ def _key(value: Any) -> Any:
     return value
 
 
-class SpmdBackend(OneAgentEach, WindowOps, Backend):
+class SpmdBackend(OneAgentEach, SpmdWindowOps, Backend):
     """One agent of an SPMD run (see the module docstring).
 
     Created by ``fogsim.init()`` inside an agent thread of :func:`fogsim.spmd.run`

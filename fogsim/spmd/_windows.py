@@ -26,7 +26,7 @@ from ..backends._windows import WindowFormat, check_flag, check_update_args, win
 from ._collect import agree, label, per_agent_weights, rows, self_weights
 from ._errors import disagreement
 
-__all__ = ["WindowOps"]
+__all__ = ["SpmdWindowOps"]
 
 
 class Registered:
@@ -74,7 +74,7 @@ def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
                       and a.strides == b.strides)  # fmt: skip
 
 
-class WindowOps:
+class SpmdWindowOps:
     """Mixin of :class:`SpmdBackend`: the window ops (see the module docstring)."""
 
     _rank: int

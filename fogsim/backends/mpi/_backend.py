@@ -29,12 +29,12 @@ from .._weights import exchange_between_machines
 from ._neighbor import NeighborOps
 from ._peers import MPIPeers
 from ._transport import MpiTransport
-from ._windows import WindowOps
+from ._windows import MpiWindowOps
 
 __all__ = ["MPIBackend"]
 
 
-class MPIBackend(OneAgentEach, NeighborOps, WindowOps, Backend):
+class MPIBackend(OneAgentEach, NeighborOps, MpiWindowOps, Backend):
     """One agent per MPI process (see the module docstring)."""
 
     name = "mpi"

@@ -47,7 +47,7 @@ from .._runtime.agree import LocalError, agree, fingerprint
 from .._runtime.plan import rank_weights, scalar_weight
 from .._windows import WindowFormat, check_flag, check_update_args, window_view
 
-__all__ = ["WindowOps"]
+__all__ = ["MpiWindowOps"]
 
 _MPI_TYPES = {np.dtype(np.float64): MPI.DOUBLE, np.dtype(np.float32): MPI.FLOAT}
 _BACKOFF_START, _BACKOFF_MAX = 1e-6, 1e-3  # seconds between attempts to take a mutex
@@ -168,7 +168,7 @@ class _Window:
         self.version.Flush(rank)
 
 
-class WindowOps:
+class MpiWindowOps:
     """Mixin of :class:`MPIBackend`: the window ops (see the module docstring)."""
 
     comm: Any

@@ -33,7 +33,7 @@ from ._plan import (
 from ._pool import BufferPool
 from ._shapes import ShapeGuard
 from ._stack import stack_agents
-from ._windows import WindowOps
+from ._windows import SimWindowOps
 
 __all__ = ["SimBackend"]
 
@@ -46,10 +46,10 @@ def _positive_int(value: Any, argname: str) -> int:
     return int(value)
 
 
-class SimBackend(WindowOps, Backend):
+class SimBackend(SimWindowOps, Backend):
     """Simulate ``size`` agents in this process (see the module docstring).
 
-    The one-sided window ops and the model of asynchrony come from :class:`WindowOps`.
+    The one-sided window ops and the model of asynchrony come from :class:`SimWindowOps`.
     """
 
     name = "sim"
@@ -274,6 +274,11 @@ class SimBackend(WindowOps, Backend):
         return wrap_like(out.reshape(arr.shape), kind)
 
     # -- fault injection (fogsim.faults) --------------------------------------------------
+    @property
+    def faults(self) -> Any:
+        """The :class:`fogsim.faults.Faults` applied to neighbor averaging, or None."""
+        return self._faults
+
     def set_faults(self, faults: Any) -> None:
         """Apply ``faults`` to every neighbor_allreduce from now on (None: no faults)."""
         self._faults = faults

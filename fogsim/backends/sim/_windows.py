@@ -38,7 +38,7 @@ from .._weights import is_matrix
 from .._windows import WindowFormat, check_flag, check_update_args, window_view
 from ._plan import rank_rows, self_weights, slot_add
 
-__all__ = ["SimWindow", "WindowOps"]
+__all__ = ["SimWindow", "SimWindowOps"]
 
 _PUT, _ACCUMULATE, _GET = "put", "accumulate", "get"
 
@@ -48,7 +48,7 @@ class SimWindow:
 
     The properties (``edges``, ``buffers``, ``versions``, ``p_buffers``) and the
     ``in_flight*`` methods are read-only views for tests and debugging; the plain
-    attributes are the working arrays of :class:`WindowOps`, which alone changes them.
+    attributes are the working arrays of :class:`SimWindowOps`, which alone changes them.
     """
 
     def __init__(self, name: str, obj: Any, raw: np.ndarray, fmt: WindowFormat,
@@ -170,7 +170,7 @@ class SimWindow:
             self.exposed_p[rows] = self.p[rows]
 
 
-class WindowOps:
+class SimWindowOps:
     """Mixin of :class:`SimBackend`: the window ops (see the module docstring)."""
 
     _n: int
