@@ -14,6 +14,7 @@ from . import _context, _weightcheck
 from . import timeline as _timeline
 from ._context import Context
 from ._handles import Handle
+from ._routing import public_op
 from .topology import Topology
 
 __all__ = [
@@ -264,59 +265,6 @@ def out_neighbor_machine_ranks() -> Any:
     return _backend().out_neighbor_machine_ranks()
 
 
-def hierarchical_neighbor_allreduce(
-    x: Any,
-    self_weight: Any = None,
-    src_machine_weights: Any = None,
-    dst_machine_weights: Any = None,
-    enable_topo_check: bool = True,
-    name: str | None = None,
-) -> Any:
-    """Return the neighbor average over machines of the machine averages of ``x``.
-
-    ``y_m`` is the average of ``x`` over machine m's agents; every agent of machine m gets
-    ``self_weight * y_m + sum_k w_mk y_k`` over the in-neighbor machines k of the machine
-    topology (weights as in :func:`neighbor_allreduce`, with machines in place of ranks:
-    ``src_machine_weights`` ``{machine: weight}``, ``dst_machine_weights`` for a dynamic
-    step). Distributed it runs in four steps: the machine's values are gathered and
-    averaged on its local rank 0, these exchange with the neighbor machines, combine,
-    and broadcast the result inside their machines; only local rank 0's weight arguments
-    are used (pass the same on every agent of a machine). In simulation the per-agent
-    arguments are stacked as usual (entries of local rank 0 agents are used) or one
-    ``machine_size() x machine_size()`` matrix gives the step's weights.
-    """
-    tl = _timeline.active
-    if tl is None:
-        return _backend().hierarchical_neighbor_allreduce(
-            x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
-        )
-    with tl.op("HIERARCHICAL_NEIGHBOR_ALLREDUCE", name or "hierarchical_neighbor_allreduce"):
-        return _backend().hierarchical_neighbor_allreduce(
-            x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
-        )
-
-
-def hierarchical_neighbor_allreduce_nonblocking(
-    x: Any,
-    self_weight: Any = None,
-    src_machine_weights: Any = None,
-    dst_machine_weights: Any = None,
-    enable_topo_check: bool = True,
-    name: str | None = None,
-) -> Handle:
-    """Start :func:`hierarchical_neighbor_allreduce`; return a handle for :func:`wait`."""
-    tl = _timeline.active
-    if tl is None:
-        return _backend().hierarchical_neighbor_allreduce_nonblocking(
-            x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
-        )
-    with tl.op("ENQUEUE_HIERARCHICAL_NEIGHBOR_ALLREDUCE",
-               name or "enqueue_hierarchical_neighbor_allreduce"):  # fmt: skip
-        return _backend().hierarchical_neighbor_allreduce_nonblocking(
-            x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
-        )
-
-
 # -- collective ops -----------------------------------------------------------------------
 _ALGORITHMS = (None, "flat", "decomposed")
 
@@ -382,27 +330,6 @@ def _allreduce(variant: str | None, x: Any, average: bool, name: Any, factors: A
     return _backend().decomposed_allreduce(x, average, name, factors)
 
 
-def allgather(x: Any, name: str | None = None) -> Any:
-    """Return every agent's ``x`` concatenated along the first dimension in rank order.
-
-    The first dimension may differ between agents (in simulation pass a list of n arrays).
-    """
-    tl = _timeline.active
-    if tl is None:
-        return _backend().allgather(x, name)
-    with tl.op("ALLGATHER", name or "allgather"):
-        return _backend().allgather(x, name)
-
-
-def broadcast(x: Any, root_rank: int, name: str | None = None) -> Any:
-    """Return agent ``root_rank``'s ``x`` on every agent."""
-    tl = _timeline.active
-    if tl is None:
-        return _backend().broadcast(x, root_rank, name)
-    with tl.op("BROADCAST", name or "broadcast"):
-        return _backend().broadcast(x, root_rank, name)
-
-
 def neighbor_allreduce(
     x: Any,
     self_weight: Any = None,
@@ -455,31 +382,6 @@ def neighbor_allreduce(
         tl.op_end(tid)
 
 
-def neighbor_allgather(
-    x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
-) -> Any:
-    """Return the in-neighbors' ``x`` concatenated along the first dimension, by rank.
-
-    With ``src_ranks`` and ``dst_ranks`` (both, per agent) the call uses those neighbors
-    instead of the topology's. In simulation the result is one array when every agent has
-    the same number of in-neighbors, else a list of n arrays.
-    """
-    tl = _timeline.active
-    if tl is None:
-        return _backend().neighbor_allgather(x, src_ranks, dst_ranks, name)
-    with tl.op("NEIGHBOR_ALLGATHER", name or "neighbor_allgather"):
-        return _backend().neighbor_allgather(x, src_ranks, dst_ranks, name)
-
-
-def barrier() -> None:
-    """Block until every agent has reached the barrier."""
-    tl = _timeline.active
-    if tl is None:
-        return _backend().barrier()
-    with tl.op("BARRIER", "barrier"):
-        return _backend().barrier()
-
-
 # -- nonblocking twins --------------------------------------------------------------------
 def allreduce_nonblocking(
     x: Any,
@@ -504,24 +406,6 @@ def allreduce_nonblocking(
     result = allreduce(x, average, name, is_hierarchical_local=is_hierarchical_local,
                        algorithm=algorithm, factors=factors)  # fmt: skip
     return Handle.completed("allreduce", result, name)
-
-
-def allgather_nonblocking(x: Any, name: str | None = None) -> Handle:
-    """Start :func:`allgather` and return a handle for :func:`wait` / :func:`poll`."""
-    tl = _timeline.active
-    if tl is None:
-        return _backend().allgather_nonblocking(x, name)
-    with tl.op("ENQUEUE_ALLGATHER", name or "enqueue_allgather"):
-        return _backend().allgather_nonblocking(x, name)
-
-
-def broadcast_nonblocking(x: Any, root_rank: int, name: str | None = None) -> Handle:
-    """Start :func:`broadcast` and return a handle for :func:`wait` / :func:`poll`."""
-    tl = _timeline.active
-    if tl is None:
-        return _backend().broadcast_nonblocking(x, root_rank, name)
-    with tl.op("ENQUEUE_BROADCAST", name or "enqueue_broadcast"):
-        return _backend().broadcast_nonblocking(x, root_rank, name)
 
 
 def neighbor_allreduce_nonblocking(
@@ -553,24 +437,74 @@ def neighbor_allreduce_nonblocking(
         tl.op_end(tid)
 
 
-def neighbor_allgather_nonblocking(
+# -- ops routed by fogsim._routing (their _nonblocking twins too) --------------------------
+@public_op("HIERARCHICAL_NEIGHBOR_ALLREDUCE")
+def hierarchical_neighbor_allreduce(
+    x: Any,
+    self_weight: Any = None,
+    src_machine_weights: Any = None,
+    dst_machine_weights: Any = None,
+    enable_topo_check: bool = True,
+    name: str | None = None,
+) -> Any:
+    """Return the neighbor average over machines of the machine averages of ``x``.
+
+    ``y_m`` is the average of ``x`` over machine m's agents; every agent of machine m gets
+    ``self_weight * y_m + sum_k w_mk y_k`` over the in-neighbor machines k of the machine
+    topology (weights as in :func:`neighbor_allreduce`, with machines in place of ranks:
+    ``src_machine_weights`` ``{machine: weight}``, ``dst_machine_weights`` for a dynamic
+    step). Distributed it runs in four steps: the machine's values are gathered and
+    averaged on its local rank 0, these exchange with the neighbor machines, combine,
+    and broadcast the result inside their machines; only local rank 0's weight arguments
+    are used (pass the same on every agent of a machine). In simulation the per-agent
+    arguments are stacked as usual (entries of local rank 0 agents are used) or one
+    ``machine_size() x machine_size()`` matrix gives the step's weights.
+    """
+
+
+hierarchical_neighbor_allreduce_nonblocking = hierarchical_neighbor_allreduce.nonblocking
+
+
+@public_op("ALLGATHER")
+def allgather(x: Any, name: str | None = None) -> Any:
+    """Return every agent's ``x`` concatenated along the first dimension in rank order.
+
+    The first dimension may differ between agents (in simulation pass a list of n arrays).
+    """
+
+
+allgather_nonblocking = allgather.nonblocking
+
+
+@public_op("BROADCAST")
+def broadcast(x: Any, root_rank: int, name: str | None = None) -> Any:
+    """Return agent ``root_rank``'s ``x`` on every agent."""
+
+
+broadcast_nonblocking = broadcast.nonblocking
+
+
+@public_op("NEIGHBOR_ALLGATHER")
+def neighbor_allgather(
     x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
-) -> Handle:
-    """Start :func:`neighbor_allgather` and return a handle for :func:`wait` / :func:`poll`."""
-    tl = _timeline.active
-    if tl is None:
-        return _backend().neighbor_allgather_nonblocking(x, src_ranks, dst_ranks, name)
-    with tl.op("ENQUEUE_NEIGHBOR_ALLGATHER", name or "enqueue_neighbor_allgather"):
-        return _backend().neighbor_allgather_nonblocking(x, src_ranks, dst_ranks, name)
+) -> Any:
+    """Return the in-neighbors' ``x`` concatenated along the first dimension, by rank.
+
+    With ``src_ranks`` and ``dst_ranks`` (both, per agent) the call uses those neighbors
+    instead of the topology's. In simulation the result is one array when every agent has
+    the same number of in-neighbors, else a list of n arrays.
+    """
 
 
-def barrier_nonblocking() -> Handle:
-    """Start :func:`barrier` and return a handle for :func:`wait` / :func:`poll`."""
-    tl = _timeline.active
-    if tl is None:
-        return _backend().barrier_nonblocking()
-    with tl.op("ENQUEUE_BARRIER", "enqueue_barrier"):
-        return _backend().barrier_nonblocking()
+neighbor_allgather_nonblocking = neighbor_allgather.nonblocking
+
+
+@public_op("BARRIER")
+def barrier() -> None:
+    """Block until every agent has reached the barrier."""
+
+
+barrier_nonblocking = barrier.nonblocking
 
 
 def wait(handle: Handle) -> Any:

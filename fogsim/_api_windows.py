@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import timeline as _timeline
 from ._api import _backend, poll, wait
 from ._handles import Handle
+from ._routing import public_op
 
 __all__ = [
     "win_create",
@@ -41,6 +41,7 @@ __all__ = [
 # In simulation the asynchrony of real processes is modelled (see set_asynchrony).
 
 
+@public_op("WIN_CREATE", twin=False)
 def win_create(x: Any, name: str, zero_init: bool = False) -> bool:
     """Create the window ``name`` for ``x`` (collective); return True.
 
@@ -53,20 +54,11 @@ def win_create(x: Any, name: str, zero_init: bool = False) -> bool:
     hold float32, and each result written into ``x`` is computed in float32 and rounded
     once, the same bits in every mode. Integers are refused (TypeError).
     """
-    tl = _timeline.active
-    if tl is None:
-        return _backend().win_create(x, name, zero_init)
-    with tl.op("WIN_CREATE", name or "win_create"):
-        return _backend().win_create(x, name, zero_init)
 
 
+@public_op("WIN_FREE", twin=False)
 def win_free(name: str | None = None) -> bool:
     """Free the window ``name``, or every window when ``name`` is None (collective)."""
-    tl = _timeline.active
-    if tl is None:
-        return _backend().win_free(name)
-    with tl.op("WIN_FREE", name or "win_free"):
-        return _backend().win_free(name)
 
 
 def win_names() -> list[str]:
@@ -74,6 +66,7 @@ def win_names() -> list[str]:
     return _backend().win_names()
 
 
+@public_op("WIN_PUT")
 def win_put(
     x: Any,
     name: str,
@@ -90,13 +83,12 @@ def win_put(
     (an array of n self weights, n dicts, or one n x n matrix ``D[i, j]`` = what ``j``
     writes to ``i``).
     """
-    tl = _timeline.active
-    if tl is None:
-        return _backend().win_put(x, name, self_weight, dst_weights, require_mutex)
-    with tl.op("WIN_PUT", name or "win_put"):
-        return _backend().win_put(x, name, self_weight, dst_weights, require_mutex)
 
 
+win_put_nonblocking = win_put.nonblocking
+
+
+@public_op("WIN_ACCUMULATE")
 def win_accumulate(
     x: Any,
     name: str,
@@ -105,13 +97,12 @@ def win_accumulate(
     require_mutex: bool = False,
 ) -> bool:
     """Like :func:`win_put`, but add ``dst_weights[j] * x`` to the buffers at ``j``."""
-    tl = _timeline.active
-    if tl is None:
-        return _backend().win_accumulate(x, name, self_weight, dst_weights, require_mutex)
-    with tl.op("WIN_ACCUMULATE", name or "win_accumulate"):
-        return _backend().win_accumulate(x, name, self_weight, dst_weights, require_mutex)
 
 
+win_accumulate_nonblocking = win_accumulate.nonblocking
+
+
+@public_op("WIN_GET")
 def win_get(name: str, src_weights: Any = None, require_mutex: bool = False) -> bool:
     """Fetch ``src_weights[j] *`` (in-neighbor ``j``'s exposed value) into ``j``'s buffer.
 
@@ -119,13 +110,12 @@ def win_get(name: str, src_weights: Any = None, require_mutex: bool = False) -> 
     op (create, put, accumulate or update). ``src_weights``: dict or list of in-neighbor
     ranks; default every in-neighbor, weight 1. ``require_mutex`` holds ``j``'s mutex.
     """
-    tl = _timeline.active
-    if tl is None:
-        return _backend().win_get(name, src_weights, require_mutex)
-    with tl.op("WIN_GET", name or "win_get"):
-        return _backend().win_get(name, src_weights, require_mutex)
 
 
+win_get_nonblocking = win_get.nonblocking
+
+
+@public_op("WIN_UPDATE", twin=False)
 def win_update(
     name: str,
     self_weight: Any = None,
@@ -143,26 +133,15 @@ def win_update(
     versions of the buffers read go back to 0. ``require_mutex`` holds this agent's own
     mutex, so no neighbor writes meanwhile.
     """
-    tl = _timeline.active
-    if tl is None:
-        return _backend().win_update(name, self_weight, neighbor_weights, reset, clone,
-                                     require_mutex)  # fmt: skip
-    with tl.op("WIN_UPDATE", name or "win_update"):
-        return _backend().win_update(name, self_weight, neighbor_weights, reset, clone,
-                                     require_mutex)  # fmt: skip
 
 
+@public_op("WIN_UPDATE_THEN_COLLECT", twin=False)
 def win_update_then_collect(name: str, require_mutex: bool = True) -> Any:
     """Add every buffer to ``x`` and zero the buffers, atomically under the own mutex.
 
     ``win_update(name, 1, {j: 1 for every in-neighbor j}, reset=True)``: with
     :func:`win_accumulate` this moves mass without losing or duplicating any (push-sum).
     """
-    tl = _timeline.active
-    if tl is None:
-        return _backend().win_update_then_collect(name, require_mutex)
-    with tl.op("WIN_UPDATE_THEN_COLLECT", name or "win_update_then_collect"):
-        return _backend().win_update_then_collect(name, require_mutex)
 
 
 def win_mutex(name: str, for_self: bool = False, ranks: Any = None):
@@ -197,47 +176,6 @@ def win_associated_p(name: str) -> Any:
 def set_win_ops_with_associated_p(enabled: bool) -> None:
     """Switch whether window ops also carry the push-sum weight ``p`` (default off)."""
     _backend().set_win_ops_with_associated_p(enabled)
-
-
-def win_put_nonblocking(
-    x: Any,
-    name: str,
-    self_weight: Any = None,
-    dst_weights: Any = None,
-    require_mutex: bool = False,
-) -> Handle:
-    """Start :func:`win_put` and return a handle for :func:`win_wait` / :func:`win_poll`."""
-    tl = _timeline.active
-    if tl is None:
-        return _backend().win_put_nonblocking(x, name, self_weight, dst_weights, require_mutex)
-    with tl.op("ENQUEUE_WIN_PUT", name or "enqueue_win_put"):
-        return _backend().win_put_nonblocking(x, name, self_weight, dst_weights, require_mutex)
-
-
-def win_accumulate_nonblocking(
-    x: Any,
-    name: str,
-    self_weight: Any = None,
-    dst_weights: Any = None,
-    require_mutex: bool = False,
-) -> Handle:
-    """Start :func:`win_accumulate`; return a handle for :func:`win_wait` / :func:`win_poll`."""
-    tl = _timeline.active
-    if tl is None:
-        return _backend().win_accumulate_nonblocking(x, name, self_weight, dst_weights,
-                                                     require_mutex)  # fmt: skip
-    with tl.op("ENQUEUE_WIN_ACCUMULATE", name or "enqueue_win_accumulate"):
-        return _backend().win_accumulate_nonblocking(x, name, self_weight, dst_weights,
-                                                     require_mutex)  # fmt: skip
-
-
-def win_get_nonblocking(name: str, src_weights: Any = None, require_mutex: bool = False):
-    """Start :func:`win_get` and return a handle for :func:`win_wait` / :func:`win_poll`."""
-    tl = _timeline.active
-    if tl is None:
-        return _backend().win_get_nonblocking(name, src_weights, require_mutex)
-    with tl.op("ENQUEUE_WIN_GET", name or "enqueue_win_get"):
-        return _backend().win_get_nonblocking(name, src_weights, require_mutex)
 
 
 def win_wait(handle: Handle) -> Any:

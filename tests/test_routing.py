@@ -1,0 +1,85 @@
+"""Public ops routed in one place (fogsim._routing): each op and its _nonblocking twin have
+the public signature, refuse a call that does not fit it with a TypeError naming the op,
+and record their timeline span under the call's name (or the op's own)."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+
+import fogsim as fs
+from fogsim import timeline as TL
+from tests.test_timeline import check_trace
+
+ROUTED = {  # op -> (timeline label, has a _nonblocking twin)
+    "hierarchical_neighbor_allreduce": ("HIERARCHICAL_NEIGHBOR_ALLREDUCE", True),
+    "allgather": ("ALLGATHER", True),
+    "broadcast": ("BROADCAST", True),
+    "neighbor_allgather": ("NEIGHBOR_ALLGATHER", True),
+    "barrier": ("BARRIER", True),
+    "win_create": ("WIN_CREATE", False),
+    "win_free": ("WIN_FREE", False),
+    "win_put": ("WIN_PUT", True),
+    "win_accumulate": ("WIN_ACCUMULATE", True),
+    "win_get": ("WIN_GET", True),
+    "win_update": ("WIN_UPDATE", False),
+    "win_update_then_collect": ("WIN_UPDATE_THEN_COLLECT", False),
+}
+
+
+@pytest.fixture
+def world():
+    fs.init(backend="sim", size=4)
+    yield
+    TL.stop()
+    fs.shutdown()
+
+
+@pytest.mark.parametrize("op", sorted(ROUTED))
+def test_twin_has_the_public_signature(op):
+    fn = getattr(fs, op)
+    assert fn.__name__ == op and fn.__doc__
+    _, twin = ROUTED[op]
+    if not twin:
+        assert not hasattr(fs, op + "_nonblocking")
+        return
+    nb = getattr(fs, op + "_nonblocking")
+    assert nb.__name__ == op + "_nonblocking"
+    assert f":func:`{op}`" in nb.__doc__
+    params = inspect.signature(fn).parameters
+    assert inspect.signature(nb).parameters == params
+    assert inspect.signature(nb).return_annotation == "Handle"
+
+
+def test_a_call_that_does_not_fit_names_the_public_op(world):
+    x = fs.local(lambda r: np.full(2, float(r)))
+    with pytest.raises(TypeError, match=r"broadcast\(\) missing 1 required positional"):
+        fs.broadcast(x)
+    with pytest.raises(TypeError, match=r"allgather\(\) got an unexpected keyword argument"):
+        fs.allgather(x, root=0)
+    with pytest.raises(TypeError, match=r"win_put\(\) missing"):
+        fs.win_put_nonblocking(x)
+
+
+def test_spans_are_named_by_the_call_or_the_op(world, tmp_path):
+    TL.start(str(tmp_path / "t"))
+    x = fs.local(lambda r: np.full(2, float(r)))
+    fs.allgather(x, name="g")            # name by keyword
+    fs.broadcast(x, 1, "b")              # name by position
+    fs.wait(fs.neighbor_allgather_nonblocking(x))
+    fs.win_create(x, "w")
+    fs.win_put(x, "w")
+    fs.wait(fs.win_get_nonblocking("w"))
+    fs.win_free("w")
+    fs.barrier()
+    TL.stop()
+    events = check_trace(tmp_path / "t.json")
+    tracks = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    seen = {(e["name"], tracks.get(e["tid"])) for e in events if e["ph"] in ("B", "X")}
+    for pair in [("ALLGATHER", "g"), ("BROADCAST", "b"),
+                 ("ENQUEUE_NEIGHBOR_ALLGATHER", "enqueue_neighbor_allgather"),
+                 ("WIN_CREATE", "w"), ("WIN_PUT", "w"), ("ENQUEUE_WIN_GET", "w"),
+                 ("WIN_FREE", "w"), ("BARRIER", "barrier")]:  # fmt: skip
+        assert pair in seen, (pair, sorted(seen))
