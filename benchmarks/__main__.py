@@ -3,8 +3,8 @@
     python -m benchmarks                          # everything (2-3 minutes on 2 cores)
     python -m benchmarks --quick                  # smaller grids, fewer rounds (1-2 minutes)
     python -m benchmarks --only mpi,fusion        # some of: sim, mpi, fusion, torch,
-                                                  # hierarchy, timeline, spmd, notebooks
-                                                  # (SUITE below)
+                                                  # torch_raw, hierarchy, timeline, spmd,
+                                                  # notebooks (SUITE below)
     python -m benchmarks -np 2                    # MPI/torch jobs on 2 processes (default 4)
     python -m benchmarks --compare OLD.json       # run, then the change from an earlier run
     python -m benchmarks --compare OLD.json NEW.json   # compare two saved runs, run nothing
@@ -66,6 +66,7 @@ SUITE = {
                  ("--part", "neighbor", "--sizes", "8,65536,4194304", "--rounds", "9")),
     "fusion": Entry("bench_mpi.py", ("--part", "fusion"), ("--part", "fusion", "--rounds", "9")),
     "torch": Entry("bench_torch.py", quick=("--sizes", "8,32", "--rounds", "3")),
+    "torch_raw": Entry("bench_torch_raw.py", quick=("--rounds", "5")),
     "hierarchy": Entry("bench_hierarchy.py"),
     "timeline": Entry("bench_timeline.py"),
     "spmd": Entry("bench_spmd.py", quick=("--quick",), mpi=False),
