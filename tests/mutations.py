@@ -17,9 +17,8 @@ Before any mutation, the unmutated copy runs every selection once: a kill is nev
 that was there already. An ``old`` snippet that is not found exactly once is an error of the
 script (the code moved: update the mutation), never a kill; so are pytest's usage errors,
 interruptions and "no tests collected". ``--table FILE`` rewrites the table between the
-markers ``<!-- mutations:begin -->`` and ``<!-- mutations:end -->`` of FILE.
-
-Later features add their mutations to :data:`MUTATIONS`.
+markers ``<!-- mutations:begin -->`` and ``<!-- mutations:end -->`` of FILE. Later features
+add their mutations to :data:`MUTATIONS`.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ import numpy as np
 import fogsim
 
 from . import _errors
+from ._order import src_order, src_order_stacked
 from .topology_util import ExponentialTwoGraph
 
 __all__ = [
@@ -447,7 +448,7 @@ def _start_neighbor_allgather(tensor: Any, src_ranks: Any, dst_ranks: Any,
     if not _is_integer(fogsim.rank()):  # simulation: every block has the same length
         return fogsim.Handle(
             handle.op,
-            finish=lambda: _src_order_stacked(fogsim.wait(handle), tensor, src_ranks),
+            finish=lambda: src_order_stacked(fogsim.wait(handle), tensor, src_ranks),
             test=lambda: fogsim.poll(handle),
             name=handle.name,
         )
@@ -456,54 +457,10 @@ def _start_neighbor_allgather(tensor: Any, src_ranks: Any, dst_ranks: Any,
     counts = fogsim.neighbor_allgather_nonblocking(rows, src_ranks, dst_ranks)
     return fogsim.Handle(
         handle.op,
-        finish=lambda: _src_order(fogsim.wait(handle), fogsim.wait(counts), src_ranks),
+        finish=lambda: src_order(fogsim.wait(handle), fogsim.wait(counts), src_ranks),
         test=lambda: fogsim.poll(handle) and fogsim.poll(counts),
         name=handle.name,
     )
-
-
-def _src_permutation(order: list[int], rows: np.ndarray) -> np.ndarray | None:
-    """Return the row index that puts rank-ordered blocks (``rows[k]`` rows for the k-th
-    smallest rank of ``order``) in the order of ``order``; None when it is the identity."""
-    by_rank = sorted(order)
-    if order == by_rank:
-        return None
-    starts = np.concatenate([[0], np.cumsum(rows)])
-    where = {r: k for k, r in enumerate(by_rank)}
-    parts = [np.arange(starts[where[r]], starts[where[r] + 1]) for r in order]
-    return np.concatenate(parts).astype(np.int64)
-
-
-def _take_rows(result: Any, index: np.ndarray) -> Any:
-    """Return ``result[index]`` along the first dimension, for numpy arrays and tensors."""
-    return result[index] if isinstance(result, np.ndarray) else result[index.tolist()]
-
-
-def _src_order(result: Any, rows: np.ndarray, src_ranks: Any) -> Any:
-    """Reorder one agent's gathered blocks (by rank, ``rows`` long) as ``src_ranks``."""
-    index = _src_permutation([int(r) for r in src_ranks], np.asarray(rows, dtype=np.int64))
-    return result if index is None else _take_rows(result, index)
-
-
-def _src_order_stacked(result: Any, tensor: Any, src_ranks: Any) -> Any:
-    """Reorder every simulated agent's blocks as its ``src_ranks`` (blocks of equal length)."""
-    shape = tuple(getattr(tensor, "shape", ()))
-    block = shape[1] if len(shape) > 1 else 1
-    orders = [[int(r) for r in ranks] for ranks in src_ranks]
-    index = [_src_permutation(order, np.full(len(order), block, dtype=np.int64))
-             for order in orders]  # fmt: skip
-    if all(i is None for i in index):
-        return result
-    full = [np.arange(len(o) * block) if i is None else i
-            for o, i in zip(orders, index, strict=True)]  # fmt: skip
-    if isinstance(result, list):
-        return [r if i is None else _take_rows(r, f)
-                for r, i, f in zip(result, index, full, strict=True)]  # fmt: skip
-    agents = np.arange(len(full))[:, None]
-    table = np.stack(full)
-    if isinstance(result, np.ndarray):
-        return result[agents, table]
-    return result[agents.tolist(), table.tolist()]
 
 
 # -- synchronization ----------------------------------------------------------------------
