@@ -96,6 +96,7 @@ def _agree(transport: Transport, fp: int, error: LocalError | None,
         req.wait()
     else:  # a rank that never comes is reported, not waited for forever
         guard.wait(req.test, req.wait)
+        req.wait()  # complete already; a request may finish its work here (a local maximum)
     settle(transport, flags, error, describe)
 
 
