@@ -3,22 +3,22 @@
 BlueFog 0.3 raises these where fogsim's own API would raise something else, or nothing
 (from ``bluefog/torch/mpi_ops.py`` and ``bluefog/common/basics.py``):
 
-========================================  =====================  =============================
-case                                      BlueFog                here
-========================================  =====================  =============================
-tensor type it has no kernel for          ValueError             :class:`UnsupportedTensor`
+=======================================  ======================  ==============================
+case                                     BlueFog                 here
+=======================================  ======================  ==============================
+tensor type it has no kernel for         ValueError              :class:`UnsupportedTensor`
 (bool, complex ...)                                              (ValueError and TypeError)
-non-contiguous tensor                     ValueError             :class:`UnsupportedTensor`
-``allreduce(average=True)`` of integers   AssertionError         :class:`AverageOfIntegers`
+non-contiguous tensor                    ValueError              :class:`UnsupportedTensor`
+``allreduce(average=True)`` of integers  AssertionError          :class:`AverageOfIntegers`
                                                                  (TypeError and AssertionError)
-``self_weight`` not a float               ValueError             :class:`BadWeights`
-``src_weights``/``neighbor_weights``      ValueError             (ValueError and TypeError)
+``self_weight`` not a float              ValueError              :class:`BadWeights`
+``src_weights``/``neighbor_weights``     ValueError              (ValueError and TypeError)
 not a dict
-a window name never created               KeyError (dict         :class:`UnknownWindow`
-(``win_free``, ``win_update``)            lookup)                (KeyError and ValueError)
-an op named as one still in flight        ValueError             :class:`NameInFlight`
-                                          (C++ invalid_argument) (ValueError)
-========================================  =====================  =============================
+a window name never created              KeyError (dict          :class:`UnknownWindow`
+(``win_free``, ``win_update`` ...)       lookup)                 (KeyError and ValueError)
+an op named as one still in flight       ValueError              :class:`NameInFlight`
+                                         (C++ invalid_argument)  (ValueError)
+=======================================  ======================  ==============================
 
 One difference is kept on purpose: ``synchronize``/``win_wait`` of something that is not a
 handle (BlueFog's handles are ints; it returns None/False for an unknown one) raises
