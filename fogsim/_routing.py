@@ -40,10 +40,10 @@ def public_op(label: str, *, twin: bool = True) -> Callable[[Callable[..., Any]]
         signature = inspect.signature(spec)
         params = list(signature.parameters)
         where = params.index("name") if "name" in params else None
-        op = _route(spec, spec.__name__, label, where, spec.__name__)
+        op: Any = _route(spec, spec.__name__, label, where, spec.__name__)
         if twin:
-            nonblocking = _route(spec, spec.__name__ + "_nonblocking", "ENQUEUE_" + label, where,
-                                 "enqueue_" + spec.__name__)  # fmt: skip
+            nonblocking: Any = _route(spec, spec.__name__ + "_nonblocking", "ENQUEUE_" + label,
+                                      where, "enqueue_" + spec.__name__)  # fmt: skip
             nonblocking.__name__ = nonblocking.__qualname__ = spec.__name__ + "_nonblocking"
             nonblocking.__doc__ = (
                 f"Start :func:`{spec.__name__}`; return a :class:`~fogsim.Handle` for "

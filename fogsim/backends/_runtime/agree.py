@@ -53,7 +53,7 @@ def fingerprint(*parts: Any) -> int:
 
 
 def fused_terms(layout: int, error: LocalError | None,
-                entries: list) -> tuple[int, str | Callable[[], str]]:  # fmt: skip
+                entries: list[Any]) -> tuple[int, str | Callable[[], str]]:  # fmt: skip
     """Return the fingerprint and the description that ranks agree on for a batch of
     queued calls (``layout``: see :class:`fogsim._core.FusionQueue`)."""
     if error is not None:
@@ -61,7 +61,7 @@ def fused_terms(layout: int, error: LocalError | None,
     return fingerprint("fused", layout), partial(_describe_layout, entries)
 
 
-def _describe_layout(entries: list) -> str:
+def _describe_layout(entries: list[Any]) -> str:
     layout = [(e.arr.dtype.str, e.arr.shape, e.plan.fingerprint) for e in entries]
     return f"{len(entries)} queued neighbor_allreduce tensors {layout}"
 

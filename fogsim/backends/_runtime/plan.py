@@ -70,10 +70,10 @@ def scalar_weight(value: Any, argname: str) -> float:
         value = value.reshape(())[()]
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{argname} must be a number on each rank, got {type(value).__name__}")
-    value = float(value)
-    if not np.isfinite(value):
-        raise ValueError(f"{argname} is {value}; weights must be finite")
-    return value
+    number = float(value)
+    if not np.isfinite(number):
+        raise ValueError(f"{argname} is {number}; weights must be finite")
+    return number
 
 
 def rank_weights(obj: Any, n: int, i: int, argname: str) -> tuple[np.ndarray, np.ndarray]:
@@ -92,7 +92,7 @@ def rank_weights(obj: Any, n: int, i: int, argname: str) -> tuple[np.ndarray, np
     for k, (r, w) in enumerate(items):
         if isinstance(r, bool) or not isinstance(r, numbers.Integral):
             raise TypeError(f"{argname}: rank {r!r} is not an integer")
-        if not 0 <= r < n:
+        if not 0 <= int(r) < n:
             raise ValueError(f"{argname}: rank {r} is out of range for {n} agents")
         if r == i:
             raise ValueError(f"{argname} contains agent {i}'s own rank; give it as self_weight")
