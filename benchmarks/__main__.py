@@ -60,10 +60,14 @@ class Entry:
 
 
 SUITE = {
-    "sim": Entry("bench_sim.py", quick=("--quick", "--mb", "8,64", "--million-steps", "5"),
-                 mpi=False),  # fmt: skip
-    "mpi": Entry("bench_mpi.py", ("--part", "neighbor"),
-                 ("--part", "neighbor", "--sizes", "8,65536,4194304", "--rounds", "9")),
+    "sim": Entry(
+        "bench_sim.py", quick=("--quick", "--mb", "8,64", "--million-steps", "5"), mpi=False
+    ),
+    "mpi": Entry(
+        "bench_mpi.py",
+        ("--part", "neighbor"),
+        ("--part", "neighbor", "--sizes", "8,65536,4194304", "--rounds", "9"),
+    ),
     "fusion": Entry("bench_mpi.py", ("--part", "fusion"), ("--part", "fusion", "--rounds", "9")),
     "torch": Entry("bench_torch.py", quick=("--sizes", "8,32", "--rounds", "3")),
     "torch_raw": Entry("bench_torch_raw.py", quick=("--rounds", "5")),
@@ -71,15 +75,19 @@ SUITE = {
     "timeline": Entry("bench_timeline.py"),
     "spmd": Entry("bench_spmd.py", quick=("--quick",), mpi=False),
     "notebooks": Entry("bench_notebooks.py", quick=("--only", "01_consensus"), mpi=False),
-}  # fmt: skip
+}
 
 _SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 
 
 def machine() -> dict:
     """Describe what the figures were measured on."""
-    info: dict = {"cpu": platform.processor() or None, "cores": os.cpu_count(),
-                  "platform": platform.platform(), "python": platform.python_version()}  # fmt: skip
+    info: dict = {
+        "cpu": platform.processor() or None,
+        "cores": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
     try:
         with open("/proc/cpuinfo") as f:
             models = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
@@ -112,12 +120,17 @@ def machine() -> dict:
     info["commit"] = info["dirty"] = None
     try:
         git = ["git", "-C", str(ROOT)]
-        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10)  # fmt: skip
+        head = subprocess.run(
+            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        )
         if head.returncode == 0:
             info["commit"] = head.stdout.strip()
-            status = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"],
-                                    capture_output=True, text=True, timeout=10)  # fmt: skip
+            status = subprocess.run(
+                [*git, "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
             info["dirty"] = bool(status.stdout.strip())
     except (OSError, subprocess.SubprocessError):
         pass
@@ -131,14 +144,16 @@ def describe(info: dict) -> str:
         fogsim += " with uncommitted changes"
     core = info.get("fogsim_core_compiled")
     compiled = {True: "compiled", False: "pure-Python fallback"}.get(core)
-    return "\n".join([
-        f"machine: {info.get('cpu')}, {info.get('cores')} cores, "
-        f"{info.get('memory_gb', '?')} GB, {info.get('platform')}",
-        f"software: Python {info.get('python')}, numpy {info.get('numpy')}, scipy "
-        f"{info.get('scipy')}, torch {info.get('torch')}, mpi4py {info.get('mpi4py')}, "
-        f"{info.get('mpi')}",
-        f"fogsim: {fogsim}" + (f", _core {compiled}" if compiled else ""),
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"machine: {info.get('cpu')}, {info.get('cores')} cores, "
+            f"{info.get('memory_gb', '?')} GB, {info.get('platform')}",
+            f"software: Python {info.get('python')}, numpy {info.get('numpy')}, scipy "
+            f"{info.get('scipy')}, torch {info.get('torch')}, mpi4py {info.get('mpi4py')}, "
+            f"{info.get('mpi')}",
+            f"fogsim: {fogsim}" + (f", _core {compiled}" if compiled else ""),
+        ]
+    )
 
 
 def met(row: dict) -> str | None:
@@ -199,18 +214,22 @@ def run(names: list[str], quick: bool, np_: int) -> tuple[list[dict], dict]:
             env = {**os.environ, "FOGSIM_BENCH_JSON": str(out)}
             others = busy()
             if others is not None and others > 0.25:
-                print(f"   note: other processes keep {others:.0%} of the {os.cpu_count()} "
-                      "cores busy: expect noisy figures", flush=True)  # fmt: skip
+                print(
+                    f"   note: other processes keep {others:.0%} of the {os.cpu_count()} "
+                    "cores busy: expect noisy figures",
+                    flush=True,
+                )
             t0 = time.perf_counter()
             try:
                 code = subprocess.run(cmd, env=env, cwd=HERE, timeout=1800).returncode
             except subprocess.TimeoutExpired:
                 code = "timeout"
-            jobs[name] = {"command": shlex.join(["python", f"benchmarks/{entry.script}",
-                                                 *args]),
-                          "seconds": round(time.perf_counter() - t0, 1),
-                          "busy_before": others,
-                          "returncode": code}  # fmt: skip
+            jobs[name] = {
+                "command": shlex.join(["python", f"benchmarks/{entry.script}", *args]),
+                "seconds": round(time.perf_counter() - t0, 1),
+                "busy_before": others,
+                "returncode": code,
+            }
             if code != 0:
                 print(f"   {name} failed ({code}); its rows are missing", flush=True)
             if out.exists():
@@ -240,8 +259,10 @@ def _columns(header: list[str], lines: list[list[str]], left: int = 2) -> str:
     widths = [max(len(r[k]) for r in [header, *lines]) for k in range(len(header))]
 
     def fmt(r: list[str]) -> str:
-        cells = [c.ljust(w) if k < left else c.rjust(w)
-                 for k, (c, w) in enumerate(zip(r, widths, strict=True))]  # fmt: skip
+        cells = [
+            c.ljust(w) if k < left else c.rjust(w)
+            for k, (c, w) in enumerate(zip(r, widths, strict=True))
+        ]
         return "  ".join(cells).rstrip()
 
     return "\n".join([fmt(header), "  ".join("-" * w for w in widths), *map(fmt, lines)])
@@ -249,10 +270,18 @@ def _columns(header: list[str], lines: list[list[str]], left: int = 2) -> str:
 
 def table(rows: list[dict]) -> str:
     """One line per row: benchmark, measure (note), value, baseline, ratio, goal, met."""
-    lines = [[r["bench"], r["measure"] + (f" ({r['note']})" if r.get("note") else ""),
-              _number(r.get("value"), r.get("unit", "")),
-              _number(r.get("baseline"), r.get("unit", "")), _ratio(r.get("ratio")),
-              r.get("goal") or "", r.get("met") or "-"] for r in rows]  # fmt: skip
+    lines = [
+        [
+            r["bench"],
+            r["measure"] + (f" ({r['note']})" if r.get("note") else ""),
+            _number(r.get("value"), r.get("unit", "")),
+            _number(r.get("baseline"), r.get("unit", "")),
+            _ratio(r.get("ratio")),
+            r.get("goal") or "",
+            r.get("met") or "-",
+        ]
+        for r in rows
+    ]
     return _columns(["benchmark", "measure", "value", "baseline", "ratio", "goal", "met"], lines)
 
 
@@ -271,14 +300,17 @@ def compare(old: dict, new: dict) -> str:
     head = []
     for label, run_ in (("before", old), ("after", new)):
         m = run_.get("machine", {})
-        head.append(f"{label}: {run_.get('when')}, commit {m.get('commit')}"
-                    f"{' (dirty)' if m.get('dirty') else ''}, {run_.get('command')}")  # fmt: skip
+        head.append(
+            f"{label}: {run_.get('when')}, commit {m.get('commit')}"
+            f"{' (dirty)' if m.get('dirty') else ''}, {run_.get('command')}"
+        )
     mo, mn = old.get("machine", {}), new.get("machine", {})
     if (mo.get("cpu"), mo.get("cores")) != (mn.get("cpu"), mn.get("cores")):
         head.append("note: the runs are from different machines")
     if old.get("np") != new.get("np"):
-        head.append(f"note: the MPI and torch jobs ran on {old.get('np')} then {new.get('np')} "
-                    "processes")  # fmt: skip
+        head.append(
+            f"note: the MPI and torch jobs ran on {old.get('np')} then {new.get('np')} processes"
+        )
     if old.get("quick") != new.get("quick"):
         head.append("note: one run is --quick, the other not; some rows differ in grid")
 
@@ -298,8 +330,12 @@ def compare(old: dict, new: dict) -> str:
         verdicts = " -> ".join(r.get("met") or "-" for r in (b, a))
         lines.append([*key, *shown, change, a.get("goal") or "", verdicts])
     header = ["benchmark", "measure", "before", "after", "change", "goal", "met"]
-    out = [*head, "(the figure the goal is about: the time added for 'added' goals, else the "
-           "ratio where the row has one, else the value)", _columns(header, lines)]  # fmt: skip
+    out = [
+        *head,
+        "(the figure the goal is about: the time added for 'added' goals, else the "
+        "ratio where the row has one, else the value)",
+        _columns(header, lines),
+    ]
     for label, mine, other in (("only before", before, after), ("only after", after, before)):
         alone = [k for k in mine if k not in other]
         if alone:
@@ -309,16 +345,22 @@ def compare(old: dict, new: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks",
-                                description=__doc__.split("\n\n")[0])  # fmt: skip
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
     p.add_argument("--only", default=",".join(SUITE), help=f"comma-separated: {', '.join(SUITE)}")
     p.add_argument("--quick", action="store_true", help="smaller grids, fewer rounds")
     p.add_argument("-np", type=int, default=4, help="processes of the MPI and torch jobs")
-    p.add_argument("--json", default=str(HERE / "results" / "latest.json"),
-                   help="the run as JSON (default: benchmarks/results/latest.json)")  # fmt: skip
-    p.add_argument("--compare", nargs="+", metavar="JSON",
-                   help="OLD.json: run, then print the change from it; "
-                   "OLD.json NEW.json: print the change between two saved runs only")  # fmt: skip
+    p.add_argument(
+        "--json",
+        default=str(HERE / "results" / "latest.json"),
+        help="the run as JSON (default: benchmarks/results/latest.json)",
+    )
+    p.add_argument(
+        "--compare",
+        nargs="+",
+        metavar="JSON",
+        help="OLD.json: run, then print the change from it; "
+        "OLD.json NEW.json: print the change between two saved runs only",
+    )
     args = p.parse_args(argv)
     if args.compare and len(args.compare) > 2:
         p.error("--compare takes OLD.json, or OLD.json NEW.json")
@@ -339,13 +381,26 @@ def main(argv: list[str] | None = None) -> int:
     print(describe(info))
     rows, jobs = run(names, args.quick, args.np)
     minutes = sum(j["seconds"] for j in jobs.values()) / 60
-    loads = ", ".join(f"{name} {job['busy_before']:.0%}" for name, job in jobs.items()
-                      if job["busy_before"] is not None)  # fmt: skip
-    print(f"\n{command}  ({when}, {minutes:.1f} min)\n{describe(info)}\n"
-          f"CPU used by other processes just before each benchmark: {loads}\n"
-          f"{table(rows)}")  # fmt: skip
-    result = {"schema": SCHEMA, "when": when, "command": command, "quick": args.quick,
-              "np": args.np, "machine": info, "benchmarks": jobs, "rows": rows}  # fmt: skip
+    loads = ", ".join(
+        f"{name} {job['busy_before']:.0%}"
+        for name, job in jobs.items()
+        if job["busy_before"] is not None
+    )
+    print(
+        f"\n{command}  ({when}, {minutes:.1f} min)\n{describe(info)}\n"
+        f"CPU used by other processes just before each benchmark: {loads}\n"
+        f"{table(rows)}"
+    )
+    result = {
+        "schema": SCHEMA,
+        "when": when,
+        "command": command,
+        "quick": args.quick,
+        "np": args.np,
+        "machine": info,
+        "benchmarks": jobs,
+        "rows": rows,
+    }
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")

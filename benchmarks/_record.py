@@ -27,15 +27,31 @@ _ROWS: list[dict] = []
 
 
 def record(
-    bench: str, measure: str, value: float | None, baseline: float | None = None,
-    ratio: float | None = None, goal: str | None = None, unit: str = "s", note: str = "",
-) -> None:  # fmt: skip
+    bench: str,
+    measure: str,
+    value: float | None,
+    baseline: float | None = None,
+    ratio: float | None = None,
+    goal: str | None = None,
+    unit: str = "s",
+    note: str = "",
+) -> None:
     """Keep one row: ``value`` of ``measure`` in benchmark ``bench`` against its in-run
     ``baseline`` (same unit), with a ``goal`` such as ``"<= 1.1"`` or ``"added <= 3 us"``."""
     if ratio is None and baseline and value is not None:
         ratio = value / baseline
-    _ROWS.append({"bench": bench, "measure": measure, "value": value, "baseline": baseline,
-                  "ratio": ratio, "unit": unit, "goal": goal, "note": note})  # fmt: skip
+    _ROWS.append(
+        {
+            "bench": bench,
+            "measure": measure,
+            "value": value,
+            "baseline": baseline,
+            "ratio": ratio,
+            "unit": unit,
+            "goal": goal,
+            "note": note,
+        }
+    )
 
 
 def save() -> None:

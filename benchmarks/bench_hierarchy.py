@@ -45,25 +45,35 @@ def child(factors: tuple[int, ...] | None) -> None:
     main = fs.is_main_process()
     if main:
         used = factors or default_factors(fs.size(), fs.local_size())
-        print(f"fogsim hierarchy benchmark: {fs.size()} processes, {fs.machine_size()} "
-              f"machines of {fs.local_size()}, decomposed factors {used}")  # fmt: skip
-        print(f"{'bytes':>9} {'flat us':>9} {'decomposed us':>14} {'ratio':>6} "
-              f"{'neighbor us':>12} {'hierarchical us':>16} {'ratio':>6}")  # fmt: skip
+        print(
+            f"fogsim hierarchy benchmark: {fs.size()} processes, {fs.machine_size()} "
+            f"machines of {fs.local_size()}, decomposed factors {used}"
+        )
+        print(
+            f"{'bytes':>9} {'flat us':>9} {'decomposed us':>14} {'ratio':>6} "
+            f"{'neighbor us':>12} {'hierarchical us':>16} {'ratio':>6}"
+        )
     for nbytes in SIZES:
         x = np.random.default_rng(fs.rank()).standard_normal(max(1, nbytes // 8))
         t_flat, t_dec, t_nb, t_h = per_call(
-            [lambda x=x: fs.allreduce(x),
-             lambda x=x: fs.allreduce(x, algorithm="decomposed", factors=factors),
-             lambda x=x: fs.neighbor_allreduce(x),
-             lambda x=x: fs.hierarchical_neighbor_allreduce(x)], comm, rounds=9,
-        )  # fmt: skip
+            [
+                lambda x=x: fs.allreduce(x),
+                lambda x=x: fs.allreduce(x, algorithm="decomposed", factors=factors),
+                lambda x=x: fs.neighbor_allreduce(x),
+                lambda x=x: fs.hierarchical_neighbor_allreduce(x),
+            ],
+            comm,
+            rounds=9,
+        )
         if main:
             record("hierarchy", f"decomposed / flat allreduce, {x.nbytes} B", t_dec, t_flat)
-            record("hierarchy", f"hierarchical / flat neighbor_allreduce, {x.nbytes} B", t_h,
-                   t_nb)  # fmt: skip
-            print(f"{x.nbytes:>9} {1e6 * t_flat:>9.1f} {1e6 * t_dec:>14.1f} "
-                  f"{t_dec / t_flat:>6.2f} {1e6 * t_nb:>12.1f} {1e6 * t_h:>16.1f} "
-                  f"{t_h / t_nb:>6.2f}", flush=True)  # fmt: skip
+            record("hierarchy", f"hierarchical / flat neighbor_allreduce, {x.nbytes} B", t_h, t_nb)
+            print(
+                f"{x.nbytes:>9} {1e6 * t_flat:>9.1f} {1e6 * t_dec:>14.1f} "
+                f"{t_dec / t_flat:>6.2f} {1e6 * t_nb:>12.1f} {1e6 * t_h:>16.1f} "
+                f"{t_h / t_nb:>6.2f}",
+                flush=True,
+            )
     if main:
         save()
     fs.shutdown()
@@ -80,15 +90,31 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-np", type=int, default=4, help="number of MPI processes")
     parser.add_argument("--local-size", type=int, default=2, help="processes per machine")
-    parser.add_argument("--factors", type=_factors, default=None,
-                        help="decomposition, e.g. 2x2x2 (default: the machines)")  # fmt: skip
+    parser.add_argument(
+        "--factors",
+        type=_factors,
+        default=None,
+        help="decomposition, e.g. 2x2x2 (default: the machines)",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         child(args.factors)
         return 0
-    cmd = [sys.executable, "-m", "fogsim.run", "-np", str(args.np), "--local-size",
-           str(args.local_size), "--timeout", "900", "python", __file__, "--child"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "fogsim.run",
+        "-np",
+        str(args.np),
+        "--local-size",
+        str(args.local_size),
+        "--timeout",
+        "900",
+        "python",
+        __file__,
+        "--child",
+    ]
     if args.factors:
         cmd += ["--factors", "x".join(map(str, args.factors))]
     env = {**os.environ, "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}

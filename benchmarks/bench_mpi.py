@@ -82,8 +82,10 @@ def child(part: str, sizes: list[int], rounds: int) -> None:
     main = r == 0
     if main and part != "fusion":
         print(f"fogsim MPI benchmark: {n} ranks, exponential-2 graph (in-degree {len(srcs)})")
-        print(f"{'bytes':>9} {'raw us':>9} {'fogsim us':>10} {'ratio':>6} {'added us':>9} "
-              f"{'nocheck us':>11} {'ratio':>6} {'added us':>9}")  # fmt: skip
+        print(
+            f"{'bytes':>9} {'raw us':>9} {'fogsim us':>10} {'ratio':>6} {'added us':>9} "
+            f"{'nocheck us':>11} {'ratio':>6} {'added us':>9}"
+        )
     for nbytes in sizes if part != "fusion" else []:
         x = np.random.default_rng(r).standard_normal(max(1, nbytes // 8))
         recv = np.empty((len(srcs), x.size))
@@ -95,19 +97,33 @@ def child(part: str, sizes: list[int], rounds: int) -> None:
             return w_self * x + w @ recv
 
         t_raw, t_fs, t_nc = per_call(
-            [raw, lambda x=x: fs.neighbor_allreduce(x),
-             lambda x=x: fs.neighbor_allreduce(x, enable_topo_check=False)], comm, rounds,
-        )  # fmt: skip
+            [
+                raw,
+                lambda x=x: fs.neighbor_allreduce(x),
+                lambda x=x: fs.neighbor_allreduce(x, enable_topo_check=False),
+            ],
+            comm,
+            rounds,
+        )
         if main:
             # the goals: <= 1.1x raw from 64 KB up, <= 3 us added at 8 B (others printed only)
             goal = {8: "added <= 3 us"}.get(x.nbytes, "<= 1.1" if x.nbytes >= 64 << 10 else None)
             if goal:
                 for check, t in (("on", t_fs), ("off", t_nc)):
-                    record("mpi", f"neighbor_allreduce {x.nbytes} B, check {check}, vs raw", t,
-                           t_raw, goal=goal, note=f"{n} ranks")  # fmt: skip
-            print(f"{x.nbytes:>9} {1e6 * t_raw:>9.1f} {1e6 * t_fs:>10.1f} {t_fs / t_raw:>6.2f} "
-                  f"{1e6 * (t_fs - t_raw):>9.1f} {1e6 * t_nc:>11.1f} {t_nc / t_raw:>6.2f} "
-                  f"{1e6 * (t_nc - t_raw):>9.1f}", flush=True)  # fmt: skip
+                    record(
+                        "mpi",
+                        f"neighbor_allreduce {x.nbytes} B, check {check}, vs raw",
+                        t,
+                        t_raw,
+                        goal=goal,
+                        note=f"{n} ranks",
+                    )
+            print(
+                f"{x.nbytes:>9} {1e6 * t_raw:>9.1f} {1e6 * t_fs:>10.1f} {t_fs / t_raw:>6.2f} "
+                f"{1e6 * (t_fs - t_raw):>9.1f} {1e6 * t_nc:>11.1f} {t_nc / t_raw:>6.2f} "
+                f"{1e6 * (t_nc - t_raw):>9.1f}",
+                flush=True,
+            )
 
     if part == "neighbor":
         graph.Free()
@@ -129,11 +145,20 @@ def child(part: str, sizes: list[int], rounds: int) -> None:
     t_one, t_fused = per_call([one_by_one, fused], comm, rounds)
     if main:
         # as rates, so that the ratio is the speed-up
-        record("fusion", "100 x 1 KB neighbor_allreduce, fused vs one by one", 100 / t_fused,
-               100 / t_one, goal=">= 10", unit="tensors/s", note=f"{n} ranks")  # fmt: skip
+        record(
+            "fusion",
+            "100 x 1 KB neighbor_allreduce, fused vs one by one",
+            100 / t_fused,
+            100 / t_one,
+            goal=">= 10",
+            unit="tensors/s",
+            note=f"{n} ranks",
+        )
         save()
-        print(f"100 tensors of 1 KB: one by one {1e3 * t_one:.2f} ms, fused {1e3 * t_fused:.2f} "
-              f"ms, speed-up {t_one / t_fused:.1f}x")  # fmt: skip
+        print(
+            f"100 tensors of 1 KB: one by one {1e3 * t_one:.2f} ms, fused {1e3 * t_fused:.2f} "
+            f"ms, speed-up {t_one / t_fused:.1f}x"
+        )
     graph.Free()
     fs.shutdown()
 
@@ -141,10 +166,15 @@ def child(part: str, sizes: list[int], rounds: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-np", type=int, default=4, help="number of MPI processes")
-    parser.add_argument("--part", choices=["all", "neighbor", "fusion"], default="all",
-                        help="neighbor_allreduce vs raw mpi4py, fused calls, or both")  # fmt: skip
-    parser.add_argument("--sizes", default=",".join(map(str, SIZES)),
-                        help="message sizes in bytes, comma-separated")  # fmt: skip
+    parser.add_argument(
+        "--part",
+        choices=["all", "neighbor", "fusion"],
+        default="all",
+        help="neighbor_allreduce vs raw mpi4py, fused calls, or both",
+    )
+    parser.add_argument(
+        "--sizes", default=",".join(map(str, SIZES)), help="message sizes in bytes, comma-separated"
+    )
     parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -153,8 +183,22 @@ def main(argv: list[str] | None = None) -> int:
         child(args.part, sizes, args.rounds)
         return 0
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    cmd = [mpiexec, "-n", str(args.np), sys.executable, "-m", "mpi4py", __file__, "--child",
-           "--part", args.part, "--sizes", args.sizes, "--rounds", str(args.rounds)]  # fmt: skip
+    cmd = [
+        mpiexec,
+        "-n",
+        str(args.np),
+        sys.executable,
+        "-m",
+        "mpi4py",
+        __file__,
+        "--child",
+        "--part",
+        args.part,
+        "--sizes",
+        args.sizes,
+        "--rounds",
+        str(args.rounds),
+    ]
     env = {**os.environ, "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     return subprocess.run(cmd, env=env, timeout=900).returncode
 

@@ -25,8 +25,9 @@ GOAL_SECONDS = 60  # "well under a minute", beyond starting the kernel
 def run_seconds(nb, nbclient) -> float:
     """Seconds to execute notebook ``nb`` (a fresh kernel started from notebooks/)."""
     resources = {"metadata": {"path": str(NOTEBOOK_DIR)}}  # run from notebooks/, as Jupyter does
-    client = nbclient.NotebookClient(nb, timeout=10 * GOAL_SECONDS, kernel_name="python3",
-                                     resources=resources)  # fmt: skip
+    client = nbclient.NotebookClient(
+        nb, timeout=10 * GOAL_SECONDS, kernel_name="python3", resources=resources
+    )
     start = time.perf_counter()
     client.execute()
     seconds = time.perf_counter() - start
@@ -57,8 +58,13 @@ def main(argv: list[str] | None = None) -> None:
     for path in paths:
         seconds = run_seconds(nbformat.read(path, as_version=4), nbclient)
         print(f"{path.name:<40} {seconds:>8.1f} {base:>9.1f} {seconds / base:>6.1f}")
-        record("notebooks", f"{path.name}, top to bottom vs an empty notebook", seconds, base,
-               goal=f"added <= {GOAL_SECONDS} s")  # fmt: skip
+        record(
+            "notebooks",
+            f"{path.name}, top to bottom vs an empty notebook",
+            seconds,
+            base,
+            goal=f"added <= {GOAL_SECONDS} s",
+        )
     save()
 
 

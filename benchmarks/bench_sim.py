@@ -96,8 +96,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--agents", help="comma-separated agent counts (default: the grid)")
     parser.add_argument("--mb", help="comma-separated state sizes in MB (default: the grid)")
-    parser.add_argument("--million-steps", type=int, default=None,
-                        help="steps of the 10^6-agent run (20; 0 with --quick)")  # fmt: skip
+    parser.add_argument(
+        "--million-steps",
+        type=int,
+        default=None,
+        help="steps of the 10^6-agent run (20; 0 with --quick)",
+    )
     args = parser.parse_args(argv)
 
     if args.quick:
@@ -127,8 +131,9 @@ def main(argv: list[str] | None = None) -> None:
                     continue
                 r = bench_case(topo_name, n, d, repeat)
                 ratio = r["step"] / r["memcpy"]
-                cases.append((topo_name, n, mb, ratio, r["scipy"] / r["step"], r["memcpy"],
-                              r["step"]))  # fmt: skip
+                cases.append(
+                    (topo_name, n, mb, ratio, r["scipy"] / r["step"], r["memcpy"], r["step"])
+                )
                 print(
                     f"{topo_name:<9} {n:>9} {d:>8} {mb:>5} {1e3 * r['memcpy']:>10.3f} "
                     f"{1e3 * r['step']:>9.3f} {1e3 * r['scipy']:>9.3f} {ratio:>12.2f} "
@@ -140,17 +145,32 @@ def main(argv: list[str] | None = None) -> None:
         if not mine:
             continue
         values = [c[3] for c in mine]
-        record("sim", f"{name}: step / memcpy, median over the grid", None,
-               ratio=float(np.median(values)), unit="s")  # fmt: skip
-        record("sim", f"{name}: scipy CSR W @ x / step, median over the grid", None,
-               ratio=float(np.median([c[4] for c in mine])), unit="s")  # fmt: skip
+        record(
+            "sim",
+            f"{name}: step / memcpy, median over the grid",
+            None,
+            ratio=float(np.median(values)),
+            unit="s",
+        )
+        record(
+            "sim",
+            f"{name}: scipy CSR W @ x / step, median over the grid",
+            None,
+            ratio=float(np.median([c[4] for c in mine])),
+            unit="s",
+        )
         big = [c for c in mine if c[2] >= 64]
         if big:  # the memory-bound sizes the goal is about
             _, n, mb, _, _, t_memcpy, t_step = max(big, key=lambda c: c[3])
             # exp-2 reads log2(n) + 1 rows per agent, memcpy one: no goal against memcpy
-            record("sim", f"{name}: step vs memcpy, worst at >= 64 MB", t_step, t_memcpy,
-                   goal=None if name == "exp2" else "<= 1.5",
-                   note=f"{n} agents, {mb} MB")  # fmt: skip
+            record(
+                "sim",
+                f"{name}: step vs memcpy, worst at >= 64 MB",
+                t_step,
+                t_memcpy,
+                goal=None if name == "exp2" else "<= 1.5",
+                note=f"{n} agents, {mb} MB",
+            )
         print(f"{name}: step/memcpy median {np.median(values):.2f}, max {max(values):.2f}")
 
     n_dicts = 10_000 if args.quick else 1_000_000
@@ -160,8 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     if million_steps:
         rate = million_agents_rate(million_steps)
-        record("sim", "10^6 agents, one-peer exp-2, d=8", rate, goal=">= 10",
-               unit="steps/s")  # fmt: skip
+        record("sim", "10^6 agents, one-peer exp-2, d=8", rate, goal=">= 10", unit="steps/s")
         print(f"10^6 agents, one-peer exponential-2, d=8: {rate:.1f} steps/s")
     save()
 

@@ -72,16 +72,20 @@ def main(argv: list[str] | None = None) -> None:
     repeat = args.repeat or (2 if args.quick else 5)
     agents = [int(a) for a in args.agents.split(",")]
 
-    header = (f"{'op':<20} {'agents':>6} {'d':>6} {'stacked us':>11} {'spmd us':>10} "
-              f"{'spmd/stacked':>13} {'spmd us/agent':>14}")  # fmt: skip
+    header = (
+        f"{'op':<20} {'agents':>6} {'d':>6} {'stacked us':>11} {'spmd us':>10} "
+        f"{'spmd/stacked':>13} {'spmd us/agent':>14}"
+    )
     print(header)
     print("-" * len(header))
     for op in OPS:
         for n in agents:
             base = stacked_time(op, n, args.d, steps, repeat)
             spmd = spmd_time(op, n, args.d, max(10, steps // max(1, n // 16)), repeat)
-            print(f"{op:<20} {n:>6} {args.d:>6} {base * 1e6:>11.1f} {spmd * 1e6:>10.1f} "
-                  f"{spmd / base:>13.1f} {spmd / n * 1e6:>14.2f}")  # fmt: skip
+            print(
+                f"{op:<20} {n:>6} {args.d:>6} {base * 1e6:>11.1f} {spmd * 1e6:>10.1f} "
+                f"{spmd / base:>13.1f} {spmd / n * 1e6:>14.2f}"
+            )
             record("spmd", f"{op}, {n} agent threads vs stacked, d={args.d}", spmd, base)
     save()
 

@@ -47,12 +47,15 @@ def child(prefix: str) -> None:
     TL.stop()
     if fs.is_main_process():
         print(f"timeline overhead, {fs.size()} ranks, neighbor_allreduce of 1 KB (exp-2)")
-        record("timeline", "1 KB neighbor_allreduce, timeline on / off", t_on, t_off,
-               goal="<= 1.10")  # fmt: skip
+        record(
+            "timeline", "1 KB neighbor_allreduce, timeline on / off", t_on, t_off, goal="<= 1.10"
+        )
         save()
-        print(f"  off {1e6 * t_off:.1f} us, on {1e6 * t_on:.1f} us per call: ratio "
-              f"{t_on / t_off:.2f} (goal <= 1.10), {1e6 * (t_on - t_off):.1f} us "
-              "added")  # fmt: skip
+        print(
+            f"  off {1e6 * t_off:.1f} us, on {1e6 * t_on:.1f} us per call: ratio "
+            f"{t_on / t_off:.2f} (goal <= 1.10), {1e6 * (t_on - t_off):.1f} us "
+            "added"
+        )
     fs.shutdown()
 
 
@@ -65,8 +68,19 @@ def main(argv: list[str] | None = None) -> int:
         child(args.child)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "fogsim.run", "-np", str(args.np), "--timeout", "600",
-               "python", __file__, "--child", os.path.join(tmp, "t")]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "fogsim.run",
+            "-np",
+            str(args.np),
+            "--timeout",
+            "600",
+            "python",
+            __file__,
+            "--child",
+            os.path.join(tmp, "t"),
+        ]
         env = {**os.environ, "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
         env.pop("FOGSIM_BACKEND", None)
         env.pop("FOGSIM_TIMELINE", None)

@@ -72,8 +72,10 @@ def digits_mlp() -> nn.Module:
 def sim_part(sizes: list[int], rounds: int) -> None:
     print("simulated training, digits MLP 64-64-10, 16 samples per agent, ATC SGD on exp-2;")
     print("loss per agent with fo.per_agent(F.cross_entropy), or through torch.func.vmap")
-    print(f"{'agents':>7} {'loop steps/s':>13} {'stacked steps/s':>16} {'speed-up':>9} "
-          f"{'vmap loss steps/s':>18} {'speed-up':>9}")  # fmt: skip
+    print(
+        f"{'agents':>7} {'loop steps/s':>13} {'stacked steps/s':>16} {'speed-up':>9} "
+        f"{'vmap loss steps/s':>18} {'speed-up':>9}"
+    )
     for n in sizes:
         fs.init(backend="sim", size=n, topology=T.exponential_two_graph)
         torch.manual_seed(0)
@@ -112,10 +114,19 @@ def sim_part(sizes: list[int], rounds: int) -> None:
         stacked = stacked_step(fo.per_agent(F.cross_entropy))
         vmapped = stacked_step(torch.func.vmap(F.cross_entropy))
         t_loop, t_stacked, t_vmap = interleaved([loop, stacked, vmapped], rounds)
-        record("torch", f"{n} simulated replicas, stacked vs a loop of {n} models", 1 / t_stacked,
-               1 / t_loop, goal=">= 5" if n == 32 else None, unit="steps/s")  # fmt: skip
-        print(f"{n:>7} {1 / t_loop:>13.1f} {1 / t_stacked:>16.1f} {t_loop / t_stacked:>8.1f}x "
-              f"{1 / t_vmap:>18.1f} {t_loop / t_vmap:>8.1f}x", flush=True)  # fmt: skip
+        record(
+            "torch",
+            f"{n} simulated replicas, stacked vs a loop of {n} models",
+            1 / t_stacked,
+            1 / t_loop,
+            goal=">= 5" if n == 32 else None,
+            unit="steps/s",
+        )
+        print(
+            f"{n:>7} {1 / t_loop:>13.1f} {1 / t_stacked:>16.1f} {t_loop / t_stacked:>8.1f}x "
+            f"{1 / t_vmap:>18.1f} {t_loop / t_vmap:>8.1f}x",
+            flush=True,
+        )
         fs.shutdown()
     save()
 
@@ -137,10 +148,10 @@ def dist_child(rounds: int) -> None:
 
     def make(wrapper, **options):
         torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
-                              nn.Linear(512, 10))  # fmt: skip
-        opt = wrapper(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), model,
-                      **options)  # fmt: skip
+        model = nn.Sequential(
+            nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)
+        )
+        opt = wrapper(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), model, **options)
 
         def step():
             loss = F.cross_entropy(model(x), y)
@@ -153,9 +164,10 @@ def dist_child(rounds: int) -> None:
     runs = {
         "ATC neighbor_allreduce": make(fo.DistributedAdaptThenCombineOptimizer),
         "gradient allreduce": make(fo.DistributedGradientAllreduceOptimizer),
-        "local steps only": make(fo.DistributedAdaptThenCombineOptimizer,
-                                 communication_type="empty"),
-    }  # fmt: skip
+        "local steps only": make(
+            fo.DistributedAdaptThenCombineOptimizer, communication_type="empty"
+        ),
+    }
 
     def slowest(seconds: float) -> float:
         return float(np.max(fs.allgather(np.array([seconds]))))
@@ -163,15 +175,24 @@ def dist_child(rounds: int) -> None:
     times = interleaved(list(runs.values()), rounds, clock=slowest)
     if fs.is_main_process():
         mb = (784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10) * 4 / 1e6
-        print(f"{n} ranks x {batch} samples per step, MLP 784-512-512-10 ({mb:.1f} MB "
-              "float32), exponential-2 graph")  # fmt: skip
+        print(
+            f"{n} ranks x {batch} samples per step, MLP 784-512-512-10 ({mb:.1f} MB "
+            "float32), exponential-2 graph"
+        )
         base = times[1]
         for (name, _), t in zip(runs.items(), times, strict=True):
             if name != "gradient allreduce":  # the other rows carry it as their baseline
-                record("torch", f"{n} ranks, {_backend_name()}: {name} vs gradient allreduce",
-                       n * batch / t, n * batch / base, unit="samples/s")  # fmt: skip
-            print(f"  {name:<24} {n * batch / t:>10.0f} samples/s  {base / t:>5.2f}x "
-                  "gradient allreduce")  # fmt: skip
+                record(
+                    "torch",
+                    f"{n} ranks, {_backend_name()}: {name} vs gradient allreduce",
+                    n * batch / t,
+                    n * batch / base,
+                    unit="samples/s",
+                )
+            print(
+                f"  {name:<24} {n * batch / t:>10.0f} samples/s  {base / t:>5.2f}x "
+                "gradient allreduce"
+            )
         save()
     fs.shutdown()
 
@@ -179,10 +200,26 @@ def dist_child(rounds: int) -> None:
 def dist_part(np_: int, backends: list[str], rounds: int) -> None:
     for backend in backends:
         print(f"\ndistributed training, backend {backend!r}, {np_} processes", flush=True)
-        cmd = [sys.executable, "-m", "fogsim.run", "-np", str(np_), "--timeout", "600",
-               "python", __file__, "--child", "--rounds", str(rounds)]  # fmt: skip
-        env = {**os.environ, "FOGSIM_BACKEND": backend, "OMP_NUM_THREADS": "1",
-               "NUMBA_NUM_THREADS": "1"}  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "fogsim.run",
+            "-np",
+            str(np_),
+            "--timeout",
+            "600",
+            "python",
+            __file__,
+            "--child",
+            "--rounds",
+            str(rounds),
+        ]
+        env = {
+            **os.environ,
+            "FOGSIM_BACKEND": backend,
+            "OMP_NUM_THREADS": "1",
+            "NUMBA_NUM_THREADS": "1",
+        }
         env.pop("FOGSIM_SIZE", None)
         run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
         if run.returncode != 0:

@@ -115,8 +115,9 @@ def _training(comm, tw, mw, n, rounds):
 
     def model_and_sgd():
         torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
-                              nn.Linear(512, 10))  # fmt: skip
+        model = nn.Sequential(
+            nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)
+        )
         return model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def fogsim_step(ctx):
@@ -153,8 +154,9 @@ def _training(comm, tw, mw, n, rounds):
 
     raw_torch = raw_step(lambda g: dist.all_reduce(g, async_op=True), lambda w: w.wait())
     raw_mpi = raw_step(lambda g: comm.Iallreduce(MPI.IN_PLACE, g.numpy()), lambda r: r.Wait())
-    return per_call([fogsim_step(tw), raw_torch, fogsim_step(mw), raw_mpi], comm, rounds,
-                    BATCH_SECONDS)  # fmt: skip
+    return per_call(
+        [fogsim_step(tw), raw_torch, fogsim_step(mw), raw_mpi], comm, rounds, BATCH_SECONDS
+    )
 
 
 def child(sizes: list[int], rounds: int, train: bool) -> None:
@@ -196,31 +198,42 @@ def child(sizes: list[int], rounds: int, train: bool) -> None:
             out /= n
             return out
 
-        times = per_call([raw_torch_allreduce, _in(tw, lambda x=x: fs.allreduce(x)),
-                          raw_mpi_allreduce, _in(mw, lambda x=x: fs.allreduce(x))],
-                         comm, rounds, BATCH_SECONDS)  # fmt: skip
+        times = per_call(
+            [
+                raw_torch_allreduce,
+                _in(tw, lambda x=x: fs.allreduce(x)),
+                raw_mpi_allreduce,
+                _in(mw, lambda x=x: fs.allreduce(x)),
+            ],
+            comm,
+            rounds,
+            BATCH_SECONDS,
+        )
         results[("allreduce", x.nbytes)] = dict(zip(COLUMNS, times, strict=True))
 
         def dynamic(x=x):
-            return fs.neighbor_allreduce(x, self_weight=w_self, src_weights=src_weights,
-                                         dst_weights=list(dsts))  # fmt: skip
+            return fs.neighbor_allreduce(
+                x, self_weight=w_self, src_weights=src_weights, dst_weights=list(dsts)
+            )
 
         raw_t = _raw_neighbor_torch(x, srcs, dsts, w_self, w)
         raw_m = _raw_neighbor_mpi(x, graph, len(srcs), w_self, w)
         calls = {
             "neighbor_allreduce": lambda x=x: fs.neighbor_allreduce(x),
-            "neighbor_allreduce, check off":
-                lambda x=x: fs.neighbor_allreduce(x, enable_topo_check=False),
+            "neighbor_allreduce, check off": lambda x=x: fs.neighbor_allreduce(
+                x, enable_topo_check=False
+            ),
             "neighbor_allreduce, dynamic": dynamic,
-        }  # fmt: skip
+        }
         fns = [raw_t, raw_m]
         for call in calls.values():
             fns += [_in(tw, call), _in(mw, call)]
         times = per_call(fns, comm, rounds, BATCH_SECONDS)
         for k, op in enumerate(calls):
             t_fs, m_fs = times[2 + 2 * k], times[3 + 2 * k]
-            results[(op, x.nbytes)] = dict(zip(COLUMNS, (times[0], t_fs, times[1], m_fs),
-                                               strict=True))  # fmt: skip
+            results[(op, x.nbytes)] = dict(
+                zip(COLUMNS, (times[0], t_fs, times[1], m_fs), strict=True)
+            )
     if train:
         t_fs, t_raw, m_fs, m_raw = _training(comm, tw, mw, n, max(3, rounds // 2))
         results[("gradient allreduce training step", 0)] = dict(
@@ -240,11 +253,15 @@ GOAL = 1.2  # fogsim on torch.distributed at most 1.2x the raw calls (issue 20)
 
 def report(results: dict, n: int, degree: int) -> None:
     """Print the job's table and record its rows (on the main rank)."""
-    print(f"{n} processes, exponential-2 graph (in-degree {degree}), float32; us per call, "
-          "the slowest rank's, median of interleaved rounds")  # fmt: skip
-    print(f"{'op':<34} {'bytes':>8} {'raw torch':>10} {'fogsim torch':>13} {'fs/raw':>7} "
-          f"{'raw MPI':>9} {'fogsim MPI':>11} {'torch/MPI raw':>14} "
-          f"{'torch/MPI fogsim':>17}")  # fmt: skip
+    print(
+        f"{n} processes, exponential-2 graph (in-degree {degree}), float32; us per call, "
+        "the slowest rank's, median of interleaved rounds"
+    )
+    print(
+        f"{'op':<34} {'bytes':>8} {'raw torch':>10} {'fogsim torch':>13} {'fs/raw':>7} "
+        f"{'raw MPI':>9} {'fogsim MPI':>11} {'torch/MPI raw':>14} "
+        f"{'torch/MPI fogsim':>17}"
+    )
     verdicts = []
     for (op, nbytes), t in results.items():
         ratio = t["fogsim torch"] / t["raw torch"]
@@ -252,28 +269,45 @@ def report(results: dict, n: int, degree: int) -> None:
         goal = f"<= {GOAL}" if op in ("allreduce", "neighbor_allreduce") else None
         if goal:
             verdicts.append((op, size, ratio))
-        record("torch_raw", f"{n} ranks, {op} {size}: fogsim torch vs raw torch.distributed",
-               t["fogsim torch"], t["raw torch"], goal=goal)  # fmt: skip
+        record(
+            "torch_raw",
+            f"{n} ranks, {op} {size}: fogsim torch vs raw torch.distributed",
+            t["fogsim torch"],
+            t["raw torch"],
+            goal=goal,
+        )
         if op in ("allreduce", "neighbor_allreduce", "gradient allreduce training step"):
-            record("torch_raw", f"{n} ranks, {op} {size}: raw torch.distributed vs raw MPI",
-                   t["raw torch"], t["raw MPI"])  # fmt: skip
-        print(f"{op:<34} {nbytes or '':>8} {1e6 * t['raw torch']:>10.1f} "
-              f"{1e6 * t['fogsim torch']:>13.1f} {ratio:>7.2f} {1e6 * t['raw MPI']:>9.1f} "
-              f"{1e6 * t['fogsim MPI']:>11.1f} {t['raw torch'] / t['raw MPI']:>14.1f} "
-              f"{t['fogsim torch'] / t['fogsim MPI']:>17.1f}", flush=True)  # fmt: skip
+            record(
+                "torch_raw",
+                f"{n} ranks, {op} {size}: raw torch.distributed vs raw MPI",
+                t["raw torch"],
+                t["raw MPI"],
+            )
+        print(
+            f"{op:<34} {nbytes or '':>8} {1e6 * t['raw torch']:>10.1f} "
+            f"{1e6 * t['fogsim torch']:>13.1f} {ratio:>7.2f} {1e6 * t['raw MPI']:>9.1f} "
+            f"{1e6 * t['fogsim MPI']:>11.1f} {t['raw torch'] / t['raw MPI']:>14.1f} "
+            f"{t['fogsim torch'] / t['fogsim MPI']:>17.1f}",
+            flush=True,
+        )
     missed = [f"{op} {size} ({ratio:.2f}x)" for op, size, ratio in verdicts if ratio > GOAL]
     verdict = "met" if not missed else "not met at " + ", ".join(missed)
-    print(f"goal fogsim torch <= {GOAL}x raw torch.distributed (allreduce, "
-          f"neighbor_allreduce): {verdict}", flush=True)  # fmt: skip
+    print(
+        f"goal fogsim torch <= {GOAL}x raw torch.distributed (allreduce, "
+        f"neighbor_allreduce): {verdict}",
+        flush=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-np", type=int, default=4, help="number of processes")
-    parser.add_argument("--also", default="2",
-                        help="process counts to run after -np, comma-separated")  # fmt: skip
-    parser.add_argument("--sizes", default=",".join(map(str, SIZES)),
-                        help="message sizes in bytes, comma-separated")  # fmt: skip
+    parser.add_argument(
+        "--also", default="2", help="process counts to run after -np, comma-separated"
+    )
+    parser.add_argument(
+        "--sizes", default=",".join(map(str, SIZES)), help="message sizes in bytes, comma-separated"
+    )
     parser.add_argument("--rounds", type=int, default=9, help="interleaved rounds")
     parser.add_argument("--no-train", action="store_true", help="skip the training step")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -287,12 +321,26 @@ def main(argv: list[str] | None = None) -> int:
     env.pop("FOGSIM_BACKEND", None)
     code = 0
     for np_ in counts:
-        cmd = [sys.executable, "-m", "fogsim.run", "-np", str(np_), "--timeout", "600",
-               "python", __file__, "--child", "--sizes", args.sizes, "--rounds",
-               str(args.rounds)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "fogsim.run",
+            "-np",
+            str(np_),
+            "--timeout",
+            "600",
+            "python",
+            __file__,
+            "--child",
+            "--sizes",
+            args.sizes,
+            "--rounds",
+            str(args.rounds),
+        ]
         cmd += ["--no-train"] if args.no_train else []
-        print(f"\nfogsim torch runtime vs raw torch.distributed and MPI, {np_} processes",
-              flush=True)  # fmt: skip
+        print(
+            f"\nfogsim torch runtime vs raw torch.distributed and MPI, {np_} processes", flush=True
+        )
         code = code or subprocess.run(cmd, env=env, timeout=700).returncode
     return code
 

@@ -37,7 +37,7 @@ def parser(description: str, extra_topologies: tuple[str, ...] = ()) -> argparse
     p.add_argument("--plot", metavar="PNG", help="save the curve to this file")
     p.add_argument("--save", metavar="NPY", help="save every agent's final value (n x ...)")
     p.add_argument("--progress", action="store_true", help="show a progress bar (tqdm)")
-    return p  # fmt: skip
+    return p
 
 
 def simulation_only(script: str) -> bool:
@@ -57,8 +57,12 @@ def simulation_only(script: str) -> bool:
         return True
     if rank == 0:
         name = script.replace("\\", "/").rsplit("/", 1)[-1]
-        print(f"{name}: this example is simulation-only; ran once on rank 0 (not on all "
-              f"{size} processes)", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"{name}: this example is simulation-only; ran once on rank 0 (not on all "
+            f"{size} processes)",
+            file=sys.stderr,
+            flush=True,
+        )
     return rank == 0
 
 
@@ -75,8 +79,9 @@ def schedule(args) -> object:
     return DYNAMIC[args.topology](fs.size()) if args.topology in DYNAMIC else None
 
 
-def finish(args, x, curve: list[float], ylabel: str, label: str | None = None,
-           others: dict | None = None) -> None:  # fmt: skip
+def finish(
+    args, x, curve: list[float], ylabel: str, label: str | None = None, others: dict | None = None
+) -> None:
     """Save the final values and the plot (main process only), then shut down.
 
     ``others`` maps labels to more curves drawn on the same axes (e.g. DGD for comparison);

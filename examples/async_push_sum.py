@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> dict:
     data = np.random.default_rng(args.seed).standard_normal((n, args.dim))
     x = fs.local(lambda r: data[r].copy())
     xbar = fs.local(lambda r: data.mean(axis=0))
+
     def share_of(r: int) -> float:  # what agent r keeps, and sends to each out-neighbor
         return 1.0 / (len(topo.out_neighbors(r)) + 1)
 
@@ -89,8 +90,9 @@ def main(argv: list[str] | None = None) -> dict:
             report(k, curve[-1])
     fs.barrier()  # every agent has stopped sending ...
     fs.win_update_then_collect("x")  # ... so this collects everything still in the buffers
-    mass = float(np.ravel(fs.allreduce(np.asarray(fs.win_associated_p("x"))[..., None],
-                                       average=False))[0])  # fmt: skip
+    mass = float(
+        np.ravel(fs.allreduce(np.asarray(fs.win_associated_p("x"))[..., None], average=False))[0]
+    )
     final = relative_error(x, fs.win_associated_p("x"), xbar)
     if fs.is_main_process():
         print(f"final relative error {final:.3e}, total mass sum(p) = {mass!r} (n = {n})")

@@ -62,11 +62,15 @@ def simulated_run(dim: int, iters: int = 30) -> dict[str, list[float]]:
             x = mix(x - 0.1 * np.einsum("aij,ai->aj", A, residual))
             meter.mark()
             errors.append(float(np.sqrt(((x - x.mean(0)) ** 2).sum(1).mean())))
-        print(f"\n{mode}: modelled communication per iteration "
-              f"{1e6 * meter.iterations[-1]:.1f} us, total {1e3 * meter.total:.3f} ms")  # fmt: skip
+        print(
+            f"\n{mode}: modelled communication per iteration "
+            f"{1e6 * meter.iterations[-1]:.1f} us, total {1e3 * meter.total:.3f} ms"
+        )
         for t in (0, iters // 2, iters - 1):
-            print(f"  iteration {t:>3}  consensus error {errors[t]:.3e}  "
-                  f"communication {1e6 * meter.iterations[t]:.1f} us")  # fmt: skip
+            print(
+                f"  iteration {t:>3}  consensus error {errors[t]:.3e}  "
+                f"communication {1e6 * meter.iterations[t]:.1f} us"
+            )
         out[mode] = meter.iterations
         fs.shutdown()
     return out

@@ -64,10 +64,12 @@ def mlp(hidden: int) -> nn.Module:
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--size", type=int, default=None,
-                   help="simulated agents (default 8); under fogrun -np N: N")  # fmt: skip
-    p.add_argument("--methods", default=",".join(METHODS),
-                   help=f"comma-separated, from {', '.join(METHODS)}")  # fmt: skip
+    p.add_argument(
+        "--size", type=int, default=None, help="simulated agents (default 8); under fogrun -np N: N"
+    )
+    p.add_argument(
+        "--methods", default=",".join(METHODS), help=f"comma-separated, from {', '.join(METHODS)}"
+    )
     p.add_argument("--epochs", type=int, default=15)
     p.add_argument("--batch", type=int, default=16, help="samples per agent and step")
     p.add_argument("--lr", type=float, default=0.1)
@@ -91,9 +93,11 @@ def main(argv: list[str] | None = None) -> dict:
     images, labels, source = load_data(args.seed)
     data = split(images, labels, fs.size(), args.seed, dtype)
     if fs.is_main_process():
-        print(f"{source}: {len(labels)} samples, {data['shard']} per agent for "
-              f"{fs.size()} agents, {len(data['y_test'])} for testing"
-              f"{'' if fo.is_simulated() else ' (MPI)'}")  # fmt: skip
+        print(
+            f"{source}: {len(labels)} samples, {data['shard']} per agent for "
+            f"{fs.size()} agents, {len(data['y_test'])} for testing"
+            f"{'' if fo.is_simulated() else ' (MPI)'}"
+        )
 
     results: dict = {"source": source}
     for method in methods:
@@ -101,8 +105,10 @@ def main(argv: list[str] | None = None) -> dict:
         results[method] = train(method, data, args, dtype)
         if fs.is_main_process():
             acc = results[method]["accuracy"][-1]
-            print(f"{method}: final test accuracy {acc:.4f} (mean over agents), "
-                  f"{time.perf_counter() - start:.1f} s")  # fmt: skip
+            print(
+                f"{method}: final test accuracy {acc:.4f} (mean over agents), "
+                f"{time.perf_counter() - start:.1f} s"
+            )
     if args.plot and fs.is_main_process():
         plot(results, methods, args.plot)
     fs.shutdown()
@@ -153,8 +159,11 @@ def train(method: str, data: dict, args, dtype) -> dict:
     for epoch in epochs:
         model.train()
         # agent r's own shuffle of its shard; gathered with batch-friendly indexing
-        perm = fs.local(lambda r, e=epoch: torch.as_tensor(
-            np.random.default_rng([args.seed, r, e]).permutation(data["shard"])))  # fmt: skip
+        perm = fs.local(
+            lambda r, e=epoch: torch.as_tensor(
+                np.random.default_rng([args.seed, r, e]).permutation(data["shard"])
+            )
+        )
         total = torch.zeros(n) if fo.is_simulated() else torch.zeros(())
         for t in range(steps):
             idx = perm[..., t * args.batch : (t + 1) * args.batch]
@@ -177,9 +186,11 @@ def train(method: str, data: dict, args, dtype) -> dict:
         history["accuracy"].append(float(accs.mean()))
         history["worst_accuracy"].append(float(accs.min()))
         if fs.is_main_process():
-            line = (f"{method:>13}  epoch {epoch + 1:3d}  loss {history['loss'][-1]:.4f}  "
-                    f"test accuracy {history['accuracy'][-1]:.4f} "
-                    f"(worst agent {history['worst_accuracy'][-1]:.4f})")  # fmt: skip
+            line = (
+                f"{method:>13}  epoch {epoch + 1:3d}  loss {history['loss'][-1]:.4f}  "
+                f"test accuracy {history['accuracy'][-1]:.4f} "
+                f"(worst agent {history['worst_accuracy'][-1]:.4f})"
+            )
             (bar.write if bar is not None else print)(line)
     if bar is not None:
         bar.close()

@@ -34,8 +34,9 @@ def main(argv: list[str] | None = None) -> list[float]:
     schedule = setup(args)
 
     problem = A.LeastSquares.random(args.rows, args.dim, seed=args.seed)
-    result = A.dgd(problem, args.alpha, args.iters, form=args.form, schedule=schedule,
-                   progress=args.progress)  # fmt: skip
+    result = A.dgd(
+        problem, args.alpha, args.iters, form=args.form, schedule=schedule, progress=args.progress
+    )
     curve = (result.history["distance"] ** 2).tolist()
     report_curve(curve, every=10)
     finish(args, result.x, curve, "mean ||x_i - x*||^2")

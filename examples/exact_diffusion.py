@@ -36,8 +36,9 @@ def main(argv: list[str] | None = None) -> list[float]:
     steps = setup(args)
 
     problem = A.LeastSquares.random(args.rows, args.dim, seed=args.seed)
-    result = A.exact_diffusion(problem, args.alpha, args.iters, schedule=steps,
-                               progress=args.progress)  # fmt: skip
+    result = A.exact_diffusion(
+        problem, args.alpha, args.iters, schedule=steps, progress=args.progress
+    )
     curve = (result.history["distance"] ** 2).tolist()
     report_curve(curve, every=10)
     others = {}

@@ -80,12 +80,15 @@ def main(argv: list[str] | None = None) -> dict[str, list[float]]:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--plot", help="save the two curves to this image file")
     args = p.parse_args(argv)
-    curves = run(args.size, steps=args.steps, fail_at=args.fail_at, link_drop=args.link_drop,
-                 seed=args.seed)  # fmt: skip
+    curves = run(
+        args.size, steps=args.steps, fail_at=args.fail_at, link_drop=args.link_drop, seed=args.seed
+    )
     print("distance to the optimum of the agents still up")
     print(f"{'step':>6} {'parameter server':>18} {'decentralized':>15}")
-    for t in sorted({0, args.fail_at - 1, args.fail_at, *range(0, args.steps, 50),
-                     args.steps - 1} & set(range(args.steps))):  # fmt: skip
+    for t in sorted(
+        {0, args.fail_at - 1, args.fail_at, *range(0, args.steps, 50), args.steps - 1}
+        & set(range(args.steps))
+    ):
         print(f"{t:>6} {curves['parameter server'][t]:>18.4e} {curves['decentralized'][t]:>15.4e}")
     if args.plot:
         import matplotlib

@@ -26,13 +26,18 @@ DEFAULT_FISH = 200
 
 def main(argv: list[str] | None = None) -> fish.SchoolHistory:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--size", type=int, default=None,
-                   help=f"fish (default {DEFAULT_FISH}); under fogrun -np N: N")  # fmt: skip
+    p.add_argument(
+        "--size",
+        type=int,
+        default=None,
+        help=f"fish (default {DEFAULT_FISH}); under fogrun -np N: N",
+    )
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--mode", choices=fish.MODES, default="escape")
-    p.add_argument("--switch-step", type=int, default=None,
-                   help="switch to the other mode at this step")  # fmt: skip
+    p.add_argument(
+        "--switch-step", type=int, default=None, help="switch to the other mode at this step"
+    )
     p.add_argument("--predator", choices=fish.PREDATOR_PATHS, default="circle")
     p.add_argument("--radius", type=float, default=2.0, help="sensing radius")
     p.add_argument("--noise", type=float, default=1.5, help="std of each fix's error")
@@ -48,10 +53,15 @@ def main(argv: list[str] | None = None) -> fish.SchoolHistory:
         fs.init(size=DEFAULT_FISH, seed=args.seed)  # a plain run: no fogrun, no FOGSIM_SIZE
     start = time.perf_counter()
     history = fish.simulate(
-        steps=args.steps, radius=args.radius, noise=args.noise, predator=args.predator,
-        mode=args.mode, switch_step=args.switch_step, seed=args.seed,
+        steps=args.steps,
+        radius=args.radius,
+        noise=args.noise,
+        predator=args.predator,
+        mode=args.mode,
+        switch_step=args.switch_step,
+        seed=args.seed,
         progress=not args.quiet and args.steps >= 100,
-    )  # fmt: skip
+    )
     seconds = time.perf_counter() - start
     if fs.is_main_process():
         report(history, seconds)
@@ -69,13 +79,17 @@ def main(argv: list[str] | None = None) -> fish.SchoolHistory:
 
 def report(history: fish.SchoolHistory, seconds: float) -> None:
     """Print the errors and the distance to the predator at a few steps."""
-    print(f"{history.n} fish, {history.steps} steps, {'/'.join(dict.fromkeys(history.modes))}: "
-          f"{seconds:.2f} s")  # fmt: skip
+    print(
+        f"{history.n} fish, {history.steps} steps, {'/'.join(dict.fromkeys(history.modes))}: "
+        f"{seconds:.2f} s"
+    )
     print(" step  diffusion      alone    central   distance")
     distance = history.predator_distance()
     for k in sorted({*range(0, history.steps + 1, max(1, history.steps // 5)), history.steps}):
-        print(f"{k:5d}  {history.errors[k]:9.4f}  {history.errors_alone[k]:9.4f}  "
-              f"{history.errors_central[k]:9.4f}  {distance[k]:9.3f}")  # fmt: skip
+        print(
+            f"{k:5d}  {history.errors[k]:9.4f}  {history.errors_alone[k]:9.4f}  "
+            f"{history.errors_central[k]:9.4f}  {distance[k]:9.3f}"
+        )
 
 
 if __name__ == "__main__":

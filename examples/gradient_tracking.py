@@ -34,8 +34,9 @@ def main(argv: list[str] | None = None) -> list[float]:
     schedule = setup(args)
 
     problem = A.LeastSquares.random(args.rows, args.dim, seed=args.seed)
-    result = A.gradient_tracking(problem, args.alpha, args.iters, schedule=schedule,
-                                 progress=args.progress)  # fmt: skip
+    result = A.gradient_tracking(
+        problem, args.alpha, args.iters, schedule=schedule, progress=args.progress
+    )
     if args.grad_norm:
         curve, ylabel = result.history["grad_norm"].tolist(), "||mean_i grad f_i(xbar)||"
     else:

@@ -55,8 +55,7 @@ def main(argv: list[str] | None = None) -> list[float]:
         schedule = random_push(fs.size(), args.seed)
 
     problem = A.LeastSquares.random(args.rows, args.dim, seed=args.seed)
-    result = A.push_diging(problem, args.alpha, args.iters, schedule,
-                           progress=args.progress)  # fmt: skip
+    result = A.push_diging(problem, args.alpha, args.iters, schedule, progress=args.progress)
     curve = (result.history["distance"] ** 2).tolist()
     report_curve(curve, every=10)
     finish(args, result.x, curve, "mean ||x_i - x*||^2")

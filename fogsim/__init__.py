@@ -192,12 +192,21 @@ _WINDOW_OPS = (
 _MODULE_OF = {name: "._api" for name in __all__}
 _MODULE_OF.update(dict.fromkeys(_WINDOW_OPS, "._api_windows"))
 _MODULE_OF.update(WeightWarning="._weightcheck")
-_MODULE_OF.update(Context="._context", Handle="._handles", StallError="._stall", rng="._rng",
-                  check_modes="._checkmodes", ModeReport="._checkmodes",
-                  AgentShapeWarning=".backends.sim._shapes",
-                  topology=".topology", spmd=".spmd",
-                  timeline=".timeline", timeline_context=".timeline",
-                  timeline_end_activity=".timeline", timeline_start_activity=".timeline")
+_MODULE_OF.update(
+    Context="._context",
+    Handle="._handles",
+    StallError="._stall",
+    rng="._rng",
+    check_modes="._checkmodes",
+    ModeReport="._checkmodes",
+    AgentShapeWarning=".backends.sim._shapes",
+    topology=".topology",
+    spmd=".spmd",
+    timeline=".timeline",
+    timeline_context=".timeline",
+    timeline_end_activity=".timeline",
+    timeline_start_activity=".timeline",
+)
 del _MODULE_OF["__version__"]
 
 

@@ -91,8 +91,7 @@ def init(
     if agent is not None:  # fogsim.spmd: an agent thread (re)starts its own view of the run
         return agent.init(backend, size, topology, seed, local_size)
     old = _context.peek()
-    ctx = Context(backend=backend, size=size, topology=topology, seed=seed,
-                  local_size=local_size)  # fmt: skip
+    ctx = Context(backend=backend, size=size, topology=topology, seed=seed, local_size=local_size)
     if old is not None and old is not ctx:
         _timeline.stop()
         old.close()
@@ -234,8 +233,9 @@ def machine_rank() -> Any:
     return _backend().machine_rank()
 
 
-def set_machine_topology(topology: Any, is_weighted: bool = False, *,
-                         check_weights: bool = True) -> None:  # fmt: skip
+def set_machine_topology(
+    topology: Any, is_weighted: bool = False, *, check_weights: bool = True
+) -> None:
     """Use ``topology`` among the machines for :func:`hierarchical_neighbor_allreduce`.
 
     Anything :func:`set_topology` takes, over ``machine_size()`` nodes (a builder is called
@@ -276,9 +276,7 @@ def _allreduce_variant(is_hierarchical_local: Any, algorithm: Any, factors: Any)
             f"is_hierarchical_local must be a bool, got {type(is_hierarchical_local).__name__}"
         )
     if algorithm not in _ALGORITHMS:
-        raise ValueError(
-            f"algorithm must be None, 'flat' or 'decomposed', got {algorithm!r}"
-        )
+        raise ValueError(f"algorithm must be None, 'flat' or 'decomposed', got {algorithm!r}")
     if factors is not None and algorithm == "flat":
         raise ValueError("factors= is for algorithm='decomposed', not 'flat'")
     decomposed = algorithm == "decomposed" or factors is not None
@@ -317,8 +315,9 @@ def allreduce(
     tl = _timeline.active
     if tl is None:
         return _allreduce(variant, x, average, name, factors)
-    with tl.op("ALLREDUCE" if variant is None else f"ALLREDUCE_{variant.upper()}",
-               name or "allreduce"):  # fmt: skip
+    with tl.op(
+        "ALLREDUCE" if variant is None else f"ALLREDUCE_{variant.upper()}", name or "allreduce"
+    ):
         return _allreduce(variant, x, average, name, factors)
 
 
@@ -365,8 +364,9 @@ def neighbor_allreduce(
     """
     if check_weights is not True:  # True: the hot path
         with _weightcheck.checks(check_weights):
-            return neighbor_allreduce(x, self_weight, src_weights, dst_weights,
-                                      enable_topo_check, name)  # fmt: skip
+            return neighbor_allreduce(
+                x, self_weight, src_weights, dst_weights, enable_topo_check, name
+            )
     tl = _timeline.active
     if tl is None:
         return _backend().neighbor_allreduce(
@@ -403,8 +403,14 @@ def allreduce_nonblocking(
             return _backend().allreduce_nonblocking(x, average, name)
         with tl.op("ENQUEUE_ALLREDUCE", name or "allreduce"):
             return _backend().allreduce_nonblocking(x, average, name)
-    result = allreduce(x, average, name, is_hierarchical_local=is_hierarchical_local,
-                       algorithm=algorithm, factors=factors)  # fmt: skip
+    result = allreduce(
+        x,
+        average,
+        name,
+        is_hierarchical_local=is_hierarchical_local,
+        algorithm=algorithm,
+        factors=factors,
+    )
     return Handle.completed("allreduce", result, name)
 
 
@@ -421,8 +427,9 @@ def neighbor_allreduce_nonblocking(
     """Start :func:`neighbor_allreduce` and return a handle for :func:`wait` / :func:`poll`."""
     if check_weights is not True:  # True: the hot path
         with _weightcheck.checks(check_weights):
-            return neighbor_allreduce_nonblocking(x, self_weight, src_weights, dst_weights,
-                                                  enable_topo_check, name)  # fmt: skip
+            return neighbor_allreduce_nonblocking(
+                x, self_weight, src_weights, dst_weights, enable_topo_check, name
+            )
     tl = _timeline.active
     if tl is None:
         return _backend().neighbor_allreduce_nonblocking(

@@ -218,5 +218,6 @@ def set_asynchrony(
     everything, as under MPI). Under MPI the processes are really asynchronous and this
     call only checks its arguments.
     """
-    _backend().set_asynchrony(activation, p_active=p_active, speeds=speeds,
-                              max_delay=max_delay, loss=loss, seed=seed)  # fmt: skip
+    _backend().set_asynchrony(
+        activation, p_active=p_active, speeds=speeds, max_delay=max_delay, loss=loss, seed=seed
+    )

@@ -21,8 +21,14 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "Kind", "is_tensor", "to_numpy", "wrap_like", "upcast_half", "require_float",
-    "require_window_float", "check_name",
+    "Kind",
+    "is_tensor",
+    "to_numpy",
+    "wrap_like",
+    "upcast_half",
+    "require_float",
+    "require_window_float",
+    "check_name",
 ]
 
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))

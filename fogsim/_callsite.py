@@ -16,8 +16,10 @@ _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 def user_frame(depth: int = 1):
     """The innermost frame, from ``depth`` frames above the caller, outside fogsim."""
     frame = sys._getframe(depth + 1)
-    while frame is not None and (frame.f_code.co_filename.startswith(_PACKAGE)
-                                 or frame.f_code.co_filename.endswith("threading.py")):  # fmt: skip
+    while frame is not None and (
+        frame.f_code.co_filename.startswith(_PACKAGE)
+        or frame.f_code.co_filename.endswith("threading.py")
+    ):
         frame = frame.f_back
     return frame
 

@@ -43,9 +43,15 @@ __all__ = ["ModeReport", "check_modes"]
 
 #: The simulator's ops the checker records (SPMD runs each of them once for all agents).
 RECORDED = (
-    "allreduce", "local_allreduce", "decomposed_allreduce", "allgather", "broadcast",
-    "neighbor_allreduce", "neighbor_allgather", "hierarchical_neighbor_allreduce",
-)  # fmt: skip
+    "allreduce",
+    "local_allreduce",
+    "decomposed_allreduce",
+    "allgather",
+    "broadcast",
+    "neighbor_allreduce",
+    "neighbor_allgather",
+    "hierarchical_neighbor_allreduce",
+)
 #: "Equal to round-off": relative and absolute tolerances by the values' precision. Batched and
 #: per-agent kernels (a stacked bmm, one agent's mm) may round differently.
 _TOLERANCES = {8: (1e-12, 1e-14), 4: (1e-5, 1e-7), 2: (1e-2, 1e-4)}
@@ -54,8 +60,9 @@ _TOLERANCES = {8: (1e-12, 1e-14), 4: (1e-5, 1e-7), 2: (1e-2, 1e-4)}
 def _tolerances(dtype: np.dtype) -> tuple[float, float]:
     if dtype.kind not in "fc":
         return 0.0, 0.0  # integers and booleans: equal
-    return _TOLERANCES.get(np.dtype(dtype).itemsize // (2 if dtype.kind == "c" else 1),
-                           _TOLERANCES[8])  # fmt: skip
+    return _TOLERANCES.get(
+        np.dtype(dtype).itemsize // (2 if dtype.kind == "c" else 1), _TOLERANCES[8]
+    )
 
 
 @dataclass
@@ -152,8 +159,10 @@ class ModeReport:
 
     def __str__(self) -> str:
         if self.ok:
-            return (f"fogsim check-modes: {self.ops} ops agree, simulated and as {self.size} "
-                    "SPMD agents")  # fmt: skip
+            return (
+                f"fogsim check-modes: {self.ops} ops agree, simulated and as {self.size} "
+                "SPMD agents"
+            )
         lines = ["fogsim check-modes: the modes differ"]
         for mode, error in self.errors.items():
             lines.append(f"the script failed {_MODE_NAMES[mode]}:\n{error.rstrip()}")
@@ -175,8 +184,10 @@ def _differ(i: int, sim: _Record, spmd: _Record, size: int) -> str | None:
     """Describe how op ``i`` differs between the two runs, or None when it agrees."""
     where = f"op {i + 1} ({sim.op}) at {sim.site}"
     if sim.op != spmd.op:
-        return (f"op {i + 1} differs: simulated it is {sim.op} at {sim.site}, as SPMD agents "
-                f"{spmd.op} at {spmd.site}")  # fmt: skip
+        return (
+            f"op {i + 1} differs: simulated it is {sim.op} at {sim.site}, as SPMD agents "
+            f"{spmd.op} at {spmd.site}"
+        )
     if sim.site != spmd.site:  # the same op from another line (e.g. a hook): compare the values
         where = f"op {i + 1} ({sim.op}) at {sim.site} simulated, {spmd.site} as SPMD agents"
     for what, a, b in (("input", sim.x, spmd.x), ("output", sim.out, spmd.out)):
@@ -185,15 +196,19 @@ def _differ(i: int, sim: _Record, spmd: _Record, size: int) -> str | None:
                 return f"{where}: {what} is {_shape(a)} simulated, {_shape(b)} as SPMD agents"
             continue
         if a.shape != b.shape:
-            text = (f"{where}: its {what} is {tuple(a.shape)} simulated but {tuple(b.shape)} as "
-                    f"{size} SPMD agents")  # fmt: skip
+            text = (
+                f"{where}: its {what} is {tuple(a.shape)} simulated but {tuple(b.shape)} as "
+                f"{size} SPMD agents"
+            )
             if a.ndim and b.ndim and a.shape[0] == b.shape[0] == size:
-                text += (f": each agent's value is {tuple(a.shape[1:])} simulated, "
-                         f"{tuple(b.shape[1:])} per agent. Per-agent code that is not "
-                         "batch-friendly (e.g. A.T @ (A @ w - b) on stacked A and w) broadcasts "
-                         "over the agent axis in the simulator: write it with batched "
-                         "operations (np.einsum, A @ w[..., None]) or wrap it in "
-                         "fs.vmap")  # fmt: skip
+                text += (
+                    f": each agent's value is {tuple(a.shape[1:])} simulated, "
+                    f"{tuple(b.shape[1:])} per agent. Per-agent code that is not "
+                    "batch-friendly (e.g. A.T @ (A @ w - b) on stacked A and w) broadcasts "
+                    "over the agent axis in the simulator: write it with batched "
+                    "operations (np.einsum, A @ w[..., None]) or wrap it in "
+                    "fs.vmap"
+                )
             return text
         if a.dtype != b.dtype:
             return f"{where}: {what} dtype {a.dtype} simulated, {b.dtype} as SPMD agents"
@@ -201,8 +216,10 @@ def _differ(i: int, sim: _Record, spmd: _Record, size: int) -> str | None:
         if a.size and not np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True):
             gap = np.abs(a.astype(np.float64) - b.astype(np.float64))
             agent = int(np.argmax(gap.reshape(gap.shape[0], -1).max(axis=1))) if a.ndim else 0
-            return (f"{where}: {what} of agent {agent} differs by up to {np.nanmax(gap):.3g} "
-                    f"(shape {tuple(a.shape)})")  # fmt: skip
+            return (
+                f"{where}: {what} of agent {agent} differs by up to {np.nanmax(gap):.3g} "
+                f"(shape {tuple(a.shape)})"
+            )
     return None
 
 
@@ -213,8 +230,11 @@ def compare(sim: list[_Record], spmd: list[_Record], size: int) -> tuple[int, st
         if found:
             return i + 1, found
     if len(sim) != len(spmd):
-        shorter, longer = (("simulated", "as SPMD agents") if len(sim) < len(spmd)
-                           else ("as SPMD agents", "simulated"))  # fmt: skip
+        shorter, longer = (
+            ("simulated", "as SPMD agents")
+            if len(sim) < len(spmd)
+            else ("as SPMD agents", "simulated")
+        )
         extra = (spmd if len(sim) < len(spmd) else sim)[min(len(sim), len(spmd))]
         return min(len(sim), len(spmd)), (
             f"the script made {len(sim)} ops simulated and {len(spmd)} as SPMD agents: "
@@ -224,8 +244,9 @@ def compare(sim: list[_Record], spmd: list[_Record], size: int) -> tuple[int, st
     return len(sim), None
 
 
-def check_modes(script: str | os.PathLike, size: int, argv: list[str] | tuple = (),
-                timeout: float | None = 600) -> ModeReport:  # fmt: skip
+def check_modes(
+    script: str | os.PathLike, size: int, argv: list[str] | tuple = (), timeout: float | None = 600
+) -> ModeReport:
     """Run ``script`` simulated and as ``size`` SPMD agents; return where the ops differ.
 
     ``script`` is a Python file or a Jupyter notebook (``.ipynb``, its code cells in order).
@@ -245,16 +266,33 @@ def check_modes(script: str | os.PathLike, size: int, argv: list[str] | tuple = 
     with tempfile.TemporaryDirectory(prefix="fogsim-check-") as tmp:
         for mode in ("sim", "spmd"):
             out = os.path.join(tmp, f"{mode}.pickle")
-            env = {k: v for k, v in _settings.environ().items()
-                   if not k.startswith("FOGSIM_") or k == "FOGSIM_BLUEFOG"}  # fmt: skip
+            env = {
+                k: v
+                for k, v in _settings.environ().items()
+                if not k.startswith("FOGSIM_") or k == "FOGSIM_BLUEFOG"
+            }
             env.update(FOGSIM_BACKEND="sim", FOGSIM_SIZE=str(size))
             env.setdefault("MPLBACKEND", "Agg")  # a checked script's plt.show() opens nothing
-            cmd = [sys.executable, "-m", "fogsim._checkmodes", "--child", mode, str(size), out,
-                   script, *map(str, argv)]  # fmt: skip
+            cmd = [
+                sys.executable,
+                "-m",
+                "fogsim._checkmodes",
+                "--child",
+                mode,
+                str(size),
+                out,
+                script,
+                *map(str, argv),
+            ]
             try:
-                done = subprocess.run(cmd, env=env, timeout=timeout, text=True,
-                                      stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.PIPE)  # fmt: skip
+                done = subprocess.run(
+                    cmd,
+                    env=env,
+                    timeout=timeout,
+                    text=True,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                )
             except subprocess.TimeoutExpired:
                 report.errors[mode] = f"did not finish in {timeout} s"
                 continue

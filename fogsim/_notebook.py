@@ -39,7 +39,8 @@ def notebook_code(path: str | os.PathLike[str]) -> list[CodeType]:
         source = "".join(source) if isinstance(source, list) else str(source)
         if source.lstrip().startswith("%%"):
             continue
-        lines = ["" if line.lstrip().startswith(("%", "!")) else line
-                 for line in source.split("\n")]  # fmt: skip
+        lines = [
+            "" if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n")
+        ]
         code.append(compile("\n".join(lines) + "\n", f"{path}[cell {k}]", "exec"))
     return code

@@ -42,8 +42,13 @@ def public_op(label: str, *, twin: bool = True) -> Callable[[Callable[..., Any]]
         where = params.index("name") if "name" in params else None
         op: Any = _route(spec, spec.__name__, label, where, spec.__name__)
         if twin:
-            nonblocking: Any = _route(spec, spec.__name__ + "_nonblocking", "ENQUEUE_" + label,
-                                      where, "enqueue_" + spec.__name__)  # fmt: skip
+            nonblocking: Any = _route(
+                spec,
+                spec.__name__ + "_nonblocking",
+                "ENQUEUE_" + label,
+                where,
+                "enqueue_" + spec.__name__,
+            )
             nonblocking.__name__ = nonblocking.__qualname__ = spec.__name__ + "_nonblocking"
             nonblocking.__doc__ = (
                 f"Start :func:`{spec.__name__}`; return a :class:`~fogsim.Handle` for "
@@ -56,8 +61,9 @@ def public_op(label: str, *, twin: bool = True) -> Callable[[Callable[..., Any]]
     return decorate
 
 
-def _route(spec: Callable[..., Any], method: str, label: str, where: int | None,
-           default: str) -> Callable[..., Any]:  # fmt: skip
+def _route(
+    spec: Callable[..., Any], method: str, label: str, where: int | None, default: str
+) -> Callable[..., Any]:
     """The public function of one op: checks, span, and the backend's ``method``."""
 
     def routed(*args: Any, **kwargs: Any) -> Any:
@@ -72,4 +78,3 @@ def _route(spec: Callable[..., Any], method: str, label: str, where: int | None,
 
     functools.update_wrapper(routed, spec)
     return routed
-

@@ -115,8 +115,12 @@ class Settings:
     @property
     def torchrun(self) -> bool:
         """Whether torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR/PORT) are all set."""
-        return None not in (self.torch_rank, self.torch_world_size, self.master_addr,
-                            self.master_port)  # fmt: skip
+        return None not in (
+            self.torch_rank,
+            self.torch_world_size,
+            self.master_addr,
+            self.master_port,
+        )
 
 
 def _int(environ: Mapping[str, str], name: str, minimum: int) -> int | None:

@@ -36,8 +36,11 @@ _ANSWER_WAIT = 5.0  # longest wait for the other ranks' answers (a quarter of th
 # at least a second)
 _yield = getattr(os, "sched_yield", lambda: time.sleep(0))
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
-_PUBLIC = (os.path.join(_PACKAGE, "_api.py"), os.path.join(_PACKAGE, "_api_windows.py"),
-           os.path.join(_PACKAGE, "compat"))
+_PUBLIC = (
+    os.path.join(_PACKAGE, "_api.py"),
+    os.path.join(_PACKAGE, "_api_windows.py"),
+    os.path.join(_PACKAGE, "compat"),
+)
 
 
 class StallError(RuntimeError):
@@ -87,8 +90,9 @@ class Guard:
     ``timeout`` None makes :meth:`wait` block in the backend's own wait (no polling).
     """
 
-    def __init__(self, rank: int, size: int, timeout: float | None, warn_only: bool,
-                 peers: Peers | None) -> None:  # fmt: skip
+    def __init__(
+        self, rank: int, size: int, timeout: float | None, warn_only: bool, peers: Peers | None
+    ) -> None:
         self.rank, self.size = rank, size
         self.timeout = timeout
         self.warn_only = warn_only
@@ -152,19 +156,26 @@ def stall_message(rank: int, size: int, mine: State, answers: dict[int, State]) 
     elsewhere = sorted(r for r in answers if r not in same)
     silent = [r for r in range(size) if r != rank and r not in answers]
     missing = sorted(elsewhere + silent)
-    lines = [f"fogsim: rank {rank} has waited {waited:.0f} s in {_label(op, name)}; "
-             + (f"{_ranks(missing)} {'has' if len(missing) == 1 else 'have'} not reached it"
-                if missing
-                else "every rank has reached it (a transfer is stuck)")]  # fmt: skip
+    lines = [
+        f"fogsim: rank {rank} has waited {waited:.0f} s in {_label(op, name)}; "
+        + (
+            f"{_ranks(missing)} {'has' if len(missing) == 1 else 'have'} not reached it"
+            if missing
+            else "every rank has reached it (a transfer is stuck)"
+        )
+    ]
     for r in elsewhere:
         o, n, w = answers[r]
         lines.append(f"  rank {r} waits in {_label(o, n)} (for {w:.0f} s)")
     if silent:
-        lines.append(f"  {_ranks(silent)} did not answer: computing outside fogsim, hung "
-                     "elsewhere, or dead")  # fmt: skip
+        lines.append(
+            f"  {_ranks(silent)} did not answer: computing outside fogsim, hung elsewhere, or dead"
+        )
     if same:
         verb = "waits" if len(same) == 1 else "wait"
         lines.append(f"  {_ranks(same)} {verb} in {_label(op, name)} too")
-    lines.append("Set FOGSIM_STALL_TIMEOUT (seconds; 0: never) to change the limit, "
-                 "FOGSIM_STALL_ACTION=warn to only warn.")  # fmt: skip
+    lines.append(
+        "Set FOGSIM_STALL_TIMEOUT (seconds; 0: never) to change the limit, "
+        "FOGSIM_STALL_ACTION=warn to only warn."
+    )
     return "\n".join(lines)

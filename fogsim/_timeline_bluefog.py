@@ -28,10 +28,19 @@ __all__ = ["BlueFogTimeline"]
 
 
 #: fogsim's op names that BlueFog records as ``ENQUEUE_X`` then ``MPI_X``.
-_BLUEFOG_MPI_OPS = frozenset({
-    "ALLGATHER", "ALLREDUCE", "BROADCAST", "HIERARCHICAL_NEIGHBOR_ALLREDUCE",
-    "NEIGHBOR_ALLGATHER", "NEIGHBOR_ALLREDUCE", "WIN_ACCUMULATE", "WIN_GET", "WIN_PUT",
-})  # fmt: skip
+_BLUEFOG_MPI_OPS = frozenset(
+    {
+        "ALLGATHER",
+        "ALLREDUCE",
+        "BROADCAST",
+        "HIERARCHICAL_NEIGHBOR_ALLREDUCE",
+        "NEIGHBOR_ALLGATHER",
+        "NEIGHBOR_ALLREDUCE",
+        "WIN_ACCUMULATE",
+        "WIN_GET",
+        "WIN_PUT",
+    }
+)
 _THREAD_MARK = "\x00"  # between a tensor name and the thread number in a track's name
 
 
@@ -70,8 +79,9 @@ class BlueFogTimeline(Timeline):
         with self._lock:
             return self._tids.setdefault(track, tid)
 
-    def begin(self, name: str, track: str, args: dict[str, Any] | None = None,
-              ts: float | None = None) -> None:  # fmt: skip
+    def begin(
+        self, name: str, track: str, args: dict[str, Any] | None = None, ts: float | None = None
+    ) -> None:
         super().begin(name, self._track(track), args, ts)
         self.flush()
 
@@ -136,10 +146,16 @@ class BlueFogTimeline(Timeline):
         self._layout[event["tid"]] = (pid, tid)
         if not new:
             return []
-        return [{"name": "process_name", "ph": "M", "pid": pid, "tid": tid,
-                 "args": {"name": tensor}},
-                {"name": "process_sort_index", "ph": "M", "pid": pid, "tid": tid,
-                 "args": {"sort_index": pid}}]  # fmt: skip
+        return [
+            {"name": "process_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": tensor}},
+            {
+                "name": "process_sort_index",
+                "ph": "M",
+                "pid": pid,
+                "tid": tid,
+                "args": {"sort_index": pid},
+            },
+        ]
 
 
 class _BlueFogOp:

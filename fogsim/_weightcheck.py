@@ -41,9 +41,19 @@ import numpy as np
 from ._callsite import user_frame, user_stacklevel
 
 __all__ = [
-    "TOLERANCE", "WeightWarning", "check_row", "check_sums", "check_topology", "checked",
-    "checks", "circulant_sums", "configure", "csr_sums", "enabled", "unchecked",
-]  # fmt: skip
+    "TOLERANCE",
+    "WeightWarning",
+    "check_row",
+    "check_sums",
+    "check_topology",
+    "checked",
+    "checks",
+    "circulant_sums",
+    "configure",
+    "csr_sums",
+    "enabled",
+    "unchecked",
+]
 
 #: How far from 1 a row or column sum may be and still count as 1.
 TOLERANCE = 1e-9
@@ -105,15 +115,15 @@ def _first_bad(sums: np.ndarray) -> int | None:
     return int(bad[0]) if bad.size else None
 
 
-def csr_sums(self_weight: Any, indptr: Any, indices: Any, data: Any,
-             n: int) -> tuple[np.ndarray, Callable[[], np.ndarray]]:  # fmt: skip
+def csr_sums(
+    self_weight: Any, indptr: Any, indices: Any, data: Any, n: int
+) -> tuple[np.ndarray, Callable[[], np.ndarray]]:
     """Return the row sums of the matrix given as its diagonal and off-diagonal CSR, and a
     function that returns its column sums (needed only when a row fails)."""
     sw = np.broadcast_to(np.asarray(self_weight, dtype=np.float64), (n,))
     data = np.asarray(data, dtype=np.float64)
     rows = sw + np.bincount(np.repeat(np.arange(n), np.diff(indptr)), data, minlength=n)
-    return rows, lambda: sw + np.bincount(np.asarray(indices, dtype=np.int64), data,
-                                          minlength=n)  # fmt: skip
+    return rows, lambda: sw + np.bincount(np.asarray(indices, dtype=np.int64), data, minlength=n)
 
 
 def circulant_sums(form: Any, n: int) -> tuple[np.ndarray, np.ndarray]:  # (rows, columns)
@@ -126,8 +136,13 @@ def circulant_sums(form: Any, n: int) -> tuple[np.ndarray, np.ndarray]:  # (rows
     return rows, cols
 
 
-def check_sums(op: str, rows: np.ndarray, cols: np.ndarray | Callable[[], np.ndarray],
-               key: Any = None, strict: bool = True) -> None:  # fmt: skip
+def check_sums(
+    op: str,
+    rows: np.ndarray,
+    cols: np.ndarray | Callable[[], np.ndarray],
+    key: Any = None,
+    strict: bool = True,
+) -> None:
     """Warn (or raise) unless every row or every column sums to 1 (``cols`` may be a
     function returning the column sums, called only when a row fails).
 
@@ -160,8 +175,9 @@ def check_topology(op: str, topo: Any, strict: bool = True) -> None:
     """Check a :class:`fogsim.topology.Topology`'s weights."""
     if _last_ok[0] is topo:
         return
-    check_sums(op, *csr_sums(topo.self_weights, *topo.offdiag_csr(), topo.size), key=topo,
-               strict=strict)  # fmt: skip
+    check_sums(
+        op, *csr_sums(topo.self_weights, *topo.offdiag_csr(), topo.size), key=topo, strict=strict
+    )
 
 
 def check_row(op: str, rank: int, total: float) -> None:

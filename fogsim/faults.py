@@ -108,9 +108,16 @@ class FaultStep(NamedTuple):
 class Faults:
     """The faults of one simulated world (see the module docstring); made by :func:`inject`."""
 
-    def __init__(self, n: int, link_drop: float = 0.0, fail: Any = None, stragglers: Any = None,
-                 noise: float = 0.0, dropped_weight: str = "self",
-                 seed: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        n: int,
+        link_drop: float = 0.0,
+        fail: Any = None,
+        stragglers: Any = None,
+        noise: float = 0.0,
+        dropped_weight: str = "self",
+        seed: int | None = None,
+    ) -> None:
         self.n = n
         self.link_drop = _probability(link_drop, "link_drop")
         self.fail = _agent_map(fail, n, "fail", "step")
@@ -201,9 +208,14 @@ class Faults:
         return out.astype(x.dtype, copy=False)
 
 
-def inject(link_drop: float = 0.0, fail: Any = None, stragglers: Any = None,
-           noise: float = 0.0, dropped_weight: str = "self",
-           seed: int | None = None) -> Faults:  # fmt: skip
+def inject(
+    link_drop: float = 0.0,
+    fail: Any = None,
+    stragglers: Any = None,
+    noise: float = 0.0,
+    dropped_weight: str = "self",
+    seed: int | None = None,
+) -> Faults:
     """Make the current simulated world's neighbor averaging faulty; return the :class:`Faults`.
 
     Replaces any faults injected before; :func:`clear` removes them.

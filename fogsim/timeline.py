@@ -117,8 +117,15 @@ class Timeline:
         self.clock_ns = _core.trace_now_ns
         self.closed = False
         for pid in self.pids:
-            self._emit_json({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
-                             "args": {"name": f"{label} {pid}"}})  # fmt: skip
+            self._emit_json(
+                {
+                    "name": "process_name",
+                    "ph": "M",
+                    "pid": pid,
+                    "tid": 0,
+                    "args": {"name": f"{label} {pid}"},
+                }
+            )
         self.flush()
         atexit.register(self.close)
 
@@ -138,8 +145,15 @@ class Timeline:
             with self._lock:
                 tid = self._tids.setdefault(track, len(self._tids) + 1)
                 for pid in self.pids:
-                    self._emit_json({"name": "thread_name", "ph": "M", "pid": pid,
-                                     "tid": tid, "args": {"name": track}})  # fmt: skip
+                    self._emit_json(
+                        {
+                            "name": "thread_name",
+                            "ph": "M",
+                            "pid": pid,
+                            "tid": tid,
+                            "args": {"name": track},
+                        }
+                    )
         return tid
 
     def _ns(self, ts: float | None) -> int:
@@ -148,8 +162,9 @@ class Timeline:
         return self._t0 + round(ts * 1e3)
 
     # -- events ---------------------------------------------------------------------------
-    def begin(self, name: str, track: str, args: dict[str, Any] | None = None,
-              ts: float | None = None) -> None:  # fmt: skip
+    def begin(
+        self, name: str, track: str, args: dict[str, Any] | None = None, ts: float | None = None
+    ) -> None:
         """Open span ``name`` on ``track`` (closed by :meth:`end` on the same track).
 
         ``ts``: microseconds on this timeline's clock (default: now).
@@ -246,8 +261,9 @@ class Timeline:
     def _start_writer(self) -> None:
         """Start the writer thread unless it runs."""
         if self._writer is None or not self._writer.is_alive():
-            self._writer = threading.Thread(target=self._write_batches, daemon=True,
-                                            name="fogsim-timeline-writer")  # fmt: skip
+            self._writer = threading.Thread(
+                target=self._write_batches, daemon=True, name="fogsim-timeline-writer"
+            )
             self._writer.start()
 
     def _format(self) -> bytes:
@@ -488,8 +504,11 @@ def _check_names(**names: Any) -> None:
 # -- reading ------------------------------------------------------------------------------
 def load(prefix: str) -> dict[int, list[dict[str, Any]]]:
     """Return the events of ``PREFIX.json`` / ``PREFIX<rank>.json``, by pid."""
-    paths = sorted(p for p in glob.glob(f"{glob.escape(str(prefix))}*.json")
-                   if re.fullmatch(r"\d*", p[len(str(prefix)):-len(".json")]))  # fmt: skip
+    paths = sorted(
+        p
+        for p in glob.glob(f"{glob.escape(str(prefix))}*.json")
+        if re.fullmatch(r"\d*", p[len(str(prefix)) : -len(".json")])
+    )
     if not paths:
         raise FileNotFoundError(f"no timeline files {prefix}.json or {prefix}<rank>.json")
     events: dict[int, list[dict[str, Any]]] = {}
@@ -506,8 +525,9 @@ def _spans(events: list[dict[str, Any]]) -> list[tuple[int, str, float, float, i
     spans = []
     for e in events:
         if e["ph"] == "X":
-            spans.append((e["tid"], e["name"], e["ts"], e["ts"] + e["dur"],
-                          len(stacks.get(e["tid"], ()))))  # fmt: skip
+            spans.append(
+                (e["tid"], e["name"], e["ts"], e["ts"] + e["dur"], len(stacks.get(e["tid"], ())))
+            )
         elif e["ph"] == "B":
             stacks.setdefault(e["tid"], []).append((e["name"], e["ts"]))
         elif e["ph"] == "E":
@@ -537,8 +557,10 @@ def summarize(
     width = max([len(n) for n in names] + [12])
     print(f"{'ms per phase':<{width}} " + " ".join(f"{pid:>9}" for pid in table), file=out)
     for name in names:
-        print(f"{name:<{width}} " + " ".join(f"{table[pid].get(name, 0.0):>9.3f}"
-                                             for pid in table), file=out)  # fmt: skip
+        print(
+            f"{name:<{width}} " + " ".join(f"{table[pid].get(name, 0.0):>9.3f}" for pid in table),
+            file=out,
+        )
     if gantt:
         plot_gantt(prefix, gantt)
     return table
@@ -562,15 +584,26 @@ def plot_gantt(prefix: str, path: str | None = None, ax: Any = None) -> Any:
         for _, name, t0, t1, depth in _spans(evs):
             color = colors.setdefault(name, cmap(len(colors) % 20))
             height = 0.8 / (1 + depth)
-            ax.broken_barh([(t0 / 1e3, (t1 - t0) / 1e3)], (row - height / 2, height),
-                           color=color, label=name, zorder=2 + depth)  # fmt: skip
+            ax.broken_barh(
+                [(t0 / 1e3, (t1 - t0) / 1e3)],
+                (row - height / 2, height),
+                color=color,
+                label=name,
+                zorder=2 + depth,
+            )
     ax.set_yticks(range(len(events)), [f"{pid}" for pid in sorted(events)])
     ax.set_xlabel("time (ms)")
     ax.set_ylabel("rank / agent")
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=True))
-    ax.legend(unique.values(), unique.keys(), fontsize="small", loc="upper left",
-              bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # beside the bars, not on them
+    ax.legend(
+        unique.values(),
+        unique.keys(),
+        fontsize="small",
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        borderaxespad=0.0,
+    )  # beside the bars, not on them
     if path is not None:
         ax.figure.tight_layout()
         ax.figure.savefig(path, dpi=120)
@@ -581,8 +614,9 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m fogsim.timeline summarize PREFIX [--gantt FILE]``."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="fogsim timeline",
-                                     description="Summarize fogsim timeline files.")  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="fogsim timeline", description="Summarize fogsim timeline files."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("summarize", help="time per phase per rank (and a Gantt chart)")
     s.add_argument("prefix", help="the PREFIX of PREFIX<rank>.json / PREFIX.json")

@@ -35,10 +35,18 @@ MPIEXEC = environment.MPIEXEC
 #: Variables a job must not inherit from the test process: they would choose its backend,
 #: its size or its implementation, or make it believe a launcher started it.
 _NOT_INHERITED = (
-    "FOGSIM_BACKEND", "FOGSIM_SIZE", "FOGSIM_LOCAL_SIZE", "FOGSIM_PURE_PYTHON",
-    "FOGSIM_TORCH_PORT", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+    "FOGSIM_BACKEND",
+    "FOGSIM_SIZE",
+    "FOGSIM_LOCAL_SIZE",
+    "FOGSIM_PURE_PYTHON",
+    "FOGSIM_TORCH_PORT",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
     *(var for pair in _settings._LAUNCHER_VARS for var in pair),
-)  # fmt: skip
+)
 
 
 def job_env(**extra: str) -> dict[str, str]:
@@ -105,15 +113,26 @@ class Job:
         return record
 
 
-def run(cmd: list[str], *, timeout: float, env: dict[str, str] | None = None,
-        cwd: Path | str = ROOT, stdin: str | None = None) -> Job:  # fmt: skip
+def run(
+    cmd: list[str],
+    *,
+    timeout: float,
+    env: dict[str, str] | None = None,
+    cwd: Path | str = ROOT,
+    stdin: str | None = None,
+) -> Job:
     """Run ``cmd`` to its end or for ``timeout`` seconds, then kill its process group."""
     start = time.monotonic()
     proc = subprocess.Popen(
-        [str(c) for c in cmd], cwd=cwd, env=job_env() if env is None else env, text=True,
+        [str(c) for c in cmd],
+        cwd=cwd,
+        env=job_env() if env is None else env,
+        text=True,
         stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(stdin, timeout=timeout)
         timed_out = False
@@ -121,8 +140,14 @@ def run(cmd: list[str], *, timeout: float, env: dict[str, str] | None = None,
         _kill_group(proc)
         out, err = proc.communicate()
         timed_out = True
-    return Job([str(c) for c in cmd], None if timed_out else proc.returncode, out, err,
-               timed_out, time.monotonic() - start)  # fmt: skip
+    return Job(
+        [str(c) for c in cmd],
+        None if timed_out else proc.returncode,
+        out,
+        err,
+        timed_out,
+        time.monotonic() - start,
+    )
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -132,15 +157,22 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def python(*args: str, timeout: float = 120, env: dict[str, str] | None = None,
-           cwd: Path | str = ROOT) -> Job:  # fmt: skip
+def python(
+    *args: str, timeout: float = 120, env: dict[str, str] | None = None, cwd: Path | str = ROOT
+) -> Job:
     """Run ``sys.executable *args`` (see :func:`run`)."""
     return run([sys.executable, *args], timeout=timeout, env=env, cwd=cwd)
 
 
-def fogrun(n: int, *command: str, options: tuple = (), timeout: float = 150,
-           env: dict[str, str] | None = None, python_exe: str | None = None,
-           cwd: Path | str = ROOT) -> Job:  # fmt: skip
+def fogrun(
+    n: int,
+    *command: str,
+    options: tuple = (),
+    timeout: float = 150,
+    env: dict[str, str] | None = None,
+    python_exe: str | None = None,
+    cwd: Path | str = ROOT,
+) -> Job:
     """Run ``fogrun -np n [options] --timeout T python *command`` from the repository root.
 
     MPI jobs (no ``--sim``/``--spmd`` in ``options``) need the venv's ``mpiexec``:
@@ -151,20 +183,43 @@ def fogrun(n: int, *command: str, options: tuple = (), timeout: float = 150,
     if not {"--sim", "--spmd"} & set(options) and python_exe is None:
         environment.require_mpiexec()
     exe = python_exe or sys.executable
-    cmd = [exe, "-m", "fogsim.run", "-np", str(n), *options, "--timeout", str(timeout),
-           "python", *command]  # fmt: skip
+    cmd = [
+        exe,
+        "-m",
+        "fogsim.run",
+        "-np",
+        str(n),
+        *options,
+        "--timeout",
+        str(timeout),
+        "python",
+        *command,
+    ]
     return run(cmd, timeout=timeout + 40, env=job_env(**(env or {})), cwd=cwd)
 
 
-def fogrun_script(tmp_path: Path, text: str, n: int, *args: str, options: tuple = (),
-                  timeout: float = 150, env: dict | None = None) -> Job:  # fmt: skip
+def fogrun_script(
+    tmp_path: Path,
+    text: str,
+    n: int,
+    *args: str,
+    options: tuple = (),
+    timeout: float = 150,
+    env: dict | None = None,
+) -> Job:
     """Write ``text`` to a file and run it under ``fogrun -np n [options]`` (see fogrun)."""
     script = tmp_path / "job.py"
     script.write_text(text)
     return fogrun(n, str(script), *args, options=options, timeout=timeout, env=env)
 
 
-def fogrun_path(script: Path, n: int, *args: str, options: tuple = (), timeout: float = 150,
-                env: dict | None = None) -> Job:  # fmt: skip
+def fogrun_path(
+    script: Path,
+    n: int,
+    *args: str,
+    options: tuple = (),
+    timeout: float = 150,
+    env: dict | None = None,
+) -> Job:
     """Run the script file ``script`` under ``fogrun -np n [options]`` (see fogrun)."""
     return fogrun(n, str(script), *args, options=options, timeout=timeout, env=env)

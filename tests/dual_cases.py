@@ -67,8 +67,9 @@ def case_static_src_weights_subset():
     n = fs.size()
     data = _data(n, (4,))
     src = fs.local(lambda r: {(r - 1) % n: 0.25} if n > 1 else {})
-    got = fs.neighbor_allreduce(fs.local(lambda r: data[r]), self_weight=0.75, src_weights=src,
-                                check_weights=n > 1)  # one agent: 0.75 alone, on purpose
+    got = fs.neighbor_allreduce(
+        fs.local(lambda r: data[r]), self_weight=0.75, src_weights=src, check_weights=n > 1
+    )  # one agent: 0.75 alone, on purpose
     W = 0.75 * np.eye(n) + (0.25 * np.roll(np.eye(n), -1, axis=1) if n > 1 else 0)
     ref = W @ data
     _same(got, fs.local(lambda r: ref[r]))
@@ -93,8 +94,15 @@ def case_dynamic_push_pull_weights_are_bit_identical_to_simulation():
     )
     ref = np.einsum("ij,j...->i...", np.diag(sw) + R * S, data)
     _same(got, fs.local(lambda r: ref[r]))
-    sim = _sim_reference(n, T.ring_graph(n), data, self_weight=sw, src_weights=src_all,
-                         dst_weights=dst_all, check_weights=False)  # fmt: skip
+    sim = _sim_reference(
+        n,
+        T.ring_graph(n),
+        data,
+        self_weight=sw,
+        src_weights=src_all,
+        dst_weights=dst_all,
+        check_weights=False,
+    )
     _same(got, fs.local(lambda r: sim[r]), exact=True)
     fs.shutdown()
 
@@ -124,9 +132,12 @@ def case_one_peer_schedule_reaches_the_average():
 def case_nonblocking_fused_tensors_come_back_byte_exact():
     fs.init(topology=T.ring_graph)
     n = fs.size()
-    values = [_data(n, shape, dtype, seed=k) for k, (shape, dtype) in enumerate(
-        [((3,), np.float64), ((2, 5), np.float32), ((), np.float64), ((7,), np.float32)] * 3
-    )]  # fmt: skip
+    values = [
+        _data(n, shape, dtype, seed=k)
+        for k, (shape, dtype) in enumerate(
+            [((3,), np.float64), ((2, 5), np.float32), ((), np.float64), ((7,), np.float32)] * 3
+        )
+    ]
     handles = [fs.neighbor_allreduce_nonblocking(fs.local(lambda r, v=v: v[r])) for v in values]
     # Polling sends the queue and reports completion. The bound is in seconds,
     # not polls: with 4 ranks on 2 cores a batch can take longer than 100,000
@@ -201,13 +212,26 @@ def case_mismatched_send_and_receive_sets_raise_everywhere():
     src = fs.local(lambda r: {(r - 1) % n: 0.5})
     dst = fs.local(lambda r: [(r + 2) % n] if r == 0 and n > 2 else [(r + 1) % n])
     if n > 2:
-        _raises_everywhere(ValueError, "topology check failed", fs.neighbor_allreduce, x,
-                           self_weight=0.5, src_weights=src, dst_weights=dst)  # fmt: skip
+        _raises_everywhere(
+            ValueError,
+            "topology check failed",
+            fs.neighbor_allreduce,
+            x,
+            self_weight=0.5,
+            src_weights=src,
+            dst_weights=dst,
+        )
     bad = fs.local(lambda r: {n + 3: 0.5} if r == n - 1 else {(r - 1) % n: 0.5})
     # every backend names the argument and the rank (the simulator also the agent, as an index)
-    _raises_everywhere(ValueError, ("src_weights", f"rank {n + 3} is out of range"),
-                       fs.neighbor_allreduce, x, self_weight=0.5, src_weights=bad,
-                       dst_weights=fs.local(lambda r: [(r + 1) % n]))  # fmt: skip
+    _raises_everywhere(
+        ValueError,
+        ("src_weights", f"rank {n + 3} is out of range"),
+        fs.neighbor_allreduce,
+        x,
+        self_weight=0.5,
+        src_weights=bad,
+        dst_weights=fs.local(lambda r: [(r + 1) % n]),
+    )
     # the world is still usable afterwards
     _same(fs.neighbor_allreduce(x), fs.local(lambda r: np.ones(3)))
     fs.shutdown()
@@ -309,8 +333,9 @@ def _window_script():
     fs.barrier()
     ones = fs.local(lambda r: {int(j): 1.0 for j in topo.in_neighbors(r)})
     zero = fs.local(lambda r: 0.0)
-    seen["get_update"] = np.array(fs.win_update("w", self_weight=zero, neighbor_weights=ones,
-                                               reset=True, clone=True))  # fmt: skip
+    seen["get_update"] = np.array(
+        fs.win_update("w", self_weight=zero, neighbor_weights=ones, reset=True, clone=True)
+    )
     seen["after_reset"] = np.array(fs.win_update("w", clone=True))
     seen["names"] = fs.win_names()
     fs.win_free("w")
@@ -397,20 +422,29 @@ def case_window_bad_input_raises():
     _raises_everywhere(ValueError, "no window 'nope'", fs.win_update, "nope")
     fs.win_create(x, "a")
     _raises_everywhere(ValueError, "a window named 'a' exists already", fs.win_create, x, "a")
-    _raises_everywhere(ValueError, "set_topology: windows ['a'] exist", fs.set_topology,
-                       T.exponential_two_graph)  # fmt: skip
+    _raises_everywhere(
+        ValueError, "set_topology: windows ['a'] exist", fs.set_topology, T.exponential_two_graph
+    )
     if n >= 4:  # on a ring of 4 or more, agent r + 2 is no neighbor
         far = fs.local(lambda r: {(r + 2) % n: 1.0})
-        message = _raises_everywhere(ValueError, "which is not an out-neighbor", fs.win_put,
-                                     x, "a", dst_weights=far)  # fmt: skip
+        message = _raises_everywhere(
+            ValueError, "which is not an out-neighbor", fs.win_put, x, "a", dst_weights=far
+        )
         assert "win_put: dst_weights" in message, message
-        message = _raises_everywhere(ValueError, "which is not an in-neighbor", fs.win_get, "a",
-                                     src_weights=far)  # fmt: skip
+        message = _raises_everywhere(
+            ValueError, "which is not an in-neighbor", fs.win_get, "a", src_weights=far
+        )
         assert "win_get: src_weights" in message, message
-    _raises_everywhere(TypeError, "require_mutex must be a bool", fs.win_put, x, "a",
-                       require_mutex=1)  # fmt: skip
-    _raises_everywhere(ValueError, "give self_weight and neighbor_weights together",
-                       fs.win_update, "a", self_weight=0.5)  # fmt: skip
+    _raises_everywhere(
+        TypeError, "require_mutex must be a bool", fs.win_put, x, "a", require_mutex=1
+    )
+    _raises_everywhere(
+        ValueError,
+        "give self_weight and neighbor_weights together",
+        fs.win_update,
+        "a",
+        self_weight=0.5,
+    )
     fs.win_free()
     assert fs.win_names() == []
     fs.shutdown()

@@ -85,8 +85,9 @@ def case_hierarchical_neighbor_allreduce_matches_reference_and_simulator():
         # a dynamic step: machine l sends to l + 1 (scaled by 2) and keeps 0.5 of its own
         src = fs.local(lambda r, m=m, k=k: {(r // k - 1) % m: 0.25} if m > 1 else {})
         dst = fs.local(lambda r, m=m, k=k: {(r // k + 1) % m: 2.0} if m > 1 else {})
-        got = fs.hierarchical_neighbor_allreduce(x, self_weight=0.5, src_machine_weights=src,
-                                                 dst_machine_weights=dst)  # fmt: skip
+        got = fs.hierarchical_neighbor_allreduce(
+            x, self_weight=0.5, src_machine_weights=src, dst_machine_weights=dst
+        )
         Wd = 0.5 * np.eye(m) + (0.5 * np.roll(np.eye(m), -1, axis=1) if m > 1 else 0)
         ref = _machine_reference(data, k, Wd)
         _same(got, fs.local(lambda r, ref=ref: ref[r]))
@@ -102,11 +103,12 @@ def case_local_and_decomposed_allreduce():
         x = fs.local(lambda r: data[r])
         grid = data.reshape(n // k, k, 4, 3)
         local_mean = np.repeat(grid.mean(axis=1), k, axis=0)
-        _same(fs.allreduce(x, is_hierarchical_local=True),
-              fs.local(lambda r, m=local_mean: m[r]))  # fmt: skip
+        _same(fs.allreduce(x, is_hierarchical_local=True), fs.local(lambda r, m=local_mean: m[r]))
         local_sum = np.repeat(grid.sum(axis=1), k, axis=0)
-        _same(fs.allreduce(x, average=False, is_hierarchical_local=True),
-              fs.local(lambda r, s=local_sum: s[r]))  # fmt: skip
+        _same(
+            fs.allreduce(x, average=False, is_hierarchical_local=True),
+            fs.local(lambda r, s=local_sum: s[r]),
+        )
         for factors in [None, (n,), (k, n // k), (n // k, k), (1, n, 1)]:
             got = fs.allreduce(x, algorithm="decomposed", factors=factors)
             _same(got, fs.local(lambda r: data.mean(axis=0)))
@@ -115,8 +117,11 @@ def case_local_and_decomposed_allreduce():
             )
             _same(got, fs.local(lambda r, s=sim: s[r]), exact=True)
         ints = fs.local(lambda r: np.arange(5) * (r + 1))
-        _same(fs.allreduce(ints, average=False, factors=(k, n // k)),
-              fs.local(lambda r: np.arange(5) * n * (n + 1) // 2), exact=True)  # fmt: skip
+        _same(
+            fs.allreduce(ints, average=False, factors=(k, n // k)),
+            fs.local(lambda r: np.arange(5) * n * (n + 1) // 2),
+            exact=True,
+        )
         fs.shutdown()
 
 
@@ -124,26 +129,57 @@ def case_machine_level_bad_input_raises_everywhere():
     fs.init()
     n = fs.size()
     x = fs.local(lambda r: np.ones(3))
-    _raises_everywhere(ValueError, f"multiply to {n + 1}", fs.allreduce, x,
-                       algorithm="decomposed", factors=(n + 1,))  # fmt: skip
+    _raises_everywhere(
+        ValueError,
+        f"multiply to {n + 1}",
+        fs.allreduce,
+        x,
+        algorithm="decomposed",
+        factors=(n + 1,),
+    )
     _raises_everywhere(ValueError, "factors[0] = 0", fs.allreduce, x, factors=(0, n))
     _raises_everywhere(TypeError, "factors must be a sequence", fs.allreduce, x, factors=n)
-    _raises_everywhere(ValueError, "algorithm must be None, 'flat' or 'decomposed', got 'tree'",
-                       fs.allreduce, x, algorithm="tree")  # fmt: skip
-    _raises_everywhere(ValueError, "is_hierarchical_local=True reduces within", fs.allreduce,
-                       x, is_hierarchical_local=True, algorithm="decomposed")  # fmt: skip
-    _raises_everywhere(TypeError, "is_weighted must be a bool", fs.set_machine_topology,
-                       T.ring_graph, is_weighted=1)  # fmt: skip
-    _raises_everywhere(ValueError, f"machine topology has {n + 1} nodes but there are 1 "
-                       "machines", fs.set_machine_topology, T.ring_graph(n + 1))  # fmt: skip
+    _raises_everywhere(
+        ValueError,
+        "algorithm must be None, 'flat' or 'decomposed', got 'tree'",
+        fs.allreduce,
+        x,
+        algorithm="tree",
+    )
+    _raises_everywhere(
+        ValueError,
+        "is_hierarchical_local=True reduces within",
+        fs.allreduce,
+        x,
+        is_hierarchical_local=True,
+        algorithm="decomposed",
+    )
+    _raises_everywhere(
+        TypeError,
+        "is_weighted must be a bool",
+        fs.set_machine_topology,
+        T.ring_graph,
+        is_weighted=1,
+    )
+    _raises_everywhere(
+        ValueError,
+        f"machine topology has {n + 1} nodes but there are 1 machines",
+        fs.set_machine_topology,
+        T.ring_graph(n + 1),
+    )
     fs.shutdown()
     fs.init(local_size=1)
     if n >= 3:  # one machine per agent: name a machine that is not an in-neighbor
         fs.set_machine_topology(T.ring_graph(n, style="right"))
         bad = fs.local(lambda r: {(r + 1) % n: 0.5})
-        message = _raises_everywhere(ValueError, "src_machine_weights[0] names machine",
-                                     fs.hierarchical_neighbor_allreduce, x, self_weight=0.5,
-                                     src_machine_weights=bad)  # fmt: skip
+        message = _raises_everywhere(
+            ValueError,
+            "src_machine_weights[0] names machine",
+            fs.hierarchical_neighbor_allreduce,
+            x,
+            self_weight=0.5,
+            src_machine_weights=bad,
+        )
         assert "machine" in message and "rank" not in message, message
     fs.hierarchical_neighbor_allreduce(x)  # still usable afterwards
     fs.shutdown()

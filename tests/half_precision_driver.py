@@ -83,11 +83,13 @@ def _windows(r: int) -> list[str]:
                         bad.append(f"rank {r}: win_update did not return x in {lib} {dtype}")
                     continue
                 if not np.array_equal(exact[step], _as_bits(expect[step], like)[r]):
-                    bad.append(f"rank {r}: window {step} in {lib} {dtype} differs from the "
-                               "reference")  # fmt: skip
+                    bad.append(
+                        f"rank {r}: window {step} in {lib} {dtype} differs from the reference"
+                    )
                 if not np.array_equal(noisy[step], sim_noisy[step][r]):
-                    bad.append(f"rank {r}: window {step} in {lib} {dtype} differs from the "
-                               "simulator")  # fmt: skip
+                    bad.append(
+                        f"rank {r}: window {step} in {lib} {dtype} differs from the simulator"
+                    )
     return bad or [f"rank {r}: {len(mine)} window runs agree"]
 
 

@@ -214,9 +214,13 @@ MUTATIONS: list[Mutation] = [
         "MPI: hierarchical_neighbor_allreduce skips the exchange between machines",
         "fogsim/backends/mpi/_backend.py",
         "            out, error = exchange_between_machines(\n"
-        "                self._machine_world(), mean, self_weight, src_machine_weights,\n"
-        "                dst_machine_weights, enable_topo_check,\n"
-        "            )  # fmt: skip\n",
+        "                self._machine_world(),\n"
+        "                mean,\n"
+        "                self_weight,\n"
+        "                src_machine_weights,\n"
+        "                dst_machine_weights,\n"
+        "                enable_topo_check,\n"
+        "            )\n",
         "            out, error = mean.copy(), None\n",
         ("tests/test_hierarchy_mpi.py",),
     ),
@@ -362,7 +366,9 @@ def _source_files() -> list[str]:
     """Tracked and untracked (not ignored) files of the working tree that exist."""
     out = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT, capture_output=True, check=True,
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
     ).stdout.decode()
     return sorted({f for f in out.split("\0") if f and (ROOT / f).is_file()})
 
@@ -385,8 +391,12 @@ def make_copy(dest: Path) -> None:
 def child_env(copy: Path) -> dict[str, str]:
     """The environment of everything run in the copy: it imports fogsim from the copy."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FOGSIM_")}
-    env.update(PYTHONPATH=str(copy), NUMBA_NUM_THREADS="1", OMP_NUM_THREADS="1",
-               PYTHONDONTWRITEBYTECODE="1")  # fmt: skip
+    env.update(
+        PYTHONPATH=str(copy),
+        NUMBA_NUM_THREADS="1",
+        OMP_NUM_THREADS="1",
+        PYTHONDONTWRITEBYTECODE="1",
+    )
     return env
 
 
@@ -394,19 +404,28 @@ def check_imports_copy(copy: Path, want_compiled: bool) -> None:
     """Abort unless ``import fogsim`` in the copy's environment loads the copy (from a
     directory outside it, as the MPI processes that tests launch may run)."""
     code = "import fogsim, fogsim._core as c; print(fogsim.__file__); print(c.compiled)"
-    run = subprocess.run([sys.executable, "-c", code], cwd=copy.parent, env=child_env(copy),
-                         capture_output=True, text=True)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=copy.parent,
+        env=child_env(copy),
+        capture_output=True,
+        text=True,
+    )
     lines = run.stdout.split()
     if run.returncode or len(lines) != 2:
         sys.exit(f"mutations: importing fogsim in the copy failed:\n{run.stderr}")
     where, compiled = Path(lines[0]).resolve(), lines[1] == "True"
     if copy.resolve() not in where.parents:
-        sys.exit(f"mutations: fogsim is imported from {where}, not from the copy {copy}; "
-                 "PYTHONPATH does not win over the installed package, so nothing would be "
-                 "tested")  # fmt: skip
+        sys.exit(
+            f"mutations: fogsim is imported from {where}, not from the copy {copy}; "
+            "PYTHONPATH does not win over the installed package, so nothing would be "
+            "tested"
+        )
     if want_compiled and not compiled:
-        sys.exit("mutations: the copy runs without the compiled extension "
-                 "(fogsim._core.compiled is False)")  # fmt: skip
+        sys.exit(
+            "mutations: the copy runs without the compiled extension "
+            "(fogsim._core.compiled is False)"
+        )
 
 
 def apply(m: Mutation, copy: Path) -> None:
@@ -433,8 +452,13 @@ def build(copy: Path) -> None:
     """Rebuild the copy's compiled extension; abort when it does not build."""
     core = copy / "fogsim" / "_core"
     before = {p.name: p.stat().st_mtime_ns for p in core.glob("*.so")}
-    run = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=copy,
-                         env=child_env(copy), capture_output=True, text=True)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "setup.py", "build_ext", "--inplace"],
+        cwd=copy,
+        env=child_env(copy),
+        capture_output=True,
+        text=True,
+    )
     if run.returncode:
         sys.exit(f"mutations: building the mutated extension failed:\n{run.stderr[-3000:]}")
     after = {p.name: p.stat().st_mtime_ns for p in core.glob("*.so")}
@@ -462,8 +486,9 @@ def run_tests(copy: Path, tests: tuple[str, ...], timeout: float) -> Outcome:
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
     start = time.monotonic()
     try:
-        run = subprocess.run(cmd, cwd=copy, env=child_env(copy), capture_output=True,
-                             text=True, timeout=timeout)  # fmt: skip
+        run = subprocess.run(
+            cmd, cwd=copy, env=child_env(copy), capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired:
         return Outcome("error", f"timed out after {timeout:.0f} s", time.monotonic() - start)
     seconds = time.monotonic() - start
@@ -473,12 +498,17 @@ def run_tests(copy: Path, tests: tuple[str, ...], timeout: float) -> Outcome:
         return Outcome("survived", "", seconds, output[-2000:])
     if rc == 1:
         found = _FAILED.search(output)
-        return Outcome("killed", found.group(1) if found else "(a test failed)", seconds,
-                       output[-4000:])  # fmt: skip
+        return Outcome(
+            "killed", found.group(1) if found else "(a test failed)", seconds, output[-4000:]
+        )
     if -rc in _CRASHES:  # the fault crashed the test process
         return Outcome("killed", f"pytest died of signal {-rc}", seconds, output[-4000:])
-    why = {2: "interrupted (collection error?)", 3: "internal error", 4: "usage error",
-           5: "no tests collected"}.get(rc, f"exit code {rc}")  # fmt: skip
+    why = {
+        2: "interrupted (collection error?)",
+        3: "internal error",
+        4: "usage error",
+        5: "no tests collected",
+    }.get(rc, f"exit code {rc}")
     return Outcome("error", f"pytest: {why}", seconds, output[-4000:])
 
 
@@ -489,12 +519,15 @@ def baseline(copy: Path, selections: list[tuple[str, ...]], timeout: float) -> N
         passed = "passed" if outcome.status == "survived" else outcome.status
         print(f"baseline {' '.join(tests)}: {passed} ({outcome.seconds:.1f} s)", flush=True)
         if outcome.status != "survived":
-            sys.exit(f"mutations: the unmutated copy does not pass {' '.join(tests)} "
-                     f"({outcome.failed}):\n{outcome.detail}")  # fmt: skip
+            sys.exit(
+                f"mutations: the unmutated copy does not pass {' '.join(tests)} "
+                f"({outcome.failed}):\n{outcome.detail}"
+            )
 
 
-def run_mutation(m: Mutation, tmp: Path, timeout: float, want_compiled: bool,
-                 keep: bool) -> Outcome:  # fmt: skip
+def run_mutation(
+    m: Mutation, tmp: Path, timeout: float, want_compiled: bool, keep: bool
+) -> Outcome:
     copy = tmp / m.name
     make_copy(copy)
     start = time.monotonic()
@@ -523,8 +556,10 @@ def table(rows: list[tuple[Mutation, Outcome]], total: float) -> str:
         lines.append(f"| `{m.name}` | {m.breaks} (`{m.path}`) | {by} | {o.seconds:.0f} |")
     killed = sum(o.status == "killed" for _, o in rows)
     lines.append("")
-    lines.append(f"{killed} of {len(rows)} mutations killed; {total:.0f} s in all (baseline, "
-                 "copies and rebuilds included).")  # fmt: skip
+    lines.append(
+        f"{killed} of {len(rows)} mutations killed; {total:.0f} s in all (baseline, "
+        "copies and rebuilds included)."
+    )
     return "\n".join(lines)
 
 
@@ -543,11 +578,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help="mutations to run (default: all)")
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
     parser.add_argument("--table", type=Path, help="write the table into this file")
-    parser.add_argument("--timeout", type=float, default=300.0,
-                        help="seconds for one pytest run (default 300)")  # fmt: skip
+    parser.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds for one pytest run (default 300)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the mutated copies")
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="show the end of pytest's output for each mutation")  # fmt: skip
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show the end of pytest's output for each mutation",
+    )
     args = parser.parse_args(argv)
 
     names = [m.name for m in MUTATIONS]

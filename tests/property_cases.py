@@ -15,8 +15,16 @@ import fogsim as fs
 from fogsim import topology as T
 
 KINDS = ("static_weighted", "static_uniform", "step_matrix", "dynamic", "schedule", "fused")
-BAD = ("nan_weight", "inf_self", "unknown_rank", "negative_rank", "unlisted_sender",
-       "int_dtype", "src_without_self", "shape_differs")  # fmt: skip
+BAD = (
+    "nan_weight",
+    "inf_self",
+    "unknown_rank",
+    "negative_rank",
+    "unlisted_sender",
+    "int_dtype",
+    "src_without_self",
+    "shape_differs",
+)
 #: What the message of each bad call must name (the argument, or what differs).
 BAD_NAMES = {
     "nan_weight": ("finite",),
@@ -80,9 +88,14 @@ def run(case: dict) -> list[np.ndarray]:
         return [fs.neighbor_allreduce(x), fs.neighbor_allreduce(x, name="named")]
     if kind == "dynamic":
         sw, src, dst = _dynamic_weights(case)
-        return [fs.neighbor_allreduce(x, self_weight=_mine(sw, simulated),
-                                      src_weights=_mine(src, simulated),
-                                      dst_weights=_mine(dst, simulated))]  # fmt: skip
+        return [
+            fs.neighbor_allreduce(
+                x,
+                self_weight=_mine(sw, simulated),
+                src_weights=_mine(src, simulated),
+                dst_weights=_mine(dst, simulated),
+            )
+        ]
     if kind == "schedule":
         build = getattr(T, case["schedule"])
         kwargs = {"seed": case["seed"]} if case["schedule"] == "random_matching" else {}
@@ -93,21 +106,28 @@ def run(case: dict) -> list[np.ndarray]:
             step = next(schedule)
             if case["by_ranks"]:  # the per-agent form: send and receive lists
                 recv = [step.recv_ranks(i) for i in range(n)]
-                src = [{int(j): float(step.weights.to_dense()[i, j]) for j in recv[i]}
-                       for i in range(n)]  # fmt: skip
+                src = [
+                    {int(j): float(step.weights.to_dense()[i, j]) for j in recv[i]}
+                    for i in range(n)
+                ]
                 sw = np.array([step.weights.to_dense()[i, i] for i in range(n)])
                 dst = [list(step.send_ranks(i)) for i in range(n)]
-                x = fs.neighbor_allreduce(x, self_weight=_mine(sw, simulated),
-                                          src_weights=_mine(src, simulated),
-                                          dst_weights=_mine(dst, simulated))  # fmt: skip
+                x = fs.neighbor_allreduce(
+                    x,
+                    self_weight=_mine(sw, simulated),
+                    src_weights=_mine(src, simulated),
+                    dst_weights=_mine(dst, simulated),
+                )
             else:
                 x = fs.neighbor_allreduce(x, src_weights=step.weights)
             outs.append(x)
         return outs
     if kind == "fused":
         fs.set_topology(T.exponential_two_graph(n) if case["exp2"] else A.astype(float))
-        values = [_data(case, shape, _DTYPES[dtype], case["seed"] + k)
-                  for k, (dtype, shape) in enumerate(case["tensors"])]  # fmt: skip
+        values = [
+            _data(case, shape, _DTYPES[dtype], case["seed"] + k)
+            for k, (dtype, shape) in enumerate(case["tensors"])
+        ]
         handles = [fs.neighbor_allreduce_nonblocking(_mine(v, simulated)) for v in values]
         return [fs.wait(h) for h in handles]
     raise ValueError(f"unknown case kind {kind!r}")
@@ -163,6 +183,9 @@ def run_bad(case: dict) -> None:
         x = rows if simulated else rows[fs.rank()]
         fs.neighbor_allreduce(x)
         return
-    fs.neighbor_allreduce(_mine(data, simulated), self_weight=_mine(sw, simulated),
-                          src_weights=_mine(src, simulated),
-                          dst_weights=_mine(dst, simulated))  # fmt: skip
+    fs.neighbor_allreduce(
+        _mine(data, simulated),
+        self_weight=_mine(sw, simulated),
+        src_weights=_mine(src, simulated),
+        dst_weights=_mine(dst, simulated),
+    )

@@ -85,11 +85,13 @@ def dynamic_ops(out):
         x = fs.neighbor_allreduce(x, src_weights=step.weights)  # a matrix per step
         # dict form, through the assembly of per-agent dicts (assemble_csr)
         y = fs.neighbor_allreduce(
-            y, self_weight=0.5,
+            y,
+            self_weight=0.5,
             src_weights=fs.local(lambda r, s=step: {j: 0.5 for j in s.recv_ranks(int(r))}),
-            dst_weights=fs.local(lambda r, s=step, w=1.0 - 0.25 * (k % 2):
-                                 {j: w for j in s.send_ranks(int(r))}),
-        )  # fmt: skip
+            dst_weights=fs.local(
+                lambda r, s=step, w=1.0 - 0.25 * (k % 2): {j: w for j in s.send_ranks(int(r))}
+            ),
+        )
     out["dynamic-matrix"], out["dynamic-dicts"] = x, y
 
 
@@ -115,9 +117,18 @@ def machine_ops(out):
 def fused_ops(out):
     n = fs.size()
     fs.set_topology(T.exponential_two_graph(n))
-    xs = [_data(n, shape, dt, 10 + k) for k, (shape, dt) in
-          enumerate([((3,), np.float64), ((2, 5), np.float32), ((7,), np.float64),
-                     ((), np.float32), ((1, 3), np.float64)])]  # fmt: skip
+    xs = [
+        _data(n, shape, dt, 10 + k)
+        for k, (shape, dt) in enumerate(
+            [
+                ((3,), np.float64),
+                ((2, 5), np.float32),
+                ((7,), np.float64),
+                ((), np.float32),
+                ((1, 3), np.float64),
+            ]
+        )
+    ]
     handles = [fs.neighbor_allreduce_nonblocking(x) for x in xs]
     for k, h in enumerate(handles):
         out[f"fused-{k}"] = fs.wait(h)

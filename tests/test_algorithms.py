@@ -17,9 +17,18 @@ from fogsim import algorithms as A
 from fogsim import topology as T
 
 PUBLIC = {
-    "LeastSquares", "MovingTarget", "Result", "consensus", "dgd", "diffusion_lms",
-    "exact_diffusion", "gradient_tracking", "push_diging", "push_sum", "push_weights",
-}  # fmt: skip
+    "LeastSquares",
+    "MovingTarget",
+    "Result",
+    "consensus",
+    "dgd",
+    "diffusion_lms",
+    "exact_diffusion",
+    "gradient_tracking",
+    "push_diging",
+    "push_sum",
+    "push_weights",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -295,8 +304,7 @@ def test_dgd_takes_a_step_size_rule_and_a_gradient_function():
     oracle = A.dgd(p.grad, 0.03, 20, x0=np.zeros((4, 2)), x_star=lstsq(p))
     np.testing.assert_array_equal(ruled.x, constant.x)
     np.testing.assert_array_equal(oracle.x, constant.x)
-    np.testing.assert_allclose(oracle.history["distance"], constant.history["distance"],
-                               rtol=1e-12)  # fmt: skip
+    np.testing.assert_allclose(oracle.history["distance"], constant.history["distance"], rtol=1e-12)
     diminishing = A.dgd(p, lambda k: 0.05 / (1 + k) ** 0.5, 20)
     assert not np.array_equal(diminishing.x, constant.x)
 

@@ -34,15 +34,18 @@ def job(out: str) -> None:
         "consensus_one_peer": lambda: A.consensus(x0, 8, T.one_peer_exponential_two(n)),
         "push_sum": lambda: A.push_sum(x0, 50, A.push_weights(hub_digraph(n))),
         "dgd_atc": lambda: A.dgd(problem, 0.02, 50, progress=True),
-        "dgd_awc": lambda: A.dgd(problem, 0.02, 50, form="awc",
-                                 schedule=T.one_peer_exponential_two(n)),
+        "dgd_awc": lambda: A.dgd(
+            problem, 0.02, 50, form="awc", schedule=T.one_peer_exponential_two(n)
+        ),
         "exact_diffusion": lambda: A.exact_diffusion(problem, 0.03, 160, schedule=T.ring_graph(n)),
         "gradient_tracking": lambda: A.gradient_tracking(problem, 0.03, 160),
         "push_diging": lambda: A.push_diging(problem, 0.03, 160, random_push_schedule(n, 0)),
         "diffusion_lms": lambda: A.diffusion_lms(A.MovingTarget(3, batch=2, seed=1), 0.05, 60),
-    }  # fmt: skip
-    saved = {"solution": fs.global_view(problem.solution()),
-             "lipschitz": np.array(problem.lipschitz())}  # fmt: skip
+    }
+    saved = {
+        "solution": fs.global_view(problem.solution()),
+        "lipschitz": np.array(problem.lipschitz()),
+    }
     for name, run in runs.items():
         result = run()
         saved[f"{name}.x"] = fs.global_view(result.x)
@@ -67,8 +70,9 @@ def job(out: str) -> None:
 
 def fogrun(tmp_path: Path, mode: list[str], n: int) -> dict[str, np.ndarray]:
     out = tmp_path / f"algorithms-{'sim' if mode else 'mpi'}-{n}.npz"
-    run = _jobs.fogrun(n, "-m", "tests.test_algorithms_mpi", str(out), options=tuple(mode),
-                       timeout=120).check()  # fmt: skip
+    run = _jobs.fogrun(
+        n, "-m", "tests.test_algorithms_mpi", str(out), options=tuple(mode), timeout=120
+    ).check()
     assert run.stderr.count("| 0/50 [") == 1  # one progress bar: the main process's
     with np.load(out) as saved:
         return dict(saved)
@@ -105,8 +109,9 @@ def test_mpi_gives_the_simulators_numbers(results, n):
     simulated, distributed = results("sim", n), results("mpi", n)
     assert set(simulated) == set(distributed)
     for key in simulated:
-        np.testing.assert_allclose(distributed[key], simulated[key], rtol=1e-12, atol=1e-14,
-                                   err_msg=key)  # fmt: skip
+        np.testing.assert_allclose(
+            distributed[key], simulated[key], rtol=1e-12, atol=1e-14, err_msg=key
+        )
     assert distributed["consensus.x"].shape == (n, 3)
 
 

@@ -76,7 +76,7 @@ def gossip_script(topo, x, rounds=30):
         (("all",), {"seed": "x"}, TypeError, "seed must be an integer"),
         (("all",), {"jitter": 2}, TypeError, "unexpected keyword argument 'jitter'"),
     ],
-)  # fmt: skip
+)
 def test_bad_arguments_are_refused(world, args, kwargs, exc, match):
     world(T.ring_graph(4))
     with pytest.raises(exc, match=match):
@@ -219,8 +219,9 @@ def test_arrival_by_round_and_send_order_at_a_barrier(world, monkeypatch):
     send = win.edges[1]
 
     def put(k):
-        W.win_put(x, "w", dst_weights=[dict.fromkeys(topo.out_neighbors(j), float(k))
-                                       for j in range(5)])  # fmt: skip
+        W.win_put(
+            x, "w", dst_weights=[dict.fromkeys(topo.out_neighbors(j), float(k)) for j in range(5)]
+        )
 
     for k in (1, 2, 3):
         put(k)

@@ -71,10 +71,22 @@ def _notebook(tmp_path, *cells: str):
     """A notebook of a markdown cell, then ``cells`` as code cells (nbformat 4 JSON)."""
     import json
 
-    code = [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
-             "source": text.strip("\n").splitlines(keepends=True)} for text in cells]  # fmt: skip
-    nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": ["# A lesson"]}, *code],
-          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}  # fmt: skip
+    code = [
+        {
+            "cell_type": "code",
+            "execution_count": None,
+            "metadata": {},
+            "outputs": [],
+            "source": text.strip("\n").splitlines(keepends=True),
+        }
+        for text in cells
+    ]
+    nb = {
+        "cells": [{"cell_type": "markdown", "metadata": {}, "source": ["# A lesson"]}, *code],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     path = tmp_path / "lesson.ipynb"
     path.write_text(json.dumps(nb))
     return path
@@ -87,8 +99,9 @@ def test_a_notebook_is_checked_cell_by_cell_and_named_by_cell(tmp_path):
     assert not report.ok and report.ops == 1, str(report)
     # cell 3 (the markdown cell is cell 1), line 5 of the cell
     assert f"op 1 (neighbor_allreduce) at {tmp_path / 'lesson.ipynb'}[cell 3]:5" in str(report)
-    fixed = loop.replace("grad = A.T @ (A @ w - b)",
-                         "grad = fs.vmap(lambda A, w, b: A.T @ (A @ w - b))(A, w, b)")  # fmt: skip
+    fixed = loop.replace(
+        "grad = A.T @ (A @ w - b)", "grad = fs.vmap(lambda A, w, b: A.T @ (A @ w - b))(A, w, b)"
+    )
     report = fs.check_modes(_notebook(tmp_path, setup, "%%time\nraise SystemExit(3)", fixed), 4)
     assert report.ok and report.ops == 20, str(report)  # a cell-magic cell is left out
 
@@ -119,16 +132,34 @@ def test_bad_arguments_are_refused(tmp_path):
 
 
 def test_fogrun_check_modes_exits_with_the_verdict(tmp_path):
-    bad = _jobs.python("-m", "fogsim.run", "--check-modes", "-np", "4", "python",
-                       str(_script(tmp_path, NOT_BATCH_FRIENDLY)), timeout=300)  # fmt: skip
+    bad = _jobs.python(
+        "-m",
+        "fogsim.run",
+        "--check-modes",
+        "-np",
+        "4",
+        "python",
+        str(_script(tmp_path, NOT_BATCH_FRIENDLY)),
+        timeout=300,
+    )
     assert not bad.timed_out and bad.returncode == 1, bad.describe()
     assert "the modes differ" in bad.stderr and "op 1 (neighbor_allreduce)" in bad.stderr
     good_path = tmp_path / "good.py"
     good_path.write_text(WITH_VMAP)
-    _jobs.python("-m", "fogsim.run", "--check-modes", "-np", "4", "python", str(good_path),
-                 timeout=300).check()  # fmt: skip
-    refused = _jobs.python("-m", "fogsim.run", "--check-modes", "--spmd", "-np", "2", "python",
-                           str(good_path), timeout=60)  # fmt: skip
+    _jobs.python(
+        "-m", "fogsim.run", "--check-modes", "-np", "4", "python", str(good_path), timeout=300
+    ).check()
+    refused = _jobs.python(
+        "-m",
+        "fogsim.run",
+        "--check-modes",
+        "--spmd",
+        "-np",
+        "2",
+        "python",
+        str(good_path),
+        timeout=60,
+    )
     assert refused.returncode == 2 and "leave out --sim and --spmd" in refused.stderr
 
 
@@ -187,8 +218,11 @@ def test_the_simulator_warns_once_where_values_grew_an_agent_axis():
         line = sys._getframe().f_lineno - 1
         assert len(caught) == 1, [str(c.message) for c in caught]
         said = str(caught[0].message)
-        assert f"neighbor_allreduce at {__file__}:{line}: each agent's value has shape (4, 4)" \
-            in said and "fs.vmap" in said and "--check-modes" in said  # fmt: skip
+        assert (
+            f"neighbor_allreduce at {__file__}:{line}: each agent's value has shape (4, 4)" in said
+            and "fs.vmap" in said
+            and "--check-modes" in said
+        )
         assert caught[0].filename == __file__ and caught[0].lineno == line
     finally:
         fs.shutdown()
@@ -220,8 +254,10 @@ def test_a_line_whose_values_grew_an_agent_axis_warns_once_without_local():
         line = sys._getframe().f_lineno - 2
         assert len(caught) == 1, [str(c.message) for c in caught]
         said = str(caught[0].message)
-        assert f"neighbor_allreduce at {__file__}:{line}: each agent's value has shape (4, 4) " \
-            "here, (4,) at an earlier call from this line" in said  # fmt: skip
+        assert (
+            f"neighbor_allreduce at {__file__}:{line}: each agent's value has shape (4, 4) "
+            "here, (4,) at an earlier call from this line" in said
+        )
         assert caught[0].filename == __file__ and caught[0].lineno == line
     finally:
         fs.shutdown()

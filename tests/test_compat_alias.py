@@ -87,8 +87,9 @@ def test_fogrun_bluefog_runs_bluefog_code_unchanged_under_mpi(tmp_path):
 
 
 def test_fogrun_bluefog_runs_it_as_spmd_agents_too(tmp_path):
-    job = _jobs.fogrun_script(tmp_path, BLUEFOG_SCRIPT, 4, options=("--bluefog", "--spmd"),
-                              timeout=120)  # fmt: skip
+    job = _jobs.fogrun_script(
+        tmp_path, BLUEFOG_SCRIPT, 4, options=("--bluefog", "--spmd"), timeout=120
+    )
     job.check()
     assert _lines(job.stdout) == [f"rank {r} of 4: True" for r in range(4)]
 
@@ -103,8 +104,20 @@ def test_python_m_fogsim_compat_bluefog_under_mpiexec(tmp_path):
     script = tmp_path / "script.py"
     script.write_text(BLUEFOG_SCRIPT)
     environment.require_mpiexec()
-    job = _jobs.run([str(_jobs.MPIEXEC), "-n", "2", sys.executable, "-m", "mpi4py",
-                     "-m", "fogsim.compat.bluefog", str(script)], timeout=120,
-                    env=_jobs.job_env())  # fmt: skip
+    job = _jobs.run(
+        [
+            str(_jobs.MPIEXEC),
+            "-n",
+            "2",
+            sys.executable,
+            "-m",
+            "mpi4py",
+            "-m",
+            "fogsim.compat.bluefog",
+            str(script),
+        ],
+        timeout=120,
+        env=_jobs.job_env(),
+    )
     job.check()
     assert _lines(job.stdout) == [f"rank {r} of 2: True" for r in range(2)]

@@ -20,43 +20,121 @@ from fogsim.compat.bluefog import _api
 from fogsim.compat.bluefog import topology_util as tu
 
 BF_PUBLIC = {
-    "init", "shutdown", "size", "rank", "local_size", "local_rank",
-    "set_topology", "load_topology", "is_topo_weighted", "in_neighbor_ranks",
-    "out_neighbor_ranks", "allreduce", "allreduce_nonblocking", "allreduce_",
-    "allreduce_nonblocking_", "allgather", "allgather_nonblocking", "broadcast",
-    "broadcast_nonblocking", "broadcast_", "broadcast_nonblocking_", "neighbor_allreduce",
-    "neighbor_allreduce_nonblocking", "neighbor_allgather", "neighbor_allgather_nonblocking",
-    "barrier", "synchronize", "wait", "poll", "topology_util",
-    "machine_size", "machine_rank", "set_machine_topology", "load_machine_topology",
-    "is_machine_topo_weighted", "in_neighbor_machine_ranks", "out_neighbor_machine_ranks",
-    "hierarchical_neighbor_allreduce", "hierarchical_neighbor_allreduce_nonblocking",
-    "ExponentialTwoGraph", "ExponentialGraph", "SymmetricExponentialGraph", "RingGraph",
-    "StarGraph", "MeshGrid2DGraph", "FullyConnectedGraph",
-    "win_create", "win_free", "win_put", "win_put_nonblocking", "win_accumulate",
-    "win_accumulate_nonblocking", "win_get", "win_get_nonblocking", "win_update",
-    "win_update_then_collect", "win_mutex", "win_wait", "win_poll", "get_win_version",
-    "win_associated_p", "turn_on_win_ops_with_associated_p",
-    "turn_off_win_ops_with_associated_p", "get_current_created_window_names",
-    "win_sync", "win_sync_then_collect", "CommunicationType",
-    "DistributedAdaptThenCombineOptimizer", "DistributedAdaptWithCombineOptimizer",
-    "DistributedGradientAllreduceOptimizer", "DistributedPushSumOptimizer",
-    "DistributedWinPutOptimizer", "broadcast_optimizer_state", "broadcast_parameters",
-    "nccl_built", "mpi_threads_supported", "unified_mpi_window_model_supported",
-    "is_homogeneous", "set_skip_negotiate_stage", "get_skip_negotiate_stage", "suspend",
-    "resume", "timeline_start_activity", "timeline_end_activity", "timeline_context",
-    "win_lock", "allreduce_parameters", "DistributedAllreduceOptimizer",
-    "DistributedNeighborAllreduceOptimizer", "DistributedHierarchicalNeighborAllreduceOptimizer",
-    "DistributedPullGetOptimizer", "IsTopologyEquivalent", "InferSourceFromDestinationRanks",
+    "init",
+    "shutdown",
+    "size",
+    "rank",
+    "local_size",
+    "local_rank",
+    "set_topology",
+    "load_topology",
+    "is_topo_weighted",
+    "in_neighbor_ranks",
+    "out_neighbor_ranks",
+    "allreduce",
+    "allreduce_nonblocking",
+    "allreduce_",
+    "allreduce_nonblocking_",
+    "allgather",
+    "allgather_nonblocking",
+    "broadcast",
+    "broadcast_nonblocking",
+    "broadcast_",
+    "broadcast_nonblocking_",
+    "neighbor_allreduce",
+    "neighbor_allreduce_nonblocking",
+    "neighbor_allgather",
+    "neighbor_allgather_nonblocking",
+    "barrier",
+    "synchronize",
+    "wait",
+    "poll",
+    "topology_util",
+    "machine_size",
+    "machine_rank",
+    "set_machine_topology",
+    "load_machine_topology",
+    "is_machine_topo_weighted",
+    "in_neighbor_machine_ranks",
+    "out_neighbor_machine_ranks",
+    "hierarchical_neighbor_allreduce",
+    "hierarchical_neighbor_allreduce_nonblocking",
+    "ExponentialTwoGraph",
+    "ExponentialGraph",
+    "SymmetricExponentialGraph",
+    "RingGraph",
+    "StarGraph",
+    "MeshGrid2DGraph",
+    "FullyConnectedGraph",
+    "win_create",
+    "win_free",
+    "win_put",
+    "win_put_nonblocking",
+    "win_accumulate",
+    "win_accumulate_nonblocking",
+    "win_get",
+    "win_get_nonblocking",
+    "win_update",
+    "win_update_then_collect",
+    "win_mutex",
+    "win_wait",
+    "win_poll",
+    "get_win_version",
+    "win_associated_p",
+    "turn_on_win_ops_with_associated_p",
+    "turn_off_win_ops_with_associated_p",
+    "get_current_created_window_names",
+    "win_sync",
+    "win_sync_then_collect",
+    "CommunicationType",
+    "DistributedAdaptThenCombineOptimizer",
+    "DistributedAdaptWithCombineOptimizer",
+    "DistributedGradientAllreduceOptimizer",
+    "DistributedPushSumOptimizer",
+    "DistributedWinPutOptimizer",
+    "broadcast_optimizer_state",
+    "broadcast_parameters",
+    "nccl_built",
+    "mpi_threads_supported",
+    "unified_mpi_window_model_supported",
+    "is_homogeneous",
+    "set_skip_negotiate_stage",
+    "get_skip_negotiate_stage",
+    "suspend",
+    "resume",
+    "timeline_start_activity",
+    "timeline_end_activity",
+    "timeline_context",
+    "win_lock",
+    "allreduce_parameters",
+    "DistributedAllreduceOptimizer",
+    "DistributedNeighborAllreduceOptimizer",
+    "DistributedHierarchicalNeighborAllreduceOptimizer",
+    "DistributedPullGetOptimizer",
+    "IsTopologyEquivalent",
+    "InferSourceFromDestinationRanks",
     "InferDestinationFromSourceRanks",
-}  # fmt: skip
+}
 TU_PUBLIC = {
-    "ExponentialTwoGraph", "ExponentialGraph", "SymmetricExponentialGraph", "RingGraph",
-    "StarGraph", "MeshGrid2DGraph", "FullyConnectedGraph", "IsTopologyEquivalent",
-    "IsRegularGraph", "GetRecvWeights", "GetSendWeights", "GetDynamicOnePeerSendRecvRanks",
-    "GetDynamicSendRecvRanks", "GetExp2DynamicSendRecvMachineRanks",
-    "GetInnerOuterRingDynamicSendRecvRanks", "GetInnerOuterExpo2DynamicSendRecvRanks",
-    "InferSourceFromDestinationRanks", "InferDestinationFromSourceRanks",
-}  # fmt: skip
+    "ExponentialTwoGraph",
+    "ExponentialGraph",
+    "SymmetricExponentialGraph",
+    "RingGraph",
+    "StarGraph",
+    "MeshGrid2DGraph",
+    "FullyConnectedGraph",
+    "IsTopologyEquivalent",
+    "IsRegularGraph",
+    "GetRecvWeights",
+    "GetSendWeights",
+    "GetDynamicOnePeerSendRecvRanks",
+    "GetDynamicSendRecvRanks",
+    "GetExp2DynamicSendRecvMachineRanks",
+    "GetInnerOuterRingDynamicSendRecvRanks",
+    "GetInnerOuterExpo2DynamicSendRecvRanks",
+    "InferSourceFromDestinationRanks",
+    "InferDestinationFromSourceRanks",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -103,9 +181,15 @@ def test_import_has_no_side_effects():
 def test_signatures_follow_bluefog():
     params = list(inspect.signature(bf.neighbor_allreduce).parameters)
     assert params == [
-        "tensor", "self_weight", "src_weights", "dst_weights", "enable_topo_check", "name",
-        "neighbor_weights", "send_neighbors",  # BlueFog's earlier names, keyword-only
-    ]  # fmt: skip
+        "tensor",
+        "self_weight",
+        "src_weights",
+        "dst_weights",
+        "enable_topo_check",
+        "name",
+        "neighbor_weights",
+        "send_neighbors",  # BlueFog's earlier names, keyword-only
+    ]
     assert list(inspect.signature(bf.init).parameters) == ["topology_fn", "is_weighted"]
     assert list(inspect.signature(bf.set_topology).parameters) == ["topology", "is_weighted"]
     assert list(inspect.signature(bf.broadcast_).parameters) == ["tensor", "root_rank", "name"]
@@ -195,10 +279,19 @@ def test_integer_weights_are_accepted_and_passed_as_floats(world, monkeypatch):
 
     seen = {}
 
-    def spy(tensor, self_weight, src_weights, dst_weights, enable_topo_check, name, *,
-            check_weights=True):  # fmt: skip
-        seen.update(self_weight=self_weight, src=src_weights, dst=dst_weights,
-                    check_weights=check_weights)  # fmt: skip
+    def spy(
+        tensor,
+        self_weight,
+        src_weights,
+        dst_weights,
+        enable_topo_check,
+        name,
+        *,
+        check_weights=True,
+    ):
+        seen.update(
+            self_weight=self_weight, src=src_weights, dst=dst_weights, check_weights=check_weights
+        )
         return tensor
 
     monkeypatch.setattr(_api.fogsim, "neighbor_allreduce", spy)
@@ -332,11 +425,15 @@ def test_machine_level_under_bluefog_names():
         assert W[0] == pytest.approx(1 / 3)
         want = np.repeat([(means[3] + means[0] + means[1]) / 3], 2)
         np.testing.assert_allclose(bf.hierarchical_neighbor_allreduce(x)[:2, 0], want)
-        sync = bf.synchronize(bf.hierarchical_neighbor_allreduce_nonblocking(
-            x, self_weight=1, src_machine_weights=[{}] * 8))  # integer weight accepted
+        sync = bf.synchronize(
+            bf.hierarchical_neighbor_allreduce_nonblocking(
+                x, self_weight=1, src_machine_weights=[{}] * 8
+            )
+        )  # integer weight accepted
         np.testing.assert_allclose(sync[:, 0], np.repeat(means, 2))
-        np.testing.assert_allclose(bf.allreduce(x, is_hierarchical_local=True)[:, 0],
-                                   np.repeat(means, 2))
+        np.testing.assert_allclose(
+            bf.allreduce(x, is_hierarchical_local=True)[:, 0], np.repeat(means, 2)
+        )
         np.testing.assert_allclose(bf.allreduce(x, True, True, "x")[:, 0], np.repeat(means, 2))
     finally:
         fs.shutdown()
@@ -366,10 +463,13 @@ def test_neighbor_weights_and_send_neighbors_are_deprecated_aliases(world):
     np.testing.assert_array_equal(got, want)
     deprecated = "(neighbor_weights|send_neighbors) is deprecated"
     with pytest.warns(DeprecationWarning, match=deprecated) as record:
-        got = bf.neighbor_allreduce(x, self_weight=0.5, neighbor_weights=src,
-                                    send_neighbors=ranks, name="x")  # fmt: skip
+        got = bf.neighbor_allreduce(
+            x, self_weight=0.5, neighbor_weights=src, send_neighbors=ranks, name="x"
+        )
     assert {str(w.message).split(":")[1].split()[0] for w in record} == {
-        "neighbor_weights", "send_neighbors"}  # fmt: skip
+        "neighbor_weights",
+        "send_neighbors",
+    }
     assert all(w.filename == __file__ for w in record)  # the warning points at the caller
     np.testing.assert_array_equal(got, want)
     with pytest.warns(DeprecationWarning, match="send_neighbors is deprecated.*dst_weights"):
@@ -386,16 +486,19 @@ def test_deprecated_names_refuse_bad_input(world):
     with pytest.raises(TypeError, match="pass dst_weights or the deprecated send_neighbors"):
         bf.neighbor_allreduce(x, 0.5, src, [[1]] * n, send_neighbors=[[1]] * n)
     deprecated = "send_neighbors is deprecated"
-    with pytest.warns(DeprecationWarning, match=deprecated), pytest.raises(
-        TypeError, match="send_neighbors must be a list of ranks"
+    with (
+        pytest.warns(DeprecationWarning, match=deprecated),
+        pytest.raises(TypeError, match="send_neighbors must be a list of ranks"),
     ):
         bf.neighbor_allreduce(x, 0.5, src, send_neighbors={1: 0.5})
-    with pytest.warns(DeprecationWarning, match=deprecated), pytest.raises(
-        TypeError, match="send_neighbors must hold integer ranks"
+    with (
+        pytest.warns(DeprecationWarning, match=deprecated),
+        pytest.raises(TypeError, match="send_neighbors must hold integer ranks"),
     ):
         bf.neighbor_allreduce(x, 0.5, src, send_neighbors=[0.5, 1])
-    with pytest.warns(DeprecationWarning, match=deprecated), pytest.raises(
-        TypeError, match="send_neighbors must be a list of ranks"
+    with (
+        pytest.warns(DeprecationWarning, match=deprecated),
+        pytest.raises(TypeError, match="send_neighbors must be a list of ranks"),
     ):
         bf.neighbor_allreduce_nonblocking(x, 0.5, src, send_neighbors=3)
 
@@ -454,8 +557,10 @@ def test_optimizer_self_weights_is_self_weight():
 
     model = fo.replicate(torch.nn.Linear(2, 1))
     opt = bf.DistributedAdaptThenCombineOptimizer(
-        optimizer=torch.optim.SGD(model.parameters(), lr=0.1), model=model,
-        communication_type=bf.CommunicationType.neighbor_allreduce)  # fmt: skip
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+        model=model,
+        communication_type=bf.CommunicationType.neighbor_allreduce,
+    )
     assert opt.self_weights is None
     opt.self_weights = np.full(3, 0.5)  # Listing 4's spelling
     assert opt.self_weight is opt.self_weights

@@ -28,32 +28,48 @@ def _rows(stdout: str) -> list[list[str]]:
 
 @pytest.mark.mpi
 def test_nodes_per_machine_sets_the_machine_layout_under_mpi(tmp_path):
-    job = _jobs.fogrun_script(tmp_path, MACHINES, 4, options=("--bluefog",), timeout=120,
-                              env=_jobs.job_env(BLUEFOG_NODES_PER_MACHINE="2"))  # fmt: skip
+    job = _jobs.fogrun_script(
+        tmp_path,
+        MACHINES,
+        4,
+        options=("--bluefog",),
+        timeout=120,
+        env=_jobs.job_env(BLUEFOG_NODES_PER_MACHINE="2"),
+    )
     job.check()
     # machines {0, 1} and {2, 3}; with two machines each averages the two machine means
-    assert _rows(job.stdout) == [[str(r), "2", str(r % 2), "2", str(r // 2), "[1.5, 1.5]"]
-                                 for r in range(4)], job.describe()  # fmt: skip
+    assert _rows(job.stdout) == [
+        [str(r), "2", str(r % 2), "2", str(r // 2), "[1.5, 1.5]"] for r in range(4)
+    ], job.describe()
 
 
 def test_nodes_per_machine_as_spmd_agents(tmp_path):
     env = _jobs.job_env(BLUEFOG_NODES_PER_MACHINE="2")
-    job = _jobs.fogrun_script(tmp_path, MACHINES, 4, options=("--bluefog", "--spmd"),
-                              timeout=120, env=env)  # fmt: skip
+    job = _jobs.fogrun_script(
+        tmp_path, MACHINES, 4, options=("--bluefog", "--spmd"), timeout=120, env=env
+    )
     job.check()
     assert [row[:5] for row in _rows(job.stdout)] == [
-        [str(r), "2", str(r % 2), "2", str(r // 2)] for r in range(4)], job.describe()  # fmt: skip
+        [str(r), "2", str(r % 2), "2", str(r // 2)] for r in range(4)
+    ], job.describe()
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("value", ["two", "0", "3"])
 def test_a_bad_nodes_per_machine_is_one_clear_error(tmp_path, value):
-    job = _jobs.fogrun_script(tmp_path, MACHINES, 4, options=("--bluefog",), timeout=120,
-                              env=_jobs.job_env(BLUEFOG_NODES_PER_MACHINE=value))  # fmt: skip
+    job = _jobs.fogrun_script(
+        tmp_path,
+        MACHINES,
+        4,
+        options=("--bluefog",),
+        timeout=120,
+        env=_jobs.job_env(BLUEFOG_NODES_PER_MACHINE=value),
+    )
     assert job.returncode not in (0, 124), job.describe()
     assert "fogrun: ranks 0-3: ValueError:" in job.stderr, job.describe()
-    assert ("BLUEFOG_NODES_PER_MACHINE" if value != "3" else "local_size") in job.stderr, \
-        job.describe()  # fmt: skip
+    assert ("BLUEFOG_NODES_PER_MACHINE" if value != "3" else "local_size") in job.stderr, (
+        job.describe()
+    )
     assert job.stderr.count("Traceback") == 1, job.stderr
 
 
@@ -102,8 +118,12 @@ def test_fusion_threshold_becomes_fogsims_and_fogsims_wins():
     assert _environ.fusion_threshold({"BLUEFOG_FUSION_THRESHOLD": "1024"}) == 1024
     assert _environ.fusion_threshold({"BLUEFOG_FUSION_THRESHOLD": " 0 "}) == 0
     assert _environ.fusion_threshold({}) is None
-    assert _environ.fusion_threshold({"BLUEFOG_FUSION_THRESHOLD": "1024",
-                                      "FOGSIM_FUSION_THRESHOLD": "8"}) is None  # fmt: skip
+    assert (
+        _environ.fusion_threshold(
+            {"BLUEFOG_FUSION_THRESHOLD": "1024", "FOGSIM_FUSION_THRESHOLD": "8"}
+        )
+        is None
+    )
     for bad in ("64MB", "-1", "1.5"):
         with pytest.raises(ValueError, match=f"BLUEFOG_FUSION_THRESHOLD.*{bad!r}"):
             _environ.fusion_threshold({"BLUEFOG_FUSION_THRESHOLD": bad})

@@ -200,5 +200,6 @@ def test_associated_p_of_an_accumulate_and_a_collect(tmp_path):
     job = fogrun_script(tmp_path, ASSOCIATED_P, 4, options=("--bluefog",), timeout=120)
     job.check()
     p = dict(line.split() for line in job.stdout.splitlines() if line.strip())
-    assert {int(r): float(v) for r, v in p.items()} == {0: 1.5, 1: 0.5, 2: 1.5, 3: 1.0}, \
-        job.describe()  # fmt: skip
+    assert {int(r): float(v) for r, v in p.items()} == {0: 1.5, 1: 0.5, 2: 1.5, 3: 1.0}, (
+        job.describe()
+    )

@@ -220,8 +220,11 @@ def test_one_peer_mesh_by_hand():
     step0 = [next(tu.GetDynamicOnePeerSendRecvRanks(graph, r)) for r in range(6)]
     assert step0 == [([1], []), ([2], [0]), ([5], [1, 5]), ([4], []), ([5], [3]), ([2], [2, 4])]
     assert take(tu.GetDynamicOnePeerSendRecvRanks(graph, 1), 4) == [
-        ([2], [0]), ([4], [2, 4]), ([0], [0]), ([2], [2]),
-    ]  # fmt: skip
+        ([2], [0]),
+        ([4], [2, 4]),
+        ([0], [0]),
+        ([2], [2]),
+    ]
 
 
 @pytest.mark.parametrize("name", GRAPHS)

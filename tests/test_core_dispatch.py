@@ -139,8 +139,15 @@ def test_combine_rows_without_terms_scales_x(dispatch):
     ],
 )
 def test_combine_rows_refuses_bad_arguments(dispatch, args, error, match):
-    kw = dict(out=np.empty(3), self_weight=0.5, x=np.zeros(3), weights=np.ones(2),
-              recv=np.zeros((2, 3)), offset=0, select=None)  # fmt: skip
+    kw = dict(
+        out=np.empty(3),
+        self_weight=0.5,
+        x=np.zeros(3),
+        weights=np.ones(2),
+        recv=np.zeros((2, 3)),
+        offset=0,
+        select=None,
+    )
     kw.update(args)
     with pytest.raises(error, match=match):
         dispatch.combine_rows(**kw)
@@ -195,8 +202,12 @@ def test_fusion_queue_combines_every_entry_from_one_message(dispatch):
     for v, h in zip(values, handles, strict=True):
         got = h.wait()
         assert got.dtype == v.dtype and got.shape == v.shape
-        assert got.tobytes() == (v * v.dtype.type(0.5) + v * 2 * v.dtype.type(0.25)
-                                 + v * 3 * v.dtype.type(0.25)).tobytes()  # fmt: skip
+        assert (
+            got.tobytes()
+            == (
+                v * v.dtype.type(0.5) + v * 2 * v.dtype.type(0.25) + v * 3 * v.dtype.type(0.25)
+            ).tobytes()
+        )
     assert len(table) == 0
 
 
@@ -270,8 +281,9 @@ def test_fusion_queue_passes_the_layout_only_when_checked_and_the_first_error(di
 
     def flush(entries, nbytes, layout, error):
         calls.append((layout, error))
-        dispatch.FusedBatch(entries, np.empty(nbytes, np.uint8),
-                            np.zeros((0, nbytes), np.uint8), _Done())  # fmt: skip
+        dispatch.FusedBatch(
+            entries, np.empty(nbytes, np.uint8), np.zeros((0, nbytes), np.uint8), _Done()
+        )
 
     queue = dispatch.FusionQueue(1 << 20, flush, dispatch.HandleTable())
     plan = _Plan(1.0, np.empty(0), fingerprint=5)
@@ -288,8 +300,10 @@ def test_fusion_queue_passes_the_layout_only_when_checked_and_the_first_error(di
     queue.add(None, None, error=first)
     queue.add(None, None, error=second)
     queue.flush()
-    assert calls.pop() == (dispatch.layout_fingerprint([(x, plan), (None, None), (None, None)]),
-                           first)  # fmt: skip
+    assert calls.pop() == (
+        dispatch.layout_fingerprint([(x, plan), (None, None), (None, None)]),
+        first,
+    )
 
 
 def test_a_batch_whose_wait_fails_fails_every_entry(dispatch):
@@ -304,8 +318,14 @@ def test_a_batch_whose_wait_fails_fails_every_entry(dispatch):
             assert test() is False
             raise ValueError("ranks disagree: the agreement beside the data failed")
 
-        dispatch.FusedBatch(entries, np.empty(nbytes, np.uint8), np.zeros((1, nbytes), np.uint8),
-                            Pending(), wait, lambda: tested.append(1) or False)  # fmt: skip
+        dispatch.FusedBatch(
+            entries,
+            np.empty(nbytes, np.uint8),
+            np.zeros((1, nbytes), np.uint8),
+            Pending(),
+            wait,
+            lambda: tested.append(1) or False,
+        )
 
     table = dispatch.HandleTable()
     queue = dispatch.FusionQueue(1 << 20, flush, table)
@@ -344,8 +364,7 @@ def test_a_batch_records_its_wait_and_combine_on_the_running_timeline(dispatch, 
 
     def flush(entries, nbytes, layout, error):
         recv = np.zeros((1, nbytes), np.uint8)
-        dispatch.FusedBatch(entries, np.empty(nbytes, np.uint8), recv, _Done(), None, None,
-                            running)  # fmt: skip
+        dispatch.FusedBatch(entries, np.empty(nbytes, np.uint8), recv, _Done(), None, None, running)
 
     queue = dispatch.FusionQueue(1 << 20, flush, dispatch.HandleTable())
     handles = [queue.add(np.ones(2), _Plan(0.5, np.array([0.5]))) for _ in range(2)]

@@ -5,7 +5,6 @@ The compiled and fallback kernels must agree bit for bit (``np.array_equal``); b
 reason when it is not built.
 """
 
-
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -385,21 +384,46 @@ def test_assemble_csr_bitwise(compiled, n, max_deg):
 
 
 def test_public_namespace():
-    assert sorted(_core.__all__) == sorted([
-        "FusedBatch", "FusionQueue", "Handle", "HandleTable", "assemble_csr",
-        "circulant_combine", "combine_rows", "compiled", "csr_combine", "dispatch", "fallback",
-        "fallback_dispatch", "format_trace_events", "kernels", "layout_fingerprint", "pack",
-        "TraceOp", "TracePhase",
-        "TraceRecorder", "trace_now_ns", "weighted_combine",
-    ])  # fmt: skip
+    assert sorted(_core.__all__) == sorted(
+        [
+            "FusedBatch",
+            "FusionQueue",
+            "Handle",
+            "HandleTable",
+            "assemble_csr",
+            "circulant_combine",
+            "combine_rows",
+            "compiled",
+            "csr_combine",
+            "dispatch",
+            "fallback",
+            "fallback_dispatch",
+            "format_trace_events",
+            "kernels",
+            "layout_fingerprint",
+            "pack",
+            "TraceOp",
+            "TracePhase",
+            "TraceRecorder",
+            "trace_now_ns",
+            "weighted_combine",
+        ]
+    )
     assert isinstance(_core.compiled, bool)
     assert _core.fallback is _fallback
     assert (_core.kernels is _fallback) is (not _core.compiled)
     assert (_core.dispatch is _core.fallback_dispatch) is (not _core.compiled)
     for name in ("assemble_csr", "circulant_combine", "csr_combine", "weighted_combine"):
         assert getattr(_core, name) is getattr(_core.kernels, name)
-    for name in ("Handle", "HandleTable", "pack", "combine_rows", "FusionQueue", "FusedBatch",
-                 "layout_fingerprint"):
+    for name in (
+        "Handle",
+        "HandleTable",
+        "pack",
+        "combine_rows",
+        "FusionQueue",
+        "FusedBatch",
+        "layout_fingerprint",
+    ):
         assert getattr(_core, name) is getattr(_core.dispatch, name)
 
 

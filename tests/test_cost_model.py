@@ -312,9 +312,20 @@ def test_the_example_prints_the_table_and_saves_the_figure(tmp_path):
 
     root = Path(__file__).parent.parent
     out = tmp_path / "scaling.png"
-    run = subprocess.run([sys.executable, str(root / "examples" / "cost_model.py"), "--out",
-                          str(out), "--gpus-per-machine", "4"], capture_output=True, text=True,
-                         timeout=120, cwd=tmp_path)  # fmt: skip
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(root / "examples" / "cost_model.py"),
+            "--out",
+            str(out),
+            "--gpus-per-machine",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert out.stat().st_size > 10_000
     lines = run.stdout.splitlines()

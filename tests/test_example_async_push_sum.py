@@ -16,8 +16,15 @@ FINAL = re.compile(r"final relative error (\S+), total mass sum\(p\) = (\S+) \(n
 
 def run(tmp_path: Path, mode: list[str], n: int, *options: str) -> tuple[float, float, np.ndarray]:
     out = tmp_path / f"ps-{'-'.join(mode) or 'mpi'}-{n}-{len(list(tmp_path.iterdir()))}.npy"
-    done = _jobs.fogrun(n, str(ROOT / "examples" / "async_push_sum.py"), "--save", str(out),
-                        *options, options=tuple(mode), timeout=150).check()  # fmt: skip
+    done = _jobs.fogrun(
+        n,
+        str(ROOT / "examples" / "async_push_sum.py"),
+        "--save",
+        str(out),
+        *options,
+        options=tuple(mode),
+        timeout=150,
+    ).check()
     found = FINAL.findall(done.stdout)
     assert len(found) == 1, done.stdout[-2000:]  # printed once per job
     error, mass, size = found[0]
@@ -33,8 +40,9 @@ def test_simulated_lock_step_reaches_the_average(tmp_path):
 
 
 def test_simulated_asynchrony_with_delays_conserves_mass(tmp_path):
-    error, mass, _ = run(tmp_path, ["--sim"], 12, "--iters", "600", "--activation",
-                         "bernoulli", "--max-delay", "4")  # fmt: skip
+    error, mass, _ = run(
+        tmp_path, ["--sim"], 12, "--iters", "600", "--activation", "bernoulli", "--max-delay", "4"
+    )
     assert mass == pytest.approx(12, rel=1e-12)
     assert error < 1e-6
 

@@ -13,8 +13,9 @@ EXAMPLES = _jobs.ROOT / "examples" / "bluefog"
 
 
 def _run(name: str, *args: str, options: tuple = ()) -> _jobs.Job:
-    job = _jobs.fogrun_path(EXAMPLES / f"{name}.py", 4, *args, options=("--bluefog", *options),
-                            timeout=240)  # fmt: skip
+    job = _jobs.fogrun_path(
+        EXAMPLES / f"{name}.py", 4, *args, options=("--bluefog", *options), timeout=240
+    )
     job.check()
     return job
 

@@ -24,9 +24,19 @@ def fogrun(
 ) -> np.ndarray:
     how = mode[0].strip("-") if mode else "mpi"
     out = tmp_path / f"{example}-{how}-{n}-{topology}.npy"
-    run = _jobs.fogrun(n, str(ROOT / "examples" / f"{example}.py"), "--topology", topology,
-                       "--iters", "40", "--save", str(out), *options, options=tuple(mode),
-                       timeout=120).check()  # fmt: skip
+    run = _jobs.fogrun(
+        n,
+        str(ROOT / "examples" / f"{example}.py"),
+        "--topology",
+        topology,
+        "--iters",
+        "40",
+        "--save",
+        str(out),
+        *options,
+        options=tuple(mode),
+        timeout=120,
+    ).check()
     lines = [ln for ln in run.stdout.splitlines() if ln.strip() and ln.split()[0].isdigit()]
     assert lines and len(set(lines)) == len(lines), "progress must be printed once per job"
     return np.load(out)
@@ -69,7 +79,14 @@ def test_every_example_is_covered():
     # fish_school: test_fish_school.py; decentralized_training: test_optim.py;
     # cost_model (simulator only, it models a cluster): test_cost_model.py;
     # fault_tolerance (simulated faults): test_faults.py
-    tested = {"consensus", "dgd", *OTHERS, "fish_school", "decentralized_training",
-              "cost_model", "fault_tolerance"}  # fmt: skip
+    tested = {
+        "consensus",
+        "dgd",
+        *OTHERS,
+        "fish_school",
+        "decentralized_training",
+        "cost_model",
+        "fault_tolerance",
+    }
     examples = {p.stem for p in (ROOT / "examples").glob("*.py") if not p.stem.startswith("_")}
     assert examples <= tested, sorted(examples - tested)

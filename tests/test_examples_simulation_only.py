@@ -27,5 +27,7 @@ def test_a_simulation_only_example_runs_once_under_fogrun(example):
     launched = _jobs.fogrun(3, script, *EXAMPLES[example], timeout=120).check()
     assert launched.stdout == alone.stdout  # the same output, once
     notes = [line for line in launched.stderr.splitlines() if "simulation-only" in line]
-    assert notes == [f"{example}.py: this example is simulation-only; ran once on rank 0 "
-                     "(not on all 3 processes)"], launched.stderr  # fmt: skip
+    assert notes == [
+        f"{example}.py: this example is simulation-only; ran once on rank 0 "
+        "(not on all 3 processes)"
+    ], launched.stderr

@@ -177,8 +177,7 @@ def test_dgd_with_a_failed_agent_reaches_the_optimum_of_the_others():
         b = rng.standard_normal((n, 8)) + 3.0 * (np.arange(n) == 4)[:, None]  # agent 4 differs
 
         def optimum(agents):
-            return np.linalg.lstsq(A[agents].reshape(-1, dim), b[agents].reshape(-1),
-                                   rcond=None)[0]  # fmt: skip
+            return np.linalg.lstsq(A[agents].reshape(-1, dim), b[agents].reshape(-1), rcond=None)[0]
 
         live = [i for i in range(n) if i != 4]
         faults.inject(fail={4: 0})  # agent 4 is down from the first step
@@ -293,8 +292,9 @@ def test_bad_fault_arguments_are_named(world):
 def test_the_example_keeps_learning_after_the_failure_that_stops_the_server(tmp_path):
 
     fault_tolerance = environment.load_example("fault_tolerance")
-    curves = fault_tolerance.main(["--steps", "200", "--fail-at", "30",
-                                   "--plot", str(tmp_path / "f.png")])  # fmt: skip
+    curves = fault_tolerance.main(
+        ["--steps", "200", "--fail-at", "30", "--plot", str(tmp_path / "f.png")]
+    )
     server, dec = curves["parameter server"], curves["decentralized"]
     assert server[-1] == server[30] > 10 * dec[-1]  # frozen at the failure; DGD went on
     assert (tmp_path / "f.png").stat().st_size > 5_000

@@ -194,9 +194,24 @@ def load_example():
 
 def test_example_writes_gif_plot_and_trajectories(tmp_path, capsys):
     gif, png, npy = tmp_path / "school.gif", tmp_path / "error.png", tmp_path / "run.npy"
-    run = load_example().main(["--size", "25", "--steps", "12", "--mode", "encircle",
-                               "--every", "3", "--gif", str(gif), "--plot", str(png),
-                               "--save", str(npy)])  # fmt: skip
+    run = load_example().main(
+        [
+            "--size",
+            "25",
+            "--steps",
+            "12",
+            "--mode",
+            "encircle",
+            "--every",
+            "3",
+            "--gif",
+            str(gif),
+            "--plot",
+            str(png),
+            "--save",
+            str(npy),
+        ]
+    )
     assert "25 fish, 12 steps, encircle" in capsys.readouterr().out
     assert gif.stat().st_size > 0 and png.stat().st_size > 0
     from PIL import Image
@@ -209,8 +224,9 @@ def test_example_writes_gif_plot_and_trajectories(tmp_path, capsys):
 
 def fogrun(tmp_path: Path, mode: list[str], n: int, extra: list[str]) -> np.ndarray:
     out = tmp_path / f"fish-{'sim' if mode else 'mpi'}-{n}.npy"
-    run = _jobs.fogrun(n, str(EXAMPLE), "--save", str(out), *extra, options=tuple(mode),
-                       timeout=120).check()  # fmt: skip
+    run = _jobs.fogrun(
+        n, str(EXAMPLE), "--save", str(out), *extra, options=tuple(mode), timeout=120
+    ).check()
     assert run.stdout.count(f"{n} fish, ") == 1, "the report must be printed once per job"
     return np.load(out)
 

@@ -159,8 +159,9 @@ def test_combine_rows(combine_rows, m, k, select):
     x, recv = values(rng, (2, m)), values(rng, (k + 2, 2, m))  # rows of (2, m) values
     rows = rng.permutation(k + 2)[:k] if select else np.arange(k)
     sw, weights = rng.random() + 0.05, rng.random(k) + 0.05
-    got = combine_rows(np.empty_like(x), sw, x, weights, recv, 0,
-                       rows.astype(np.int64) if select else None)  # fmt: skip
+    got = combine_rows(
+        np.empty_like(x), sw, x, weights, recv, 0, rows.astype(np.int64) if select else None
+    )
     # Agent 0 holds x; agent 1 + t holds received row rows[t] (ascending agent = term order).
     stacked = np.concatenate([x[None], recv[rows]])
     W = np.zeros((k + 1, k + 1))
@@ -269,8 +270,7 @@ def test_simulator_per_call_weights(world, shape):
     x = values(rng, (16, *shape))
     src = [{int(j): W[i, j] for j in np.flatnonzero(W[i]) if j != i} for i in range(16)]
     dst = [[int(i) for i in np.flatnonzero(W[:, j]) if i != j] for j in range(16)]
-    got = fs.neighbor_allreduce(x, self_weight=np.diag(W).copy(), src_weights=src,
-                                dst_weights=dst)  # fmt: skip
+    got = fs.neighbor_allreduce(x, self_weight=np.diag(W).copy(), src_weights=src, dst_weights=dst)
     assert_rounded_once(got, W, x, discriminating=shape != (1,))
     # The same weights as a matrix, and as one per-agent circulant (shift by 1 and by 3).
     assert_rounded_once(fs.neighbor_allreduce(x, src_weights=W), W, x, discriminating=False)
@@ -308,10 +308,11 @@ def test_simulator_bluefog_fused_tensors():
     with fs.Context(backend="sim", size=4, topology=T.exponential_two_graph) as ctx:
         W = fs.load_topology().uniform().to_dense()
         for dim in (1, 2, 3):
-            xs = [fs.local(lambda r, i=i, d=dim: np.full((23,) * d, i + r, np.float32))
-                  for i in range(50)]  # fmt: skip
-            handles = [fs.neighbor_allreduce_nonblocking(x, name=f"t{i}")
-                       for i, x in enumerate(xs)]  # fmt: skip
+            xs = [
+                fs.local(lambda r, i=i, d=dim: np.full((23,) * d, i + r, np.float32))
+                for i in range(50)
+            ]
+            handles = [fs.neighbor_allreduce_nonblocking(x, name=f"t{i}") for i, x in enumerate(xs)]
             outs = [np.asarray(fs.wait(h)) for h in handles]
             for i, (x, out) in enumerate(zip(xs, outs, strict=True)):
                 assert_rounded_once(out, W, x, discriminating=False)
@@ -402,15 +403,15 @@ MODES = {
 }
 
 
-@pytest.mark.parametrize("mode", [pytest.param(m, marks=pytest.mark.mpi) if m == "mpi" else m
-                                  for m in MODES])  # fmt: skip
+@pytest.mark.parametrize(
+    "mode", [pytest.param(m, marks=pytest.mark.mpi) if m == "mpi" else m for m in MODES]
+)
 def test_every_mode_rounds_once(mode, tmp_path):
     n, options, env, backend, compiled = MODES[mode]
     if compiled:
         environment.require_compiled()
     out = tmp_path / "out.npz"
-    _jobs.fogrun_script(tmp_path, JOB, n, str(out), options=options, timeout=150,
-                        env=env).check()  # fmt: skip
+    _jobs.fogrun_script(tmp_path, JOB, n, str(out), options=options, timeout=150, env=env).check()
     with np.load(out) as saved:
         got = {key: saved[key] for key in saved.files}
     assert (str(got.pop("backend")), bool(got.pop("compiled"))) == (backend, compiled)

@@ -36,37 +36,95 @@ def opts(*args: str) -> fr.Options:
 
 def test_public_namespace():
     assert set(fr.__all__) == {
-        "MPICH", "OPENMPI", "UNKNOWN", "TIMEOUT_EXIT_CODE", "LaunchError", "MPIInfo",
-        "Options", "build_command", "env_changes", "find_mpi", "find_mpiexec",
-        "implementation", "is_python", "main", "make_parser", "parse_args", "run",
+        "MPICH",
+        "OPENMPI",
+        "UNKNOWN",
+        "TIMEOUT_EXIT_CODE",
+        "LaunchError",
+        "MPIInfo",
+        "Options",
+        "build_command",
+        "env_changes",
+        "find_mpi",
+        "find_mpiexec",
+        "implementation",
+        "is_python",
+        "main",
+        "make_parser",
+        "parse_args",
+        "run",
         "with_mpi4py",
-    }  # fmt: skip
+    }
     for name in fr.__all__:
         assert hasattr(fr, name), name
 
 
 def test_mpich_command():
-    o = opts("-np", "4", "--hosts", "a,b", "--extra-mpi-flags", "-genv A 'x y' -v",
-             "python", "train.py", "--lr", "0.1")  # fmt: skip
+    o = opts(
+        "-np",
+        "4",
+        "--hosts",
+        "a,b",
+        "--extra-mpi-flags",
+        "-genv A 'x y' -v",
+        "python",
+        "train.py",
+        "--lr",
+        "0.1",
+    )
     argv, env = fr.build_command(o, {"PATH": "/bin"}, MPICH)
     assert argv == [
-        "/opt/mpi/bin/mpiexec", "-n", "4", "-hosts", "a,b", "-genv", "A", "x y", "-v",
-        sys.executable, "-m", "mpi4py", "-m", "fogsim.run._rank", "train.py", "--lr", "0.1",
-    ]  # fmt: skip
+        "/opt/mpi/bin/mpiexec",
+        "-n",
+        "4",
+        "-hosts",
+        "a,b",
+        "-genv",
+        "A",
+        "x y",
+        "-v",
+        sys.executable,
+        "-m",
+        "mpi4py",
+        "-m",
+        "fogsim.run._rank",
+        "train.py",
+        "--lr",
+        "0.1",
+    ]
     assert env == {
-        "PATH": "/bin", "FOGSIM_BACKEND": "mpi", "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"
-    }  # fmt: skip
+        "PATH": "/bin",
+        "FOGSIM_BACKEND": "mpi",
+        "NUMBA_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+    }
 
 
 def test_openmpi_command_and_laptop_environment():
     o = opts("-np", "3", "--hosts", "n1:2,n2:1", "--local-size", "2", "python3", "-m", "pkg.mod")
     argv, env = fr.build_command(o, {}, OPENMPI)
     assert argv == [
-        "/opt/ompi/bin/mpiexec", "-n", "3", "--host", "n1:2,n2:1",
-        "-x", "FOGSIM_BACKEND", "-x", "FOGSIM_LOCAL_SIZE", "-x", "NUMBA_NUM_THREADS",
-        "-x", "OMP_NUM_THREADS",
-        sys.executable, "-m", "mpi4py", "-m", "fogsim.run._rank", "-m", "pkg.mod",
-    ]  # fmt: skip
+        "/opt/ompi/bin/mpiexec",
+        "-n",
+        "3",
+        "--host",
+        "n1:2,n2:1",
+        "-x",
+        "FOGSIM_BACKEND",
+        "-x",
+        "FOGSIM_LOCAL_SIZE",
+        "-x",
+        "NUMBA_NUM_THREADS",
+        "-x",
+        "OMP_NUM_THREADS",
+        sys.executable,
+        "-m",
+        "mpi4py",
+        "-m",
+        "fogsim.run._rank",
+        "-m",
+        "pkg.mod",
+    ]
     assert env["OMPI_ALLOW_RUN_AS_ROOT"] == env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] == "1"
     assert env["PRTE_MCA_rmaps_default_mapping_policy"] == ":oversubscribe"
     assert (env["OMPI_MCA_osc"], env["OMPI_MCA_pml"]) == ("^ucx", "ob1")
@@ -83,8 +141,10 @@ def test_openmpi4_gets_its_own_names():
     assert not [k for k in env if k.startswith("PRTE_")]
     assert env["OMPI_MCA_rmaps_base_oversubscribe"] == "1"
     assert (env["OMPI_MCA_btl"], env["OMPI_MCA_pml"], env["OMPI_MCA_osc"]) == (
-        "self,vader", "ob1", "^ucx",
-    )  # fmt: skip
+        "self,vader",
+        "ob1",
+        "^ucx",
+    )
     assert env["OMPI_ALLOW_RUN_AS_ROOT"] == env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] == "1"
     argv, env = fr.build_command(opts("--hosts", "a,b", "-np", "3", "s.py"), {}, OPENMPI4)
     assert env["OMPI_MCA_btl"] == "self,vader,tcp"
@@ -93,13 +153,27 @@ def test_openmpi4_gets_its_own_names():
     _, env = fr.build_command(opts("-np", "3", "s.py"), {}, fr.MPIInfo("/m", fr.OPENMPI))
     assert env["OMPI_MCA_btl"] == "self,sm"
     assert (OPENMPI4.major, fr.MPIInfo("/m", fr.MPICH, "2021.10").major, OPENMPI.major) == (
-        4, 2021, None,
-    )  # fmt: skip
+        4,
+        2021,
+        None,
+    )
 
 
 def test_options_stop_at_the_command():
-    o = opts("-np", "2", "--extra-mpi-flags", "-v", "--", "python", "s.py", "-np", "9",
-             "--sim", "--extra-mpi-flags", "-x")  # fmt: skip
+    o = opts(
+        "-np",
+        "2",
+        "--extra-mpi-flags",
+        "-v",
+        "--",
+        "python",
+        "s.py",
+        "-np",
+        "9",
+        "--sim",
+        "--extra-mpi-flags",
+        "-x",
+    )
     assert (o.np, o.sim, o.extra_mpi_flags) == (2, False, "-v")
     assert o.command == ("python", "s.py", "-np", "9", "--sim", "--extra-mpi-flags", "-x")
     assert opts("-n", "3", "--extra-mpi-flags=-a -b", "./a.out").extra_mpi_flags == "-a -b"
@@ -111,8 +185,13 @@ def test_mpich_gets_no_openmpi_variables():
 
 
 def test_user_variables_win_over_defaults():
-    user = {"OMP_NUM_THREADS": "8", "NUMBA_NUM_THREADS": "2", "OMPI_MCA_btl": "self,tcp",
-            "OMPI_MCA_pml": "ucx", "FOGSIM_BACKEND": "torch"}  # fmt: skip
+    user = {
+        "OMP_NUM_THREADS": "8",
+        "NUMBA_NUM_THREADS": "2",
+        "OMPI_MCA_btl": "self,tcp",
+        "OMPI_MCA_pml": "ucx",
+        "FOGSIM_BACKEND": "torch",
+    }
     o = opts("-np", "2", "python", "s.py")
     argv, env = fr.build_command(o, user, OPENMPI)
     for name, value in user.items():
@@ -130,8 +209,13 @@ def test_openmpi_exports_every_fogsim_setting():
     o = opts("-np", "4", "--hosts", "a,b", "python", "s.py")
     argv, env = fr.build_command(o, user, OPENMPI)
     exported = [argv[i + 1] for i, a in enumerate(argv) if a == "-x"]
-    assert exported == ["FOGSIM_BACKEND", "FOGSIM_SEED", "FOGSIM_TIMELINE",
-                        "NUMBA_NUM_THREADS", "OMP_NUM_THREADS"]  # fmt: skip
+    assert exported == [
+        "FOGSIM_BACKEND",
+        "FOGSIM_SEED",
+        "FOGSIM_TIMELINE",
+        "NUMBA_NUM_THREADS",
+        "OMP_NUM_THREADS",
+    ]
     assert env["FOGSIM_TIMELINE"] == "t x/"  # -x NAME: the value travels in the environment
     argv, _ = fr.build_command(o, user, MPICH)  # Hydra passes the whole environment itself
     assert "-x" not in argv
@@ -142,13 +226,16 @@ def test_explicit_options_override_user_variables():
     o = opts("--sim", "-np", "5", "--timeline-filename", "tl/run", "python", "s.py")
     _, env = fr.build_command(o, user)
     assert (env["FOGSIM_BACKEND"], env["FOGSIM_SIZE"], env["FOGSIM_TIMELINE"]) == (
-        "sim", "5", "tl/run",
-    )  # fmt: skip
+        "sim",
+        "5",
+        "tl/run",
+    )
 
 
 def test_sim_runs_one_process_without_mpi():
-    o = opts("--sim", "-np", "1000", "--hosts", "a,b", "--extra-mpi-flags", "-v",
-             "python", "s.py", "-x")  # fmt: skip
+    o = opts(
+        "--sim", "-np", "1000", "--hosts", "a,b", "--extra-mpi-flags", "-v", "python", "s.py", "-x"
+    )
     argv, env = fr.build_command(o, {"OMP_NUM_THREADS": "4"}, None)
     assert argv == [sys.executable, "s.py", "-x"]
     assert env == {"OMP_NUM_THREADS": "4", "FOGSIM_BACKEND": "sim", "FOGSIM_SIZE": "1000"}
@@ -158,8 +245,19 @@ def test_sim_runs_one_process_without_mpi():
 def test_spmd_runs_the_script_per_agent_in_threads_without_mpi():
     o = opts("--spmd", "-np", "8", "--local-size", "2", "python", "s.py", "-x", "--y")
     argv, env = fr.build_command(o, {"FOGSIM_BACKEND": "mpi"}, None)
-    assert argv == [sys.executable, "-m", "fogsim.spmd", "-np", "8", "--local-size", "2", "--",
-                    "s.py", "-x", "--y"]  # fmt: skip
+    assert argv == [
+        sys.executable,
+        "-m",
+        "fogsim.spmd",
+        "-np",
+        "8",
+        "--local-size",
+        "2",
+        "--",
+        "s.py",
+        "-x",
+        "--y",
+    ]
     assert env["FOGSIM_SIZE"] == "8" and env["FOGSIM_LOCAL_SIZE"] == "2"
 
 
@@ -185,8 +283,10 @@ def test_mpi_mode_without_mpi_is_refused():
         ("python s.py a", "PY -m mpi4py -m fogsim.run._rank s.py a"),
         ("python3 -m pkg.mod --x", "PY -m mpi4py -m fogsim.run._rank -m pkg.mod --x"),
         ("python -c code -m y", "PY -m mpi4py -m fogsim.run._rank -c code -m y"),
-        ("python -u -X dev -W error s.py",
-         "PY -u -X dev -W error -m mpi4py -m fogsim.run._rank s.py"),
+        (
+            "python -u -X dev -W error s.py",
+            "PY -u -X dev -W error -m mpi4py -m fogsim.run._rank s.py",
+        ),
         ("python -uc code", "PY -u -m mpi4py -m fogsim.run._rank -c code"),
         ("python -mpkg", "PY -m mpi4py -m fogsim.run._rank -m pkg"),
         ("python -Wignore -B s.py", "PY -Wignore -B -m mpi4py -m fogsim.run._rank s.py"),
@@ -246,8 +346,18 @@ def test_run_passes_a_list_without_shell(monkeypatch):
     monkeypatch.setattr(_launch.subprocess, "Popen", FakePopen)
     assert fr.main(["-np", "2", "python", "s.py", "a b"]) == 7
     [(args, kwargs)] = calls
-    assert args == [MPICH.mpiexec, "-n", "2", sys.executable, "-m", "mpi4py",
-                    "-m", "fogsim.run._rank", "s.py", "a b"]  # fmt: skip
+    assert args == [
+        MPICH.mpiexec,
+        "-n",
+        "2",
+        sys.executable,
+        "-m",
+        "mpi4py",
+        "-m",
+        "fogsim.run._rank",
+        "s.py",
+        "a b",
+    ]
     assert kwargs.get("shell", False) is False
     assert kwargs["start_new_session"] is True
     assert kwargs["env"]["OMP_NUM_THREADS"] == os.environ.get("OMP_NUM_THREADS", "1")
@@ -258,8 +368,9 @@ def test_a_dead_process_is_named_by_its_rank(tmp_path, capsys):
     (tmp_path / "4242").write_text("3")
     dead: list[str] = []
     out = io.StringIO()
-    _launch._relay(io.BytesIO(b"=   BAD TERMINATION\n=   PID 4242 RUNNING AT vm\n= EXIT"), out,
-                   dead)  # fmt: skip
+    _launch._relay(
+        io.BytesIO(b"=   BAD TERMINATION\n=   PID 4242 RUNNING AT vm\n= EXIT"), out, dead
+    )
     assert out.getvalue().startswith("=   BAD TERMINATION") and dead == ["4242"]
     _launch._name_dead_ranks(dead + ["999"], str(tmp_path))  # 999: not a rank, not named
     err = capsys.readouterr().err
@@ -267,8 +378,10 @@ def test_a_dead_process_is_named_by_its_rank(tmp_path, capsys):
 
 
 def _rank_process(rank_dir, rank, then):
-    code = (f"from fogsim.run import _liveness; import os, sys, time\n"
-            f"_liveness.report_alive({str(rank_dir)!r}, {rank})\n{then}\n")  # fmt: skip
+    code = (
+        f"from fogsim.run import _liveness; import os, sys, time\n"
+        f"_liveness.report_alive({str(rank_dir)!r}, {rank})\n{then}\n"
+    )
     return subprocess.Popen([sys.executable, "-c", code])
 
 
@@ -382,9 +495,14 @@ def test_detection_is_cached(monkeypatch):
     monkeypatch.setattr(_mpi.subprocess, "run", fake_run)
     _mpi._detect.cache_clear()
     try:
-        assert _mpi._detect("/fake/mpiexec") == _mpi._detect("/fake/mpiexec") == (
-            fr.OPENMPI, "5.0.5",
-        )  # fmt: skip
+        assert (
+            _mpi._detect("/fake/mpiexec")
+            == _mpi._detect("/fake/mpiexec")
+            == (
+                fr.OPENMPI,
+                "5.0.5",
+            )
+        )
     finally:
         _mpi._detect.cache_clear()
     assert calls == [["/fake/mpiexec", "--version"]]
@@ -441,8 +559,9 @@ def test_missing_mpi4py(monkeypatch, capsys):
 def test_dry_run_prints_environment_and_command(monkeypatch, capsys):
     monkeypatch.setattr(_mpi, "find_mpi", lambda environ: MPICH)
     monkeypatch.setattr(_launch.subprocess, "Popen", None)  # would fail if anything ran
-    code = fr.main(["--dry-run", "-np", "2", "--timeline-filename", "t x/", "python", "-c",
-                    "print('hi')"])  # fmt: skip
+    code = fr.main(
+        ["--dry-run", "-np", "2", "--timeline-filename", "t x/", "python", "-c", "print('hi')"]
+    )
     assert code == 0
     lines = capsys.readouterr().out.splitlines()
     assert "FOGSIM_TIMELINE='t x/'" in lines
@@ -476,8 +595,14 @@ needs_mpi = pytest.mark.skipif(_mpi_missing() is not None, reason=str(_mpi_missi
 def test_two_ranks_print():
     # One write per line: with PYTHONUNBUFFERED each piece of print('rank', r) is its own
     # write, and mpiexec forwards the ranks' writes as they come, interleaved.
-    done = fogrun("-np", "2", "python", "-c", "import sys; from mpi4py import MPI; "
-                  "sys.stdout.write(f'rank {MPI.COMM_WORLD.Get_rank()}\\n')")  # fmt: skip
+    done = fogrun(
+        "-np",
+        "2",
+        "python",
+        "-c",
+        "import sys; from mpi4py import MPI; "
+        "sys.stdout.write(f'rank {MPI.COMM_WORLD.Get_rank()}\\n')",
+    )
     assert done.returncode == 0, done.stderr
     assert sorted(done.stdout.splitlines()) == ["rank 0", "rank 1"]
 
@@ -511,18 +636,21 @@ def test_failing_rank_aborts_the_job():
 
 
 def test_sim_mode_runs_the_simulator():
-    done = fogrun("--sim", "-np", "3", "python", "-c",
-                  "import fogsim as fs; fs.init(); print(fs.size())")  # fmt: skip
+    done = fogrun(
+        "--sim", "-np", "3", "python", "-c", "import fogsim as fs; fs.init(); print(fs.size())"
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "3"
 
 
 def test_spmd_mode_runs_one_thread_per_agent(tmp_path):
     script = tmp_path / "agent.py"
-    script.write_text("import sys, fogsim as fs\nfs.init()\n"
-                      "print(fs.rank(), fs.size(), fs.allreduce(float(fs.rank())), sys.argv[1:])\n"
-                      "if fs.rank() == 2 and sys.argv[1] == 'fail':\n"
-                      "    raise KeyError('agent 2 gives up')\nfs.barrier()\n")  # fmt: skip
+    script.write_text(
+        "import sys, fogsim as fs\nfs.init()\n"
+        "print(fs.rank(), fs.size(), fs.allreduce(float(fs.rank())), sys.argv[1:])\n"
+        "if fs.rank() == 2 and sys.argv[1] == 'fail':\n"
+        "    raise KeyError('agent 2 gives up')\nfs.barrier()\n"
+    )
     done = fogrun("--spmd", "-np", "3", "python", str(script), "ok")
     assert done.returncode == 0, done.stderr
     assert sorted(done.stdout.splitlines()) == [f"{r} 3 1.0 ['ok']" for r in range(3)]
@@ -536,8 +664,9 @@ def test_exit_code_and_timeout():
     assert done.returncode == 3
     # The script would sleep for an hour: only fogrun's kill ends it before the test's
     # own guard (60 s), which would mark the job timed out.
-    done = fogrun("--sim", "--timeout", "0.5", "-np", "1", "python", "-c",
-                  "import time; time.sleep(3600)")  # fmt: skip
+    done = fogrun(
+        "--sim", "--timeout", "0.5", "-np", "1", "python", "-c", "import time; time.sleep(3600)"
+    )
     assert not done.timed_out, done.describe()
     assert done.returncode == fr.TIMEOUT_EXIT_CODE
     assert done.stderr.strip() == "fogrun: timed out after 0.5 s; killed the job"
@@ -575,5 +704,7 @@ def test_dry_run_in_a_process():
     done = fogrun("--dry-run", "--sim", "-np", "4", "python", "s.py", "--x", "1")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
-        "FOGSIM_BACKEND=sim", "FOGSIM_SIZE=4", shlex.join([sys.executable, "s.py", "--x", "1"]),
-    ]  # fmt: skip
+        "FOGSIM_BACKEND=sim",
+        "FOGSIM_SIZE=4",
+        shlex.join([sys.executable, "s.py", "--x", "1"]),
+    ]

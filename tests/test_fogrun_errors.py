@@ -44,18 +44,18 @@ OPENMPI_ABORT = (
     b"  Proc:          [[5370,1],1]\n  Errorcode:     1\n\n"
     b"NOTE: invoking MPI_ABORT causes Open MPI to kill all MPI processes.\n"
     b"You may or may not see output from other processes, depending on\n"
-    b"exactly when Open MPI kills them.\n" + DASHES + DASHES
+    b"exactly when Open MPI kills them.\n"
+    + DASHES
+    + DASHES
     + b"prterun has exited due to process rank 1 with PID 0 on node vm calling\n"
     b'"abort". This may have caused other processes in the application to be\n'
-    b"terminated by signals sent by prterun (as reported here).\n" + DASHES
+    b"terminated by signals sent by prterun (as reported here).\n"
+    + DASHES
     + b"[vm:01234] 1 more process has sent help message help-mpi-api.txt / mpi-abort\n"
     b'[vm:01234] Set MCA parameter "orte_base_help_aggregate" to 0 to see all help / error '
     b"messages\n"
-)  # fmt: skip
-USER = (
-    b"step 1\n\n" + DASHES + b"| a | b |\n" + DASHES + b"[1, 2]\n-1.5\n= 3\nAbort? no\n"
-    b"all done"
 )
+USER = b"step 1\n\n" + DASHES + b"| a | b |\n" + DASHES + b"[1, 2]\n-1.5\n= 3\nAbort? no\nall done"
 
 
 def filtered(data: bytes, piece: int | None = None) -> bytes:
@@ -94,7 +94,7 @@ def test_a_block_of_dashes_that_never_closes_is_given_back():
     assert filtered(text) == text
     assert filtered(DASHES + b"MPI_ABORT was invoked, then the end") == (
         DASHES + b"MPI_ABORT was invoked, then the end"
-    )  # fmt: skip
+    )
 
 
 # ---------------------------------------------------------------- reports and their summary
@@ -102,9 +102,14 @@ def test_a_block_of_dashes_that_never_closes_is_given_back():
 
 @pytest.mark.parametrize(
     ("ranks", "expected"),
-    [([2], "rank 2"), ([3, 0, 1, 2], "ranks 0-3"), ([0, 2, 5, 6, 7], "ranks 0, 2, 5-7"),
-     ([1, 1, 2], "ranks 1-2"), ([4, 6], "ranks 4, 6")],
-)  # fmt: skip
+    [
+        ([2], "rank 2"),
+        ([3, 0, 1, 2], "ranks 0-3"),
+        ([0, 2, 5, 6, 7], "ranks 0, 2, 5-7"),
+        ([1, 1, 2], "ranks 1-2"),
+        ([4, 6], "ranks 4, 6"),
+    ],
+)
 def test_rank_ranges(ranks, expected):
     assert _errors.rank_ranges(ranks) == expected
 
@@ -128,10 +133,11 @@ def test_a_rank_reports_its_error_instead_of_printing_it(tmp_path):
     assert lines[0] == "fogrun: ranks 0, 2: ValueError: bad 0"
     assert lines[1] == TRACEBACK + ":"
     assert "fogrun: ranks 1, 3: ValueError: bad 1" in lines
-    assert text.count(TRACEBACK) == 2 and text.count('line 3, in f') == 2  # after 'import fogsim'
+    assert text.count(TRACEBACK) == 2 and text.count("line 3, in f") == 2  # after 'import fogsim'
     assert _errors.summary(reports, tracebacks=False).splitlines() == [
-        "fogrun: ranks 0, 2: ValueError: bad 0", "fogrun: ranks 1, 3: ValueError: bad 1",
-    ]  # fmt: skip
+        "fogrun: ranks 0, 2: ValueError: bad 0",
+        "fogrun: ranks 1, 3: ValueError: bad 1",
+    ]
 
 
 def test_the_same_message_raised_at_another_line_is_another_error(tmp_path):
@@ -142,8 +148,9 @@ def test_the_same_message_raised_at_another_line_is_another_error(tmp_path):
 
 def test_without_a_launcher_or_with_verbose_the_traceback_is_printed(tmp_path):
     env = _jobs.job_env(FOGSIM_RANK_DIR=str(tmp_path))  # fogrun --sim: no rank
-    done = _jobs.run([sys.executable, "-c", "import fogsim\nraise KeyError('k')"], timeout=60,
-                     env=env)  # fmt: skip
+    done = _jobs.run(
+        [sys.executable, "-c", "import fogsim\nraise KeyError('k')"], timeout=60, env=env
+    )
     assert TRACEBACK in done.stderr and os.listdir(tmp_path) == []
     (tmp_path / _errors.VERBOSE_NAME).write_text("")
     done = _raise_as_rank(tmp_path, 5, "raise KeyError('k')")
@@ -196,14 +203,18 @@ def test_one_error_on_every_rank_is_printed_once(tmp_path):
     assert not run.timed_out and run.returncode not in (0, 124), run.describe()
     assert sorted(run.stdout.splitlines()) == [f"rank {r} ran" for r in range(4)]
     assert run.stderr.count(TRACEBACK) == 1, run.stderr
-    assert "fogrun: ranks 0-3: ValueError: the step size must be positive, got -0.1\n" \
-        in run.stderr, run.stderr  # fmt: skip
+    assert (
+        "fogrun: ranks 0-3: ValueError: the step size must be positive, got -0.1\n" in run.stderr
+    ), run.stderr
     assert 'in step\n    raise ValueError("the step size' in run.stderr, run.stderr
     assert "mpi4py" not in run.stderr and "runpy" not in run.stderr  # the script's frames only
     assert not [b for b in BANNERS if b in run.stdout + run.stderr], run.stderr
     # fogrun still names the rank(s) that ended the job
-    assert re.search(r"(?m)^fogrun: ranks? [\d, ]+ (\(process \d+\) failed and ended the job"
-                     r"|ended at the same moment)", run.stderr), run.stderr  # fmt: skip
+    assert re.search(
+        r"(?m)^fogrun: ranks? [\d, ]+ (\(process \d+\) failed and ended the job"
+        r"|ended at the same moment)",
+        run.stderr,
+    ), run.stderr
 
 
 @pytest.mark.mpi
@@ -232,8 +243,9 @@ def test_verbose_shows_every_traceback_and_the_banner(tmp_path):
     assert run.stderr.count(TRACEBACK) == 4, run.stderr
     assert "application called MPI_Abort" in run.stdout + run.stderr, run.stderr
     # fogrun still says which ranks raised what, once, without a fifth traceback
-    assert run.stderr.count("fogrun: ranks 0-3: ValueError: the step size must be positive") \
-        == 1, run.stderr  # fmt: skip
+    assert run.stderr.count("fogrun: ranks 0-3: ValueError: the step size must be positive") == 1, (
+        run.stderr
+    )
 
 
 BEFORE_IMPORT = """
@@ -253,8 +265,10 @@ def test_an_error_before_importing_fogsim_is_printed_once_too(tmp_path, form):
         run = _jobs.fogrun(3, "-c", BEFORE_IMPORT, timeout=120)
     assert not run.timed_out and run.returncode not in (0, 124), run.describe()
     assert run.stderr.count(TRACEBACK) == 1, run.stderr
-    assert "fogrun: ranks 0-2: ModuleNotFoundError: No module named " \
-        "'a_module_no_one_installed'" in run.stderr, run.stderr  # fmt: skip
+    assert (
+        "fogrun: ranks 0-2: ModuleNotFoundError: No module named "
+        "'a_module_no_one_installed'" in run.stderr
+    ), run.stderr
     assert "_rank.py" not in run.stderr and "runpy" not in run.stderr, run.stderr
 
 

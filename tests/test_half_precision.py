@@ -25,6 +25,7 @@ N, LOCAL = 4, 2
 
 def _ops():
     """(name, op) pairs; each op takes this agent's (or the stacked) x and is mode-neutral."""
+
     def sw():
         return fs.local(lambda r: 0.25 + 0.125 * r)
 
@@ -42,13 +43,17 @@ def _ops():
         ("allreduce_sum", lambda x: fs.allreduce(x, average=False)),
         ("allreduce_nonblocking", lambda x: fs.wait(fs.allreduce_nonblocking(x))),
         ("neighbor_allreduce", lambda x: fs.neighbor_allreduce(x)),
-        ("neighbor_allreduce_weights",
-         lambda x: fs.neighbor_allreduce(x, self_weight=sw(), src_weights=src())),
-        ("neighbor_allreduce_dynamic",
-         lambda x: fs.neighbor_allreduce(x, self_weight=0.625, src_weights=dyn_src(),
-                                         dst_weights=dyn_dst())),
-        ("neighbor_allreduce_nonblocking",
-         lambda x: fs.wait(fs.neighbor_allreduce_nonblocking(x))),
+        (
+            "neighbor_allreduce_weights",
+            lambda x: fs.neighbor_allreduce(x, self_weight=sw(), src_weights=src()),
+        ),
+        (
+            "neighbor_allreduce_dynamic",
+            lambda x: fs.neighbor_allreduce(
+                x, self_weight=0.625, src_weights=dyn_src(), dst_weights=dyn_dst()
+            ),
+        ),
+        ("neighbor_allreduce_nonblocking", lambda x: fs.wait(fs.neighbor_allreduce_nonblocking(x))),
         ("hierarchical_neighbor_allreduce", lambda x: fs.hierarchical_neighbor_allreduce(x)),
     ]
 
@@ -146,11 +151,15 @@ def test_integers_move_but_do_not_average(lib):
     np.testing.assert_array_equal(np.asarray(root), np.broadcast_to(data[1], data.shape))
     neighbors = fs.neighbor_allgather(x)
     assert neighbors.dtype == x.dtype
-    np.testing.assert_array_equal(np.asarray(neighbors)[0],
-                                  np.concatenate([data[j] for j in fs.in_neighbor_ranks()[0]]))
+    np.testing.assert_array_equal(
+        np.asarray(neighbors)[0], np.concatenate([data[j] for j in fs.in_neighbor_ranks()[0]])
+    )
     for op in (fs.allreduce, fs.neighbor_allreduce):
-        with pytest.raises(TypeError, match=r"averages, so x must be float32 or float64 "
-                                            r"\(or half precision: float16, bfloat16\), got int64"):
+        with pytest.raises(
+            TypeError,
+            match=r"averages, so x must be float32 or float64 "
+            r"\(or half precision: float16, bfloat16\), got int64",
+        ):
             op(x)
 
 
@@ -230,16 +239,18 @@ def _window_steps(x, name: str = "hw") -> dict:
     got = {"put": _bits(x).copy()}
     fs.win_accumulate(x, name, dst_weights=weights("accumulate_dst"))
     fs.barrier()
-    out = fs.win_update(name, self_weight=weights("update_self"),
-                        neighbor_weights=weights("update_src"), reset=True)  # fmt: skip
+    out = fs.win_update(
+        name, self_weight=weights("update_self"), neighbor_weights=weights("update_src"), reset=True
+    )
     got["update"], got["update_is_x"] = _bits(out).copy(), out is x
     fs.barrier()
     fs.win_get(name, src_weights=weights("get_src"))
     fs.barrier()
     fs.win_accumulate(x, name, dst_weights=weights("accumulate2_dst"))
     fs.barrier()
-    clone = bf.win_update(name, self_weight=weights("clone_self"),
-                          neighbor_weights=weights("clone_src"), clone=True)  # fmt: skip
+    clone = bf.win_update(
+        name, self_weight=weights("clone_self"), neighbor_weights=weights("clone_src"), clone=True
+    )
     assert type(clone) is type(x) and clone.dtype == x.dtype and clone is not x
     got["clone"], got["x_after_clone"] = _bits(clone).copy(), _bits(x).copy()
     fs.win_update(name)
@@ -315,8 +326,9 @@ def _check_window_steps(got: dict, expect: dict, like, rows=slice(None), where="
         if step == "update_is_x":
             assert got[step] is True, f"{where}win_update did not return the registered x"
             continue
-        np.testing.assert_array_equal(got[step], _as_bits(expect[step], like)[rows],
-                                      err_msg=f"{where}{step}")  # fmt: skip
+        np.testing.assert_array_equal(
+            got[step], _as_bits(expect[step], like)[rows], err_msg=f"{where}{step}"
+        )
 
 
 @pytest.mark.parametrize("lib,dtype", DTYPES)
@@ -352,8 +364,11 @@ def test_sim_half_window_buffers_hold_float32(lib, dtype):
         expect = np.float32(weight) * x0[send[k]] if recv[k] == _right(send[k]) else 0
         np.testing.assert_array_equal(win.buffers[k], expect)
     # and win_update with weight 1 on the accumulated buffer rounds that float32 value once
-    out = fs.win_update("w", self_weight=fs.local(lambda r: 0.0),
-                        neighbor_weights=fs.local(lambda r: {_left(r): 1.0}))  # fmt: skip
+    out = fs.win_update(
+        "w",
+        self_weight=fs.local(lambda r: 0.0),
+        neighbor_weights=fs.local(lambda r: {_left(r): 1.0}),
+    )
     shifted = np.float32(weight) * np.roll(x0, 1, axis=0)
     np.testing.assert_array_equal(_bits(out), _as_bits(_rounder(lib, dtype)(shifted), x))
 
@@ -378,8 +393,9 @@ def test_spmd_half_windows_match_simulator_and_reference(lib, dtype):
         _check_window_steps(exact, expect, like, r, where=f"agent {r}: ")
         for step in STEPS:
             if step != "update_is_x":
-                np.testing.assert_array_equal(noisy[step], sim_noisy[step][r],
-                                              err_msg=f"agent {r}: {step}")  # fmt: skip
+                np.testing.assert_array_equal(
+                    noisy[step], sim_noisy[step][r], err_msg=f"agent {r}: {step}"
+                )
 
 
 @pytest.mark.parametrize("lib", ["numpy", "torch"])
@@ -405,8 +421,11 @@ def test_a_window_takes_only_its_own_dtype():
     _window_setup()
     x = _exact_value("torch", "bfloat16")
     fs.win_create(x, "w")
-    with pytest.raises(ValueError, match=r"x is float16 \(4, 5, 3\) but window 'w' holds "
-                                         r"bfloat16 \(4, 5, 3\)"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"x is float16 \(4, 5, 3\) but window 'w' holds "
+        r"bfloat16 \(4, 5, 3\)",
+    ):
         fs.win_put(x.half(), "w")
     with pytest.raises(ValueError, match=r"x is float32 .* holds bfloat16"):
         fs.win_accumulate(x.float(), "w")
@@ -416,8 +435,9 @@ def test_a_window_takes_only_its_own_dtype():
 def test_mpi_half_is_the_simulators_bit_for_bit():
     from tests import _jobs
 
-    job = _jobs.fogrun(N, "-m", "tests.half_precision_driver",
-                       options=("--local-size", str(LOCAL)), timeout=120)  # fmt: skip
+    job = _jobs.fogrun(
+        N, "-m", "tests.half_precision_driver", options=("--local-size", str(LOCAL)), timeout=120
+    )
     job.check()
     count = len(DTYPES) * len(OPS)
     lines = sorted(line for line in job.stdout.splitlines() if line.strip())

@@ -67,13 +67,20 @@ def _simulated(n: int, factors: tuple[int, ...]) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("factors", [(3, 2, 2), (2, 2, 2), (3, 2)],
-                         ids=lambda f: "x".join(map(str, f)))  # fmt: skip
+@pytest.mark.parametrize(
+    "factors", [(3, 2, 2), (2, 2, 2), (3, 2)], ids=lambda f: "x".join(map(str, f))
+)
 def test_decomposed_and_hierarchical_ops_under_mpi_match_the_simulator(factors, tmp_path):
     n = int(np.prod(factors))
     out = tmp_path / "out.npz"
-    run = fogrun_script(tmp_path, SCRIPT, n, str(out), "x".join(map(str, factors)),
-                        options=("--local-size", str(factors[0])))  # fmt: skip
+    run = fogrun_script(
+        tmp_path,
+        SCRIPT,
+        n,
+        str(out),
+        "x".join(map(str, factors)),
+        options=("--local-size", str(factors[0])),
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     got, sim = np.load(out), _simulated(n, factors)
     for key in ("decomposed", "reversed", "machines", "local", "hierarchical"):

@@ -46,6 +46,7 @@ def test_simulator_keeps_the_size(tmp_path):
 
 
 def test_a_bad_size_is_still_an_error_under_a_launcher(tmp_path):
-    job = _jobs.fogrun_script(tmp_path, "import fogsim as fs\nfs.init(size=0)\n", 2,
-                              options=("--spmd",), timeout=90)  # fmt: skip
+    job = _jobs.fogrun_script(
+        tmp_path, "import fogsim as fs\nfs.init(size=0)\n", 2, options=("--spmd",), timeout=90
+    )
     assert not job.ok and "size must be >= 1, got 0" in job.stdout + job.stderr

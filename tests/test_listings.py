@@ -54,8 +54,7 @@ def ok_line(out: str, metric: str) -> tuple[float, float]:
 
 def run_spmd(name: str, size: int, out: Path, capsys) -> tuple[float, float]:
     capsys.readouterr()
-    fogsim.spmd.run_path(LISTINGS / f"{name}.py", size=size, argv=["--out", str(out)],
-                         timeout=60)  # fmt: skip
+    fogsim.spmd.run_path(LISTINGS / f"{name}.py", size=size, argv=["--out", str(out)], timeout=60)
     return ok_line(capsys.readouterr().out, CASES[name][0])
 
 
@@ -71,8 +70,7 @@ def test_listing_in_spmd_mode(name, size, tmp_path, capsys):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_listing_under_fogrun_equals_spmd(name, tmp_path, capsys):
     metric, synchronous = CASES[name]
-    run = fogrun_path(LISTINGS / f"{name}.py", 4, "--out", str(tmp_path / "mpi.npy"),
-                      timeout=90)  # fmt: skip
+    run = fogrun_path(LISTINGS / f"{name}.py", 4, "--out", str(tmp_path / "mpi.npy"), timeout=90)
     assert run.returncode == 0, run.stderr[-3000:]
     ok_line(run.stdout, metric)
     if synchronous:
@@ -90,8 +88,9 @@ def test_the_old_keywords_warn(tmp_path, capsys):
 @pytest.mark.mpi
 def test_timeline_command_writes_one_trace_per_rank(tmp_path):
     prefix = tmp_path / "timeline_filename"
-    run = fogrun_path(LISTINGS / "listing1_dgd.py", 4, options=("--timeline-filename",
-                      str(prefix)), timeout=90)  # fmt: skip
+    run = fogrun_path(
+        LISTINGS / "listing1_dgd.py", 4, options=("--timeline-filename", str(prefix)), timeout=90
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     for rank in range(4):
         trace = json.loads((tmp_path / f"timeline_filename{rank}.json").read_text())
@@ -116,8 +115,9 @@ def test_timeline_in_spmd_mode(tmp_path, monkeypatch, capsys):
 # -- the listings are the printed ones -------------------------------------------------------
 def marked_blocks(text: str) -> list[str]:
     """Return the code between the ``as printed`` markers of a listing file."""
-    return re.findall(r"^# --- .* as printed.* ---\n(.*?)^# --- end of listing ---", text,
-                      flags=re.M | re.S)  # fmt: skip
+    return re.findall(
+        r"^# --- .* as printed.* ---\n(.*?)^# --- end of listing ---", text, flags=re.M | re.S
+    )
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

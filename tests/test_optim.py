@@ -122,8 +122,9 @@ def test_replicate_copies_one_module_and_per_agent_is_vmap():
     out = torch.randn(N, 6, 3)
     y = torch.randint(0, 3, (N, 6))
     losses = fo.per_agent(F.cross_entropy)(out, y)
-    torch.testing.assert_close(losses, torch.stack([F.cross_entropy(out[i], y[i])
-                                                    for i in range(N)]))  # fmt: skip
+    torch.testing.assert_close(
+        losses, torch.stack([F.cross_entropy(out[i], y[i]) for i in range(N)])
+    )
 
 
 def _ce_case(shape, classes=4, **kw):
@@ -134,6 +135,7 @@ def _ce_case(shape, classes=4, **kw):
             y[0, ...] = -100  # agent 0 ignores everything: nan, as torch gives
             y[1].view(-1)[::2] = -100
         return out, y, {k: v for k, v in kw.items() if k != "ignore"}
+
     return make
 
 
@@ -145,22 +147,56 @@ def _ce_case(shape, classes=4, **kw):
         (F.cross_entropy, _ce_case((6, 3))),  # spatial targets: class axis second
         (F.cross_entropy, _ce_case((6,), ignore=True)),
         (F.cross_entropy, _ce_case((6,), label_smoothing=0.1)),  # vmap fallback
-        (F.cross_entropy, lambda g: (torch.randn(N, 5, generator=g, dtype=torch.float64),
-                                     torch.randint(0, 5, (N,), generator=g), {})),  # unbatched
-        (F.cross_entropy, lambda g: (torch.randn(N, 6, 4, generator=g, dtype=torch.float64),
-                                     torch.rand(N, 6, 4, generator=g, dtype=torch.float64)
-                                     .softmax(-1), {})),  # probabilities: vmap fallback
-        (F.nll_loss, lambda g: (torch.randn(N, 6, 4, generator=g, dtype=torch.float64)
-                                .log_softmax(-1), torch.randint(0, 4, (N, 6), generator=g), {})),
-        (F.mse_loss, lambda g: (torch.randn(N, 6, 2, generator=g, dtype=torch.float64),
-                                torch.randn(N, 6, 2, generator=g, dtype=torch.float64), {})),
-        (F.mse_loss, lambda g: (torch.randn(N, 6, 2, generator=g, dtype=torch.float64),
-                                torch.randn(N, 6, 2, generator=g, dtype=torch.float64),
-                                {"reduction": "sum"})),
-        (F.l1_loss, lambda g: (torch.randn(N, 6, generator=g, dtype=torch.float64),
-                               torch.randn(N, 6, generator=g, dtype=torch.float64), {})),
+        (
+            F.cross_entropy,
+            lambda g: (
+                torch.randn(N, 5, generator=g, dtype=torch.float64),
+                torch.randint(0, 5, (N,), generator=g),
+                {},
+            ),
+        ),  # unbatched
+        (
+            F.cross_entropy,
+            lambda g: (
+                torch.randn(N, 6, 4, generator=g, dtype=torch.float64),
+                torch.rand(N, 6, 4, generator=g, dtype=torch.float64).softmax(-1),
+                {},
+            ),
+        ),  # probabilities: vmap fallback
+        (
+            F.nll_loss,
+            lambda g: (
+                torch.randn(N, 6, 4, generator=g, dtype=torch.float64).log_softmax(-1),
+                torch.randint(0, 4, (N, 6), generator=g),
+                {},
+            ),
+        ),
+        (
+            F.mse_loss,
+            lambda g: (
+                torch.randn(N, 6, 2, generator=g, dtype=torch.float64),
+                torch.randn(N, 6, 2, generator=g, dtype=torch.float64),
+                {},
+            ),
+        ),
+        (
+            F.mse_loss,
+            lambda g: (
+                torch.randn(N, 6, 2, generator=g, dtype=torch.float64),
+                torch.randn(N, 6, 2, generator=g, dtype=torch.float64),
+                {"reduction": "sum"},
+            ),
+        ),
+        (
+            F.l1_loss,
+            lambda g: (
+                torch.randn(N, 6, generator=g, dtype=torch.float64),
+                torch.randn(N, 6, generator=g, dtype=torch.float64),
+                {},
+            ),
+        ),
     ],
-)  # fmt: skip
+)
 def test_per_agent_losses_equal_each_agents_own_loss_and_gradient(fn, make):
     out, y, kw = make(torch.Generator().manual_seed(3))
     out.requires_grad_(True)
@@ -184,8 +220,7 @@ def test_per_agent_loss_takes_the_batched_path_only_for_what_it_covers(monkeypat
 
     from fogsim.optim import _agents
 
-    monkeypatch.setitem(_agents._BATCHED_LOSSES, F.cross_entropy,
-                        _agents._batched_class_loss(spy))  # fmt: skip
+    monkeypatch.setitem(_agents._BATCHED_LOSSES, F.cross_entropy, _agents._batched_class_loss(spy))
     out, y = torch.randn(N, 6, 4), torch.randint(0, 4, (N, 6))
     fo.per_agent(F.cross_entropy)(out, y)
     assert calls == [(N * 6, 4)]  # one call on the stacked samples, no vmap
@@ -263,8 +298,9 @@ def test_push_sum_tracks_numerator_and_weight(overlap):
     P = A.push_weights(hub_digraph(N)).to_dense()
     assert not np.allclose(P.sum(1), 1)  # column-, not row-stochastic: w moves
     model = fo.replicate(net)
-    opt = fo.DistributedPushSumOptimizer(torch.optim.SGD(model.parameters(), lr=LR), model,
-                                         overlap=overlap)  # fmt: skip
+    opt = fo.DistributedPushSumOptimizer(
+        torch.optim.SGD(model.parameters(), lr=LR), model, overlap=overlap
+    )
     w = torch.ones(N)
     numerator = {k: v.detach().clone() for k, v in model.named_parameters()}
     for t in range(3):
@@ -294,8 +330,9 @@ def test_push_sum_tracks_numerator_and_weight(overlap):
 def test_atc_wraps_any_elementwise_optimizer(make_inner, overlap):
     model = fo.replicate(net)
     reference = fo.replicate(net)  # the same replicas, stepped by hand
-    opt = fo.DistributedAdaptThenCombineOptimizer(make_inner(model.parameters()), model,
-                                                  overlap=overlap)  # fmt: skip
+    opt = fo.DistributedAdaptThenCombineOptimizer(
+        make_inner(model.parameters()), model, overlap=overlap
+    )
     ref_opt = make_inner(reference.parameters())
     W = uniform_W()
     for t in range(3):
@@ -312,22 +349,23 @@ def test_atc_wraps_any_elementwise_optimizer(make_inner, overlap):
 # -- per-step settings --------------------------------------------------------------------
 def test_num_steps_per_communication_mixes_every_kth_step():
     model = fo.replicate(net)
-    opt = fo.DistributedAdaptThenCombineOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
-                                                  model, num_steps_per_communication=2)  # fmt: skip
+    opt = fo.DistributedAdaptThenCombineOptimizer(
+        torch.optim.SGD(model.parameters(), lr=LR), model, num_steps_per_communication=2
+    )
     W = uniform_W()
     for t, communicates in enumerate([False, True, False, True]):
         x = backward(model, t)
         g = grads(model)
         opt.step()
         local = {k: x[k] - LR * g[k] for k in x}
-        assert_close(params(model), {k: mix(W, v) for k, v in local.items()} if communicates
-                     else local)  # fmt: skip
+        assert_close(
+            params(model), {k: mix(W, v) for k, v in local.items()} if communicates else local
+        )
 
 
 def test_communication_type_switches_per_step():
     model = fo.replicate(net)
-    opt = fo.DistributedAdaptThenCombineOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
-                                                  model)  # fmt: skip
+    opt = fo.DistributedAdaptThenCombineOptimizer(torch.optim.SGD(model.parameters(), lr=LR), model)
     assert opt.communication_type is fo.CommunicationType.neighbor_allreduce
     for kind in ["allreduce", fo.CommunicationType.empty, "neighbor_allreduce"]:
         opt.communication_type = kind
@@ -346,8 +384,7 @@ def test_communication_type_switches_per_step():
 
 def test_dynamic_weights_from_a_schedule():
     model = fo.replicate(net)
-    opt = fo.DistributedAdaptThenCombineOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
-                                                  model)  # fmt: skip
+    opt = fo.DistributedAdaptThenCombineOptimizer(torch.optim.SGD(model.parameters(), lr=LR), model)
     schedule = T.one_peer_exponential_two(N)
     for t in range(3):
         W = next(schedule).weights
@@ -372,8 +409,9 @@ def test_dynamic_weights_from_a_schedule():
 def test_atc_hierarchical_mixes_machine_averages(machine_weights):
     fs.init(backend="sim", size=N, local_size=2)  # two machines of two agents
     model = fo.replicate(net)
-    opt = fo.DistributedAdaptThenCombineOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
-                                                  model, communication_type="hierarchical")
+    opt = fo.DistributedAdaptThenCombineOptimizer(
+        torch.optim.SGD(model.parameters(), lr=LR), model, communication_type="hierarchical"
+    )
     assert opt.communication_type.value == "hierarchical_neighbor_allreduce"
     Wm = np.full((2, 2), 0.5)  # the exponential-2 graph over 2 machines, uniform
     if machine_weights:  # machine m keeps 0.75 of its own average, takes 0.25 of the other
@@ -465,8 +503,9 @@ def test_bad_arguments_are_refused():
 
 def test_backward_twice_before_step_is_an_error_with_hooks():
     model = fo.replicate(net)
-    opt = fo.DistributedAdaptThenCombineOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
-                                                  model, overlap=True)  # fmt: skip
+    opt = fo.DistributedAdaptThenCombineOptimizer(
+        torch.optim.SGD(model.parameters(), lr=LR), model, overlap=True
+    )
     backward(model)
     with pytest.raises(RuntimeError, match="computed 2 times before step"):
         backward(model)

@@ -38,7 +38,6 @@ GA = fo.DistributedGradientAllreduceOptimizer
 WIN_PUT = fo.DistributedWinPutOptimizer
 
 
-
 def batch(t: int):
     x = fs.local(lambda r: torch.randn(6, 5, generator=torch.Generator().manual_seed(10 * r + t)))
     y = fs.local(
@@ -90,8 +89,12 @@ def assert_differ(got: dict, other: dict) -> None:
 
 
 def wrap(wrapper, model, overlap: bool, j: int = J):
-    return wrapper(torch.optim.SGD(model.parameters(), lr=LR), model,
-                   num_steps_per_communication=j, overlap=overlap)  # fmt: skip
+    return wrapper(
+        torch.optim.SGD(model.parameters(), lr=LR),
+        model,
+        num_steps_per_communication=j,
+        overlap=overlap,
+    )
 
 
 # What one communicating step gives from parameters x and the round's summed gradient g.
@@ -101,8 +104,9 @@ COMMUNICATING = {
     GA: lambda x, g: x - LR * mean(g),
     WIN_PUT: lambda x, g: mix(x) - LR * g,
 }
-WRAPPERS = pytest.mark.parametrize("wrapper", list(COMMUNICATING), ids=["atc", "awc", "ga",
-                                                                        "win_put"])  # fmt: skip
+WRAPPERS = pytest.mark.parametrize(
+    "wrapper", list(COMMUNICATING), ids=["atc", "awc", "ga", "win_put"]
+)
 OVERLAP = pytest.mark.parametrize("overlap", [False, True], ids=["in_step", "overlap"])
 
 
@@ -155,8 +159,11 @@ def test_a_step_without_a_pass_counts_as_one(wrapper):
         for k, p in model.named_parameters():
             p.grad = g[k].clone()
         opt.step()
-        want = ({k: COMMUNICATING[wrapper](x[k], g[k]) for k in x} if t % J == J - 1
-                else {k: x[k] - LR * g[k] for k in x})  # fmt: skip
+        want = (
+            {k: COMMUNICATING[wrapper](x[k], g[k]) for k in x}
+            if t % J == J - 1
+            else {k: x[k] - LR * g[k] for k in x}
+        )
         assert_close(params(model), want)
 
 
@@ -229,8 +236,10 @@ def test_win_put_puts_to_dst_weights_only_and_keeps_stale_buffers():
     Wd = W().numpy()
     outs = [np.flatnonzero(Wd[:, i] * (np.arange(N) != i)) for i in range(N)]
     # buffers[k][(i, j)]: what j put at i; win_create fills them with i's own value
-    buffers = {k: {(i, j): v[i].clone() for i in range(N) for j in range(N) if Wd[i, j] and i != j}
-               for k, v in params(model).items()}  # fmt: skip
+    buffers = {
+        k: {(i, j): v[i].clone() for i in range(N) for j in range(N) if Wd[i, j] and i != j}
+        for k, v in params(model).items()
+    }
     for t in range(3):
         sent = [int(outs[j][t % len(outs[j])]) for j in range(N)]
         opt.dst_weights = [{sent[j]: 1.0} for j in range(N)]
@@ -258,8 +267,9 @@ def test_unregister_window_is_bluefogs_name_for_free_windows():
     import fogsim.compat.bluefog as bf
 
     model = fo.replicate(net)
-    opt = bf.DistributedWinPutOptimizer(torch.optim.SGD(model.parameters(), lr=LR), model,
-                                        window_prefix="CPU")  # fmt: skip
+    opt = bf.DistributedWinPutOptimizer(
+        torch.optim.SGD(model.parameters(), lr=LR), model, window_prefix="CPU"
+    )
     assert sorted(fs.win_names()) == sorted(f"CPU.{k}" for k, _ in model.named_parameters())
     opt.unregister_window()
     assert fs.win_names() == []

@@ -91,19 +91,27 @@ def _train_all(out: str, world: dict) -> None:
     adam = lambda ps: torch.optim.Adam(ps, lr=0.01)  # noqa: E731
     runs = {
         "atc_sgd": lambda: train(fo.DistributedAdaptThenCombineOptimizer, sgd),
-        "atc_adam_one_peer": lambda: train(fo.DistributedAdaptThenCombineOptimizer, adam,
-                                           schedule="one-peer"),
-        "atc_periodic_allreduce": lambda: train(fo.DistributedAdaptThenCombineOptimizer, sgd,
-                                                schedule="periodic-allreduce"),
-        "atc_every_2": lambda: train(fo.DistributedAdaptThenCombineOptimizer, adam,
-                                     num_steps_per_communication=2, broadcast_state=True),
-        "awc_nesterov": lambda: train(fo.DistributedAdaptWithCombineOptimizer, nesterov,
-                                      broadcast_state="with None"),
+        "atc_adam_one_peer": lambda: train(
+            fo.DistributedAdaptThenCombineOptimizer, adam, schedule="one-peer"
+        ),
+        "atc_periodic_allreduce": lambda: train(
+            fo.DistributedAdaptThenCombineOptimizer, sgd, schedule="periodic-allreduce"
+        ),
+        "atc_every_2": lambda: train(
+            fo.DistributedAdaptThenCombineOptimizer,
+            adam,
+            num_steps_per_communication=2,
+            broadcast_state=True,
+        ),
+        "awc_nesterov": lambda: train(
+            fo.DistributedAdaptWithCombineOptimizer, nesterov, broadcast_state="with None"
+        ),
         "gradient_allreduce_adam": lambda: train(fo.DistributedGradientAllreduceOptimizer, adam),
         "push_sum_sgd": lambda: train(fo.DistributedPushSumOptimizer, sgd),
-        "atc_hierarchical": lambda: train(fo.DistributedAdaptThenCombineOptimizer, sgd,
-                                          communication_type="hierarchical"),
-    }  # fmt: skip
+        "atc_hierarchical": lambda: train(
+            fo.DistributedAdaptThenCombineOptimizer, sgd, communication_type="hierarchical"
+        ),
+    }
     saved = {}
     for run_name, run in runs.items():
         for name, value in run().items():
@@ -121,8 +129,15 @@ def _train_all(out: str, world: dict) -> None:
 
 def fogrun(tmp_path: Path, backend: str, n: int) -> dict[str, np.ndarray]:
     out = tmp_path / f"optim-{backend}-{n}.npz"
-    _jobs.fogrun(n, "-m", "tests.test_optim_mpi", str(out), options=("--local-size", "2"),
-                 timeout=120, env={"FOGSIM_BACKEND": backend}).check()  # fmt: skip
+    _jobs.fogrun(
+        n,
+        "-m",
+        "tests.test_optim_mpi",
+        str(out),
+        options=("--local-size", "2"),
+        timeout=120,
+        env={"FOGSIM_BACKEND": backend},
+    ).check()
     with np.load(out) as saved:
         return dict(saved)
 
@@ -155,8 +170,7 @@ def test_distributed_runs_give_the_simulators_parameters(tmp_path, simulated, ba
         if key.startswith("async/"):
             assert np.all(np.isfinite(distributed[key])), key
             continue
-        np.testing.assert_allclose(distributed[key], simulated[key], rtol=0, atol=1e-9,
-                                   err_msg=key)  # fmt: skip
+        np.testing.assert_allclose(distributed[key], simulated[key], rtol=0, atol=1e-9, err_msg=key)
     worst = max(np.abs(distributed[k] - simulated[k]).max() for k in synchronous)
     print(f"{backend}: largest difference from the simulator: {worst:.3g}")
     # the agents really differ (mixing, not a copy), except where gradients are averaged

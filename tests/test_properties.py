@@ -84,8 +84,16 @@ def test_topologies_as_matrices_match_numpy(world):
     _close(uniform, _reference(U, data), data.dtype)
 
 
-BAD = ["nan_weight", "inf_self", "unknown_rank", "unlisted_sender", "int_dtype", "bad_shape",
-       "src_without_self", "negative_rank"]  # fmt: skip
+BAD = [
+    "nan_weight",
+    "inf_self",
+    "unknown_rank",
+    "unlisted_sender",
+    "int_dtype",
+    "bad_shape",
+    "src_without_self",
+    "negative_rank",
+]
 
 
 @given(worlds(), st.sampled_from(BAD))
@@ -140,9 +148,18 @@ def test_invalid_calls_raise_naming_the_argument(world, bad):
 DTYPES = [np.float64, np.float32, np.int32, np.uint8, np.int64, np.float16]
 
 
-@given(st.lists(st.tuples(st.sampled_from(DTYPES), st.lists(st.integers(0, 5), max_size=3),
-                          st.integers(0, 2**31 - 1)), min_size=1, max_size=12),
-       st.sampled_from(["compiled", "python"]))  # fmt: skip
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(DTYPES),
+            st.lists(st.integers(0, 5), max_size=3),
+            st.integers(0, 2**31 - 1),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    st.sampled_from(["compiled", "python"]),
+)
 @SETTINGS
 def test_fusion_packs_every_tensor_byte_exact(specs, impl):
     dispatch = _core.dispatch if impl == "compiled" else _core.fallback_dispatch
@@ -150,8 +167,9 @@ def test_fusion_packs_every_tensor_byte_exact(specs, impl):
         return
     arrays = []
     for dtype, shape, seed in specs:
-        raw = np.random.default_rng(seed).integers(0, 256, int(np.prod(shape, dtype=np.int64)) *
-                                                   np.dtype(dtype).itemsize, dtype=np.uint8)
+        raw = np.random.default_rng(seed).integers(
+            0, 256, int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize, dtype=np.uint8
+        )
         arrays.append(raw.view(dtype).reshape(shape))  # any bit pattern, NaNs included
     offsets, at = [], 0
     for a in arrays:

@@ -73,8 +73,14 @@ def draw_cases(strategy, count: int) -> list[dict]:
     """The first ``count`` cases hypothesis draws from ``strategy`` (the same every run)."""
     drawn: list[dict] = []
 
-    @settings(max_examples=count, derandomize=True, database=None, deadline=None,
-              phases=[Phase.generate], suppress_health_check=list(HealthCheck))  # fmt: skip
+    @settings(
+        max_examples=count,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(strategy)
     def collect(case):
         drawn.append(case)
@@ -95,8 +101,14 @@ def mpi_run(tmp_path_factory):
                 cases += draw_cases(_bad_case(n, bad), BAD_PER_KIND)
             tmp = tmp_path_factory.mktemp(f"properties-{n}")
             (tmp / "cases.json").write_text(json.dumps(cases))
-            job = _jobs.fogrun(n, "-m", "tests.properties_driver", str(tmp / "cases.json"),
-                               str(tmp / "out.npz"), timeout=300).check()  # fmt: skip
+            job = _jobs.fogrun(
+                n,
+                "-m",
+                "tests.properties_driver",
+                str(tmp / "cases.json"),
+                str(tmp / "out.npz"),
+                timeout=300,
+            ).check()
             with np.load(tmp / "out.npz") as saved:
                 cache[n] = cases, job, dict(saved)
         return cache[n]

@@ -26,13 +26,28 @@ JOB = Path(__file__).with_name("pure_python_job.py")
 TIMEOUT = 300  # a guard against a hang, far above the few seconds a run takes
 # Results every launch mode must produce, so that a workload that skipped a part would fail.
 EXPECTED = {
-    "static-exp2-True-float64", "static-ring-False-float32",  # circulant combine
-    "static-star-False-float64", "static-weighted-True-float32",  # CSR combine
-    "dense-matrix", "self-and-src", "float16", "int-error", "dynamic-matrix", "dynamic-dicts",
-    "hierarchical", "hierarchical-f32", "allreduce", "allreduce-local",
-    "allreduce-decomposed", "allreduce-decomposed-f32", "fused-0", "fused-1", "fused-3",
-    "fused-weights", "trace",
-}  # fmt: skip
+    "static-exp2-True-float64",
+    "static-ring-False-float32",  # circulant combine
+    "static-star-False-float64",
+    "static-weighted-True-float32",  # CSR combine
+    "dense-matrix",
+    "self-and-src",
+    "float16",
+    "int-error",
+    "dynamic-matrix",
+    "dynamic-dicts",
+    "hierarchical",
+    "hierarchical-f32",
+    "allreduce",
+    "allreduce-local",
+    "allreduce-decomposed",
+    "allreduce-decomposed-f32",
+    "fused-0",
+    "fused-1",
+    "fused-3",
+    "fused-weights",
+    "trace",
+}
 WINDOWS = {"win-accumulate", "win-p", "win-update", "win-get"}
 DIRECT = {"pack", "combine-rows", "combine-rows-select", "trace-format", "layout-fingerprint"}
 # launch mode: (ranks, fogrun options, backend argument of the job, expected extra results)
@@ -59,8 +74,10 @@ def _run(mode: str, prefix: Path, pure: bool) -> dict[str, dict[str, np.ndarray]
     kernels = "_fallback" if pure else "_kernels"
     dispatch = "_fallback_dispatch" if pure else "_dispatch"
     for tag in tags:  # every rank says which implementation it ran on (lines may interleave)
-        line = (f"compiled={not pure} kernels=fogsim._core.{kernels} "
-                f"dispatch=fogsim._core.{dispatch} rank={tag} ")  # fmt: skip
+        line = (
+            f"compiled={not pure} kernels=fogsim._core.{kernels} "
+            f"dispatch=fogsim._core.{dispatch} rank={tag} "
+        )
         assert line in job.stdout, f"no {line!r}\n{job.describe()}"
     results = {}
     for tag in tags:
@@ -70,8 +87,9 @@ def _run(mode: str, prefix: Path, pure: bool) -> dict[str, dict[str, np.ndarray]
     return results
 
 
-@pytest.mark.parametrize("mode", [pytest.param(m, marks=pytest.mark.mpi) if m in ("mpi", "torch")
-                                  else m for m in MODES])  # fmt: skip
+@pytest.mark.parametrize(
+    "mode", [pytest.param(m, marks=pytest.mark.mpi) if m in ("mpi", "torch") else m for m in MODES]
+)
 def test_pure_python_twins_give_the_compiled_results_byte_for_byte(mode, tmp_path):
     environment.require_compiled()  # else there is nothing to compare the twins with
     if mode == "torch":

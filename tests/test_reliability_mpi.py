@@ -118,8 +118,9 @@ fs.shutdown()
 def test_different_ops_on_one_rank_raise_everywhere(tmp_path, stall_timeout):
     # The checked static call and the fused batch send their data beside the agreement;
     # a rank that is in another op must still let them finish and raise with everyone.
-    run = fogrun_script(tmp_path, MIXED.format(), 4, timeout=60,
-                        env={"FOGSIM_STALL_TIMEOUT": stall_timeout})  # fmt: skip
+    run = fogrun_script(
+        tmp_path, MIXED.format(), 4, timeout=60, env={"FOGSIM_STALL_TIMEOUT": stall_timeout}
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     line = next(line for line in run.stdout.splitlines() if line.startswith("caught"))
     total = int(line.split()[-1])

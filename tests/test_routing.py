@@ -66,8 +66,8 @@ def test_a_call_that_does_not_fit_names_the_public_op(world):
 def test_spans_are_named_by_the_call_or_the_op(world, tmp_path):
     TL.start(str(tmp_path / "t"))
     x = fs.local(lambda r: np.full(2, float(r)))
-    fs.allgather(x, name="g")            # name by keyword
-    fs.broadcast(x, 1, "b")              # name by position
+    fs.allgather(x, name="g")  # name by keyword
+    fs.broadcast(x, 1, "b")  # name by position
     fs.wait(fs.neighbor_allgather_nonblocking(x))
     fs.win_create(x, "w")
     fs.win_put(x, "w")
@@ -78,8 +78,14 @@ def test_spans_are_named_by_the_call_or_the_op(world, tmp_path):
     events = check_trace(tmp_path / "t.json")
     tracks = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
     seen = {(e["name"], tracks.get(e["tid"])) for e in events if e["ph"] in ("B", "X")}
-    for pair in [("ALLGATHER", "g"), ("BROADCAST", "b"),
-                 ("ENQUEUE_NEIGHBOR_ALLGATHER", "enqueue_neighbor_allgather"),
-                 ("WIN_CREATE", "w"), ("WIN_PUT", "w"), ("ENQUEUE_WIN_GET", "w"),
-                 ("WIN_FREE", "w"), ("BARRIER", "barrier")]:  # fmt: skip
+    for pair in [
+        ("ALLGATHER", "g"),
+        ("BROADCAST", "b"),
+        ("ENQUEUE_NEIGHBOR_ALLGATHER", "enqueue_neighbor_allgather"),
+        ("WIN_CREATE", "w"),
+        ("WIN_PUT", "w"),
+        ("ENQUEUE_WIN_GET", "w"),
+        ("WIN_FREE", "w"),
+        ("BARRIER", "barrier"),
+    ]:
         assert pair in seen, (pair, sorted(seen))

@@ -72,11 +72,25 @@ def test_distributed_transports_conform(kind):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    job = run([environment.MPIEXEC, "-n", "3", sys.executable, "-m", "mpi4py", "-m",
-               "tests.transport_conformance", kind, str(port)], timeout=120)  # fmt: skip
+    job = run(
+        [
+            environment.MPIEXEC,
+            "-n",
+            "3",
+            sys.executable,
+            "-m",
+            "mpi4py",
+            "-m",
+            "tests.transport_conformance",
+            kind,
+            str(port),
+        ],
+        timeout=120,
+    )
     job.check()
-    assert sorted(job.stdout.split("\n")[:-1]) == [f"rank {r} {kind} ok" for r in range(3)], \
-        job.describe()  # fmt: skip
+    assert sorted(job.stdout.split("\n")[:-1]) == [f"rank {r} {kind} ok" for r in range(3)], (
+        job.describe()
+    )
 
 
 def _imports(path: Path) -> set[str]:

@@ -26,51 +26,104 @@ RING_SRC = [{(r - 1) % N: 0.25, (r + 1) % N: 0.25} for r in range(N)]
     ("kwargs", "exc", "match"),
     [
         # weights that are not finite
-        ({"self_weight": np.array([0.5, np.nan, 0.5, 0.5, 0.5, 0.5]), "src_weights": RING_SRC},
-         ValueError, r"self_weight\[1\] is nan"),
-        ({"self_weight": 0.5,
-          "src_weights": [*RING_SRC[:3], {2: np.inf, 4: 0.25}, *RING_SRC[4:]]},
-         ValueError, r"src_weights\[3\].*finite"),
+        (
+            {"self_weight": np.array([0.5, np.nan, 0.5, 0.5, 0.5, 0.5]), "src_weights": RING_SRC},
+            ValueError,
+            r"self_weight\[1\] is nan",
+        ),
+        (
+            {
+                "self_weight": 0.5,
+                "src_weights": [*RING_SRC[:3], {2: np.inf, 4: 0.25}, *RING_SRC[4:]],
+            },
+            ValueError,
+            r"src_weights\[3\].*finite",
+        ),
         # ranks out of range
-        ({"self_weight": 0.5, "src_weights": [*RING_SRC[:2], {9: 0.5}, *RING_SRC[3:]]},
-         ValueError, r"src_weights\[2\].*rank 9.*out of range"),
-        ({"self_weight": 0.5, "src_weights": RING_SRC,
-          "dst_weights": [[1, 5], [0, 2], [1, 3], [2, 4], [3, -1], [4, 0]]},
-         ValueError, r"dst_weights\[4\].*rank -1.*out of range"),
+        (
+            {"self_weight": 0.5, "src_weights": [*RING_SRC[:2], {9: 0.5}, *RING_SRC[3:]]},
+            ValueError,
+            r"src_weights\[2\].*rank 9.*out of range",
+        ),
+        (
+            {
+                "self_weight": 0.5,
+                "src_weights": RING_SRC,
+                "dst_weights": [[1, 5], [0, 2], [1, 3], [2, 4], [3, -1], [4, 0]],
+            },
+            ValueError,
+            r"dst_weights\[4\].*rank -1.*out of range",
+        ),
         # src/dst inconsistent: agent 0 also sends to 3, who does not listen
-        ({"self_weight": 0.5, "src_weights": RING_SRC,
-          "dst_weights": [[1, 5, 3], [0, 2], [1, 3], [2, 4], [3, 5], [4, 0]]},
-         ValueError, "agent 0 sends to agent 3"),
+        (
+            {
+                "self_weight": 0.5,
+                "src_weights": RING_SRC,
+                "dst_weights": [[1, 5, 3], [0, 2], [1, 3], [2, 4], [3, 5], [4, 0]],
+            },
+            ValueError,
+            "agent 0 sends to agent 3",
+        ),
         # ... and agent 2 listens to 1, who does not send to it
-        ({"self_weight": 0.5, "src_weights": RING_SRC,
-          "dst_weights": [[1, 5], [0], [1, 3], [2, 4], [3, 5], [4, 0]]},
-         ValueError, "agent 2 receives from agent 1"),
+        (
+            {
+                "self_weight": 0.5,
+                "src_weights": RING_SRC,
+                "dst_weights": [[1, 5], [0], [1, 3], [2, 4], [3, 5], [4, 0]],
+            },
+            ValueError,
+            "agent 2 receives from agent 1",
+        ),
         # static mode: keys must be in-neighbors of the topology
-        ({"self_weight": 0.5, "src_weights": [{3: 0.5}] + RING_SRC[1:]},
-         ValueError, r"src_weights\[0\] names rank 3, which is not an in-neighbor"),
-        ({"self_weight": 0.5, "src_weights": [{0: 0.5}] + RING_SRC[1:]},
-         ValueError, r"src_weights\[0\].*own rank"),
+        (
+            {"self_weight": 0.5, "src_weights": [{3: 0.5}] + RING_SRC[1:]},
+            ValueError,
+            r"src_weights\[0\] names rank 3, which is not an in-neighbor",
+        ),
+        (
+            {"self_weight": 0.5, "src_weights": [{0: 0.5}] + RING_SRC[1:]},
+            ValueError,
+            r"src_weights\[0\].*own rank",
+        ),
         # missing partners
         ({"self_weight": 0.5}, ValueError, "self_weight and src_weights must be given together"),
         ({"src_weights": RING_SRC}, ValueError, "src_weights was given without self_weight"),
         ({"dst_weights": [[1]] * N}, ValueError, "dst_weights was given without src_weights"),
         # wrong types and shapes
-        ({"self_weight": "half", "src_weights": RING_SRC}, TypeError,
-         "self_weight must be a number or a sequence"),
-        ({"self_weight": np.ones(4), "src_weights": RING_SRC}, ValueError,
-         r"self_weight has shape \(4,\)"),
-        ({"self_weight": 0.5, "src_weights": RING_SRC[:4]}, ValueError,
-         "src_weights has 4 items, expected 6"),
-        ({"self_weight": 0.5, "src_weights": {1: 0.5}}, TypeError,
-         "src_weights must be a sequence of 6"),
-        ({"self_weight": 0.5, "src_weights": [{"a": 0.5}] * N}, TypeError,
-         r"src_weights\[0\]: rank 'a' is not an integer"),
-        ({"src_weights": np.full((4, 4), 0.25)}, ValueError,
-         "src_weights has 4 agents but the world has 6"),
+        (
+            {"self_weight": "half", "src_weights": RING_SRC},
+            TypeError,
+            "self_weight must be a number or a sequence",
+        ),
+        (
+            {"self_weight": np.ones(4), "src_weights": RING_SRC},
+            ValueError,
+            r"self_weight has shape \(4,\)",
+        ),
+        (
+            {"self_weight": 0.5, "src_weights": RING_SRC[:4]},
+            ValueError,
+            "src_weights has 4 items, expected 6",
+        ),
+        (
+            {"self_weight": 0.5, "src_weights": {1: 0.5}},
+            TypeError,
+            "src_weights must be a sequence of 6",
+        ),
+        (
+            {"self_weight": 0.5, "src_weights": [{"a": 0.5}] * N},
+            TypeError,
+            r"src_weights\[0\]: rank 'a' is not an integer",
+        ),
+        (
+            {"src_weights": np.full((4, 4), 0.25)},
+            ValueError,
+            "src_weights has 4 agents but the world has 6",
+        ),
         ({"enable_topo_check": "yes"}, TypeError, "enable_topo_check must be a bool"),
         ({"name": 3}, TypeError, "name must be a string"),
     ],
-)  # fmt: skip
+)
 def test_neighbor_allreduce_bad_arguments(kwargs, exc, match):
     with pytest.raises(exc, match=match):
         fs.neighbor_allreduce(X, **kwargs)
@@ -81,8 +134,11 @@ def test_neighbor_allreduce_bad_arguments(kwargs, exc, match):
 def test_wrong_number_of_agents_in_x():
     with pytest.raises(ValueError, match="4 entries on its leading .agent. axis.*6 agents"):
         fs.neighbor_allreduce(np.ones((4, 3)))
-    with pytest.raises(ValueError, match=r"x: entries differ in shape .*entry 0 has shape "
-                       r"\(1,\), entry 1 has shape \(2,\)"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"x: entries differ in shape .*entry 0 has shape "
+        r"\(1,\), entry 1 has shape \(2,\)",
+    ):
         fs.neighbor_allreduce([[1.0], [1.0, 2.0]] * 3)
     with pytest.raises(TypeError, match="must be a numpy array, a torch tensor or a number"):
         fs.allreduce("abc")
@@ -142,7 +198,7 @@ def test_allgather_ragged_trailing_shapes_differ():
         ({"size": 4, "seed": "x"}, TypeError, "seed must be an integer"),
         ({"size": 4, "topology": "ring"}, TypeError, "topology must be a Topology"),
     ],
-)  # fmt: skip
+)
 def test_init_bad_arguments(kwargs, exc, match):
     with pytest.raises(exc, match=match):
         fs.init(**kwargs)

@@ -98,8 +98,9 @@ def test_dynamic_push_pull_weights(world, dtype):
     sw = rng.random(n)
     src = [{int(j): float(R[i, j]) for j in np.flatnonzero(A[i])} for i in range(n)]
     dst = [{int(i): float(S[i, j]) for i in np.flatnonzero(A[:, j])} for j in range(n)]
-    got = fs.neighbor_allreduce(x, self_weight=sw, src_weights=src, dst_weights=dst,
-                                check_weights=False)  # arbitrary weights on purpose
+    got = fs.neighbor_allreduce(
+        x, self_weight=sw, src_weights=src, dst_weights=dst, check_weights=False
+    )  # arbitrary weights on purpose
     W = np.diag(sw) + R * S
     np.testing.assert_allclose(got, reference(W, x), **tol(dtype))
 

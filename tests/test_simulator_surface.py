@@ -50,7 +50,14 @@ def test_simulator_features_refuse_other_backends_on_every_rank(tmp_path):
     job = fogrun_script(tmp_path, SCRIPT, 2, timeout=120)
     job.check()
     for r in range(2):
-        mine = [line.split(" ", 2)[2] for line in job.stdout.splitlines()
-                if line.startswith(f"rank {r} ")]  # fmt: skip
-        assert mine == ["simulated False", "faults.inject True True",
-                        "attach_cost_model True True", "current None"], job.describe()  # fmt: skip
+        mine = [
+            line.split(" ", 2)[2]
+            for line in job.stdout.splitlines()
+            if line.startswith(f"rank {r} ")
+        ]
+        assert mine == [
+            "simulated False",
+            "faults.inject True True",
+            "attach_cost_model True True",
+            "current None",
+        ], job.describe()

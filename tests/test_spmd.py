@@ -57,8 +57,13 @@ def test_dual_cases_run_unchanged(case, n):
 def test_agents_see_their_own_rank_and_neighbors(n):
     def main():
         ranks = fs.rank(), fs.size(), fs.local_rank()
-        return (*ranks, fs.in_neighbor_ranks(), fs.out_neighbor_ranks(), fs.is_main_process(),
-                fs.local(lambda r: 10 * r))  # fmt: skip
+        return (
+            *ranks,
+            fs.in_neighbor_ranks(),
+            fs.out_neighbor_ranks(),
+            fs.is_main_process(),
+            fs.local(lambda r: 10 * r),
+        )
 
     topo = T.exponential_two_graph(n)
     for r, (rank, size, local_rank, ins, outs, main_process, local) in enumerate(
@@ -97,23 +102,28 @@ def test_collectives_equal_the_stacked_simulator(n, blocking):
 
     def stacked():
         return {
-            "mean": fs.allreduce(data), "sum": fs.allreduce(ints, average=False),
+            "mean": fs.allreduce(data),
+            "sum": fs.allreduce(ints, average=False),
             "scalar": fs.allreduce(np.arange(n, dtype=float), average=False),
-            "bcast": fs.broadcast(data, n - 1), "gather": fs.allgather(data),
-            "nar": fs.neighbor_allreduce(data), "nag": fs.neighbor_allgather(data),
-        }  # fmt: skip
+            "bcast": fs.broadcast(data, n - 1),
+            "gather": fs.allgather(data),
+            "nar": fs.neighbor_allreduce(data),
+            "nag": fs.neighbor_allgather(data),
+        }
 
     ref = _stacked(n, stacked)
     for key, want in ref.items():
         rows = _rows([g[key] for g in got])
         assert rows.dtype == np.asarray(want).dtype, key
         np.testing.assert_array_equal(rows, want, err_msg=key)
-    np.testing.assert_allclose(_rows([g["mean"] for g in got]), np.broadcast_to(
-        data.mean(axis=0), (n, 2, 3)), rtol=1e-12)  # fmt: skip
+    np.testing.assert_allclose(
+        _rows([g["mean"] for g in got]), np.broadcast_to(data.mean(axis=0), (n, 2, 3)), rtol=1e-12
+    )
     assert all(np.ndim(g["scalar"]) == 0 and g["scalar"] == n * (n - 1) / 2 for g in got)
     W = T.exponential_two_graph(n).uniform().to_dense()
-    np.testing.assert_allclose(_rows([g["nar"] for g in got]),
-                               np.einsum("ij,jkl->ikl", W, data), rtol=1e-12)  # fmt: skip
+    np.testing.assert_allclose(
+        _rows([g["nar"] for g in got]), np.einsum("ij,jkl->ikl", W, data), rtol=1e-12
+    )
 
 
 @pytest.mark.parametrize("n", SIZES)
@@ -127,18 +137,23 @@ def test_dynamic_neighbor_allreduce_with_per_agent_weights(n):
 
     def main():
         r = fs.rank()
-        push_pull = fs.neighbor_allreduce(data[r], self_weight=sw[r], src_weights=src[r],
-                                          dst_weights=dst[r], check_weights=False)  # random
+        push_pull = fs.neighbor_allreduce(
+            data[r], self_weight=sw[r], src_weights=src[r], dst_weights=dst[r], check_weights=False
+        )  # random
         schedule = T.one_peer_exponential_two(n)  # each agent its own generator
         one_peer = fs.neighbor_allreduce(data[r], src_weights=next(schedule).weights)
         return push_pull, one_peer
 
     got = spmd.run(main, size=n)
-    ref = _stacked(n, lambda: (
-        fs.neighbor_allreduce(data, self_weight=sw, src_weights=src, dst_weights=dst,
-                              check_weights=False),
-        fs.neighbor_allreduce(data, src_weights=next(T.one_peer_exponential_two(n)).weights),
-    ))  # fmt: skip
+    ref = _stacked(
+        n,
+        lambda: (
+            fs.neighbor_allreduce(
+                data, self_weight=sw, src_weights=src, dst_weights=dst, check_weights=False
+            ),
+            fs.neighbor_allreduce(data, src_weights=next(T.one_peer_exponential_two(n)).weights),
+        ),
+    )
     for k in range(2):
         rows = _rows([g[k] for g in got])
         assert rows.dtype == np.float32
@@ -159,8 +174,7 @@ def test_torch_tensors_come_back_as_tensors_of_their_dtype(n):
         return fs.wait(h), fs.allreduce(x.double(), average=False), fs.allgather(x)
 
     got = spmd.run(main, size=n)
-    ref = _stacked(n, lambda: (fs.neighbor_allreduce(torch.from_numpy(data)),
-                               fs.allgather(data)))  # fmt: skip
+    ref = _stacked(n, lambda: (fs.neighbor_allreduce(torch.from_numpy(data)), fs.allgather(data)))
     for r, (nar, total, gathered) in enumerate(got):
         assert isinstance(nar, torch.Tensor) and nar.dtype == torch.float32
         assert isinstance(total, torch.Tensor) and total.dtype == torch.float64
@@ -177,16 +191,22 @@ def test_machine_level_ops_equal_the_stacked_simulator():
         fs.init(local_size=k)
         r = fs.rank()
         assert fs.machine_rank() == r // k and fs.machine_size() == n // k
-        return (fs.hierarchical_neighbor_allreduce(data[r]),
-                fs.allreduce(data[r], is_hierarchical_local=True),
-                fs.allreduce(data[r], algorithm="decomposed"))  # fmt: skip
+        return (
+            fs.hierarchical_neighbor_allreduce(data[r]),
+            fs.allreduce(data[r], is_hierarchical_local=True),
+            fs.allreduce(data[r], algorithm="decomposed"),
+        )
 
     got = spmd.run(main, size=n)
-    ref = _stacked(n, lambda: (
-        fs.hierarchical_neighbor_allreduce(data),
-        fs.allreduce(data, is_hierarchical_local=True),
-        fs.allreduce(data, algorithm="decomposed"),
-    ), local_size=k)  # fmt: skip
+    ref = _stacked(
+        n,
+        lambda: (
+            fs.hierarchical_neighbor_allreduce(data),
+            fs.allreduce(data, is_hierarchical_local=True),
+            fs.allreduce(data, algorithm="decomposed"),
+        ),
+        local_size=k,
+    )
     for j in range(3):
         np.testing.assert_array_equal(_rows([g[j] for g in got]), ref[j])
 
@@ -273,8 +293,9 @@ def test_window_ops_update_registered_tensors_in_place(n):
         cloned = fs.win_update("w", clone=True)
         assert cloned is not x and isinstance(cloned, torch.Tensor)
         fs.win_get("w", src_weights={j: 2.0 for j in fs.in_neighbor_ranks()})
-        got = fs.win_update("w", self_weight=0.0,
-                            neighbor_weights=dict.fromkeys(fs.in_neighbor_ranks(), 1.0))
+        got = fs.win_update(
+            "w", self_weight=0.0, neighbor_weights=dict.fromkeys(fs.in_neighbor_ranks(), 1.0)
+        )
         fs.win_free()
         return after_put, versions, x.clone(), got.clone()
 
@@ -294,10 +315,12 @@ def test_window_ops_update_registered_tensors_in_place(n):
         x.mul_(2.0)
         fs.win_put(x, "w", self_weight=0.5)
         fs.win_update("w")
-        fs.win_get("w", src_weights=[{int(j): 2.0 for j in np.flatnonzero(A[i])}
-                                     for i in range(n)])  # fmt: skip
-        return fs.win_update("w", self_weight=np.zeros(n), neighbor_weights=[
-            {int(j): 1.0 for j in np.flatnonzero(A[i])} for i in range(n)]).clone()  # fmt: skip
+        fs.win_get("w", src_weights=[{int(j): 2.0 for j in np.flatnonzero(A[i])} for i in range(n)])
+        return fs.win_update(
+            "w",
+            self_weight=np.zeros(n),
+            neighbor_weights=[{int(j): 1.0 for j in np.flatnonzero(A[i])} for i in range(n)],
+        ).clone()
 
     np.testing.assert_array_equal(_rows([g[3].numpy() for g in got]), _stacked(n, stacked))
 
@@ -311,8 +334,9 @@ def test_win_put_of_an_unregistered_array_scales_it_in_place():
         fs.win_create(x, "w", zero_init=True)
         other = np.full(2, 10.0 + r)
         fs.win_put(other, "w", self_weight=0.5)
-        result = fs.win_update("w", self_weight=0.0,
-                               neighbor_weights=dict.fromkeys(fs.in_neighbor_ranks(), 1.0))
+        result = fs.win_update(
+            "w", self_weight=0.0, neighbor_weights=dict.fromkeys(fs.in_neighbor_ranks(), 1.0)
+        )
         return other, x.copy(), result.copy()
 
     topo = T.exponential_two_graph(n)
@@ -331,8 +355,11 @@ def test_agents_calling_different_ops_get_a_value_error_naming_them():
             return fs.neighbor_allreduce(x)
         return fs.allreduce(x)
 
-    with pytest.raises(ValueError, match=r"agents 0, 2 called neighbor_allreduce but agents "
-                                         r"1, 3 called allreduce") as info:  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"agents 0, 2 called neighbor_allreduce but agents "
+        r"1, 3 called allreduce",
+    ) as info:
         spmd.run(main, size=4)
     assert "raised by agent 0 of 4" in "".join(info.value.__notes__)
 
@@ -363,9 +390,12 @@ def test_mismatched_topologies_are_refused():
     def main():
         fs.set_topology(T.ring_graph if fs.rank() != 2 else T.star_graph)
 
-    with pytest.raises(ValueError, match=r"set_topology: every agent must pass the same "
-                                         r"topology, but agents 0, 1, 3 passed topology A but "
-                                         r"agent 2 passed topology B"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"set_topology: every agent must pass the same "
+        r"topology, but agents 0, 1, 3 passed topology A but "
+        r"agent 2 passed topology B",
+    ):
         spmd.run(main, size=4)
 
 
@@ -388,8 +418,9 @@ def test_an_agent_exception_stops_the_others_and_is_reraised_with_its_rank():
         spmd.run(main, size=4, timeout=30)
     assert "fogsim.spmd: raised by agent 2 of 4" in info.value.__notes__
     assert sorted(caught) == [0, 1, 3]
-    assert all(e.rank == 2 and "agent 2 raised ZeroDivisionError" in str(e)
-               for e in caught.values())  # fmt: skip
+    assert all(
+        e.rank == 2 and "agent 2 raised ZeroDivisionError" in str(e) for e in caught.values()
+    )
 
 
 def test_an_agent_that_returns_early_ends_the_wait_of_the_others():
@@ -400,8 +431,11 @@ def test_an_agent_that_returns_early_ends_the_wait_of_the_others():
         fs.allreduce(np.ones(2))
 
     # Ended by agent 3's return, not by the (far longer) rendezvous timeout, a hang guard.
-    with pytest.raises(SpmdError, match=r"agent 3 finished while agents 0, 1, 2 wait in "
-                                        r"allreduce") as info:  # fmt: skip
+    with pytest.raises(
+        SpmdError,
+        match=r"agent 3 finished while agents 0, 1, 2 wait in "
+        r"allreduce",
+    ) as info:
         spmd.run(main, size=4, timeout=120)
     assert not isinstance(info.value, SpmdTimeout), info.value
 

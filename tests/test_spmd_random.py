@@ -29,9 +29,18 @@ def _no_world_left():
 
 def _numpy_draws(rs):
     """The same draws from ``rs`` (a RandomState) or from ``np.random``'s functions."""
-    draws = [rs.rand(3), rs.randn(2), rs.randint(0, 1000, 4), rs.random_sample(2),
-             rs.normal(1.0, 2.0, 3), rs.uniform(-1, 1, 2), rs.choice(10, 3),
-             rs.permutation(6), rs.standard_normal(2), rs.random(2)]  # fmt: skip
+    draws = [
+        rs.rand(3),
+        rs.randn(2),
+        rs.randint(0, 1000, 4),
+        rs.random_sample(2),
+        rs.normal(1.0, 2.0, 3),
+        rs.uniform(-1, 1, 2),
+        rs.choice(10, 3),
+        rs.permutation(6),
+        rs.standard_normal(2),
+        rs.random(2),
+    ]
     x = np.arange(5)
     rs.shuffle(x)
     return [*draws, x]
@@ -172,9 +181,13 @@ def test_threads_outside_the_agents_keep_the_global_state():
 def _torch_reference(seed):
     """Draws of a process that ran ``torch.manual_seed(seed)``, through an explicit Generator."""
     g = torch.Generator().manual_seed(seed)
-    draws = [torch.rand(3, generator=g), torch.randn(2, generator=g),
-             torch.randint(0, 100, (4,), generator=g), torch.randperm(6, generator=g),
-             torch.normal(0.0, 1.0, (2,), generator=g)]  # fmt: skip
+    draws = [
+        torch.rand(3, generator=g),
+        torch.randn(2, generator=g),
+        torch.randint(0, 100, (4,), generator=g),
+        torch.randperm(6, generator=g),
+        torch.normal(0.0, 1.0, (2,), generator=g),
+    ]
     weight, bias = torch.empty(3, 4), torch.empty(3)
     torch.nn.init.kaiming_uniform_(weight, a=math.sqrt(5), generator=g)  # nn.Linear's init
     bias.uniform_(-1 / math.sqrt(4), 1 / math.sqrt(4), generator=g)
@@ -182,8 +195,13 @@ def _torch_reference(seed):
 
 
 def _torch_draws():
-    draws = [torch.rand(3), torch.randn(2), torch.randint(0, 100, (4,)), torch.randperm(6),
-             torch.normal(0.0, 1.0, (2,))]  # fmt: skip
+    draws = [
+        torch.rand(3),
+        torch.randn(2),
+        torch.randint(0, 100, (4,)),
+        torch.randperm(6),
+        torch.normal(0.0, 1.0, (2,)),
+    ]
     layer = torch.nn.Linear(4, 3)
     return [*draws, layer.weight.detach(), layer.bias.detach(), torch.rand(2)]
 
@@ -232,8 +250,9 @@ def test_torch_agents_drawing_at_once_and_state_functions():
             torch.manual_seed(50 + r)
             for k in range(rounds):
                 assert torch.equal(draws[2 * k], torch.randn(5)), (r, k)
-                assert torch.equal(draws[2 * k + 1],
-                                   torch.nn.functional.dropout(torch.ones(6), p=0.5))  # fmt: skip
+                assert torch.equal(
+                    draws[2 * k + 1], torch.nn.functional.dropout(torch.ones(6), p=0.5)
+                )
             assert torch.equal(a, torch.rand(3)) and torch.equal(again, a)
 
 

@@ -30,8 +30,10 @@ def test_the_report_names_missing_silent_and_waiting_ranks():
     answers = {1: ("allreduce", "w", 5.0), 3: ("neighbor_allreduce", None, 4.2)}
     text = _stall.stall_message(0, 5, ("allreduce", "w", 61.0), answers)
     first, *rest = text.splitlines()
-    assert first == "fogsim: rank 0 has waited 61 s in allreduce (name 'w'); ranks 2, 3, 4 " \
-                    "have not reached it"  # fmt: skip
+    assert (
+        first == "fogsim: rank 0 has waited 61 s in allreduce (name 'w'); ranks 2, 3, 4 "
+        "have not reached it"
+    )
     assert "  rank 3 waits in neighbor_allreduce (for 4 s)" in rest
     assert "  ranks 2, 4 did not answer: computing outside fogsim, hung elsewhere, or dead" in rest
     assert "  rank 1 waits in allreduce (name 'w') too" in rest
@@ -71,8 +73,11 @@ def test_the_guard_raises_after_the_timeout_and_serves_meanwhile(monkeypatch):
         # simulated time), and the missing StallError fails the test instead of hanging it
         return clock.now > tested[0] + 10.0
 
-    with pytest.raises(StallError, match=r"rank 0 has waited 0 s in \w+; ranks 1, 2 have not "
-                                         r"reached it\n  rank 1 waits in barrier \(for 0 s\)"):
+    with pytest.raises(
+        StallError,
+        match=r"rank 0 has waited 0 s in \w+; ranks 1, 2 have not "
+        r"reached it\n  rank 1 waits in barrier \(for 0 s\)",
+    ):
         guard.wait(test, lambda: pytest.fail("must not block"))
     start = clock.readings[0]  # the guard's first reading starts its wait
     # polled until the timeout, raised once it passed, not before and not much later
@@ -94,8 +99,9 @@ def test_warn_only_reports_once_and_keeps_waiting(capsys, monkeypatch):
 
 def test_without_a_timeout_the_guard_blocks_in_the_backends_wait():
     blocked = []
-    _stall.Guard(0, 4, None, False, None).wait(lambda: pytest.fail("no polling"),
-                                                lambda: blocked.append(1))  # fmt: skip
+    _stall.Guard(0, 4, None, False, None).wait(
+        lambda: pytest.fail("no polling"), lambda: blocked.append(1)
+    )
     assert blocked == [1]
 
 
@@ -144,13 +150,16 @@ def test_a_stalled_job_names_the_missing_ranks_and_ends(tmp_path, backend):
         pytest.importorskip("torch")
     # fogrun's timeout (90 s, rank 2 sleeps 600 s) only guards a hang: the stall report
     # must end the job, so neither timeout may fire.
-    run = fogrun_script(tmp_path, STALL, 4, "600", "astray", backend, timeout=90,
-                        env={"FOGSIM_STALL_TIMEOUT": "2"})  # fmt: skip
+    run = fogrun_script(
+        tmp_path, STALL, 4, "600", "astray", backend, timeout=90, env={"FOGSIM_STALL_TIMEOUT": "2"}
+    )
     said = run.stdout + run.stderr
     assert not run.timed_out and run.returncode not in (0, 124), said[-3000:]
     assert "fogrun: timed out" not in said, said[-3000:]
-    assert "StallError: fogsim: rank 0 has waited 2 s in allreduce (name 'w'); ranks 2, 3 " \
-           "have not reached it" in said, said[-3000:]  # fmt: skip
+    assert (
+        "StallError: fogsim: rank 0 has waited 2 s in allreduce (name 'w'); ranks 2, 3 "
+        "have not reached it" in said
+    ), said[-3000:]
     assert "  rank 3 waits in neighbor_allreduce" in said
     assert "  rank 2 did not answer" in said
     assert re.search(r"fogrun: ranks? [\d, ]+ ", said)  # fogrun names who ended the job
@@ -161,10 +170,20 @@ def test_a_stalled_job_names_the_missing_ranks_and_ends(tmp_path, backend):
 def test_warn_only_reports_a_late_rank_and_the_job_completes(tmp_path, backend):
     if backend == "torch":  # its waits sleep on gloo's Work between stall checks
         pytest.importorskip("torch")
-    run = fogrun_script(tmp_path, STALL, 4, "4", "all", backend, timeout=90,
-                        env={"FOGSIM_STALL_TIMEOUT": "1", "FOGSIM_STALL_ACTION": "warn"})
+    run = fogrun_script(
+        tmp_path,
+        STALL,
+        4,
+        "4",
+        "all",
+        backend,
+        timeout=90,
+        env={"FOGSIM_STALL_TIMEOUT": "1", "FOGSIM_STALL_ACTION": "warn"},
+    )
     said = run.stdout + run.stderr
     assert run.returncode == 0, said[-3000:]
     assert "got [1.0, 1.0, 1.0, 1.0]" in run.stdout, run.stdout
-    assert "fogsim: rank 0 has waited 1 s in allreduce (name 'w'); rank 2 has not reached it" \
-        in run.stderr, run.stderr[-3000:]  # fmt: skip
+    assert (
+        "fogsim: rank 0 has waited 1 s in allreduce (name 'w'); rank 2 has not reached it"
+        in run.stderr
+    ), run.stderr[-3000:]

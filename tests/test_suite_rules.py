@@ -83,7 +83,7 @@ def test_an_mpi_rank_that_fails_after_the_last_report_fails_the_case(tmp_path):
 
 
 # -- CI=true ------------------------------------------------------------------------------
-SAMPLE = '''
+SAMPLE = """
 import pytest
 
 from tests import environment
@@ -107,7 +107,7 @@ def test_software_skip():
 
 def test_hardware_skip():
     pytest.skip(environment.needs_hardware("a GPU"))
-'''
+"""
 
 
 def _sample_tree(tmp_path: Path, *, compiled: bool) -> Path:
@@ -128,8 +128,12 @@ def _pytest(tree: Path, *, ci: bool, python: str = sys.executable) -> _jobs.Job:
     if ci:
         env["CI"] = "true"
     # from the copy's root: its fogsim and tests come first on sys.path (python -m)
-    return _jobs.run([python, "-m", "pytest", "-q", "-rfs", "-p", "no:cacheprovider",
-                      "tests/test_sample.py"], timeout=120, env=env, cwd=tree)  # fmt: skip
+    return _jobs.run(
+        [python, "-m", "pytest", "-q", "-rfs", "-p", "no:cacheprovider", "tests/test_sample.py"],
+        timeout=120,
+        env=env,
+        cwd=tree,
+    )
 
 
 def _fake_venv_without_mpiexec(tmp_path: Path) -> str:

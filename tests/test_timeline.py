@@ -60,8 +60,11 @@ def names_by_pid(events) -> dict[int, set[str]]:
 
 def _tid_of(events, track: str) -> int:
     """The tid of the thread track named ``track``."""
-    return next(e["tid"] for e in events
-                if e["ph"] == "M" and e["name"] == "thread_name" and e["args"]["name"] == track)
+    return next(
+        e["tid"]
+        for e in events
+        if e["ph"] == "M" and e["name"] == "thread_name" and e["args"]["name"] == track
+    )
 
 
 @pytest.fixture
@@ -89,8 +92,16 @@ def test_simulated_ops_write_one_track_per_agent(world, tmp_path):
     events = check_trace(prefix + ".json")
     by_pid = names_by_pid(events)
     assert sorted(by_pid) == list(range(N))
-    want = {"NEIGHBOR_ALLREDUCE", "COMPUTE_AVERAGE", "ENQUEUE_NEIGHBOR_ALLREDUCE", "WAIT",
-            "ALLREDUCE", "BROADCAST", "COMPUTE", "EVALUATE"}  # fmt: skip
+    want = {
+        "NEIGHBOR_ALLREDUCE",
+        "COMPUTE_AVERAGE",
+        "ENQUEUE_NEIGHBOR_ALLREDUCE",
+        "WAIT",
+        "ALLREDUCE",
+        "BROADCAST",
+        "COMPUTE",
+        "EVALUATE",
+    }
     for pid in range(N):
         assert by_pid[pid] == want, by_pid[pid]
     tracks = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
@@ -163,8 +174,12 @@ def test_summarize_prints_phases_per_agent_and_draws_a_gantt_chart(world, tmp_pa
     import matplotlib.pyplot as plt
 
     plt.close(ax.figure)
-    run = subprocess.run([sys.executable, "-m", "fogsim", "timeline", "summarize", prefix],
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "fogsim", "timeline", "summarize", prefix],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 0 and "NEIGHBOR_ALLREDUCE" in run.stdout, run.stderr
     with pytest.raises(FileNotFoundError, match="no timeline files"):
         TL.summarize(str(tmp_path / "missing"))
@@ -177,8 +192,9 @@ def test_optimizer_records_forward_backward_and_step(world, tmp_path):
     from fogsim import optim as fo
 
     model = fo.replicate(nn.Sequential(nn.Linear(3, 2)))
-    opt = fo.DistributedAdaptThenCombineOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                                  model)  # fmt: skip
+    opt = fo.DistributedAdaptThenCombineOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1), model
+    )
     TL.start(str(tmp_path / "t"))
     for _ in range(2):
         loss = model(torch.ones(N, 5, 3)).square().sum()
@@ -209,8 +225,7 @@ fs.timeline_start_activity("x", "UNFINISHED")
 def test_an_exception_still_leaves_a_closed_valid_file(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(SCRIPT.format(ending="raise RuntimeError('boom')"))
-    env = _jobs.job_env(FOGSIM_TIMELINE=str(tmp_path / "t"), FOGSIM_BACKEND="sim",
-                        FOGSIM_SIZE="3")  # fmt: skip
+    env = _jobs.job_env(FOGSIM_TIMELINE=str(tmp_path / "t"), FOGSIM_BACKEND="sim", FOGSIM_SIZE="3")
     run = _jobs.python(str(script), timeout=120, env=env)
     assert not run.timed_out and run.returncode == 1, run.describe()
     assert "RuntimeError: boom" in run.stderr
@@ -225,24 +240,41 @@ def test_every_rank_writes_its_file_with_every_op(tmp_path, backend):
         pytest.importorskip("torch")
     prefix = tmp_path / "trace" / "t"
     script = SCRIPT.format(ending="").replace("fs.init()", f"fs.init(backend={backend!r})")
-    run = fogrun_script(tmp_path, script, 3,
-                        options=("--timeline-filename", str(prefix)), timeout=100)  # fmt: skip
+    run = fogrun_script(
+        tmp_path, script, 3, options=("--timeline-filename", str(prefix)), timeout=100
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     for rank in range(3):
         events = check_trace(f"{prefix}{rank}.json")
         names = names_by_pid(events)
         assert list(names) == [rank]
         # both distributed runtimes record the same phases, fused calls included
-        assert {"NEIGHBOR_ALLREDUCE", "NEGOTIATE", "COMMUNICATE", "COMPUTE_AVERAGE",
-                "ALLREDUCE", "ENQUEUE_NEIGHBOR_ALLREDUCE", "ALLOCATE", "FUSION_COPY_IN",
-                "FUSION_COPY_OUT", "WAIT", "UNFINISHED"} <= names[rank], names  # fmt: skip
+        assert {
+            "NEIGHBOR_ALLREDUCE",
+            "NEGOTIATE",
+            "COMMUNICATE",
+            "COMPUTE_AVERAGE",
+            "ALLREDUCE",
+            "ENQUEUE_NEIGHBOR_ALLREDUCE",
+            "ALLOCATE",
+            "FUSION_COPY_IN",
+            "FUSION_COPY_OUT",
+            "WAIT",
+            "UNFINISHED",
+        } <= names[rank], names
         # the fused call: queued, then sent, received and averaged out by its wait (the
         # batch's agreement is a phase of its own where it does not travel with the data)
-        fused = [e["name"] for e in events
-                 if e["tid"] == _tid_of(events, "y") and e["ph"] in "BX"]  # fmt: skip
+        fused = [e["name"] for e in events if e["tid"] == _tid_of(events, "y") and e["ph"] in "BX"]
         negotiated = ["NEGOTIATE"] if "NEGOTIATE" in fused else []
-        assert fused == ["ENQUEUE_NEIGHBOR_ALLREDUCE", "WAIT", *negotiated, "ALLOCATE",
-                         "FUSION_COPY_IN", "COMMUNICATE", "FUSION_COPY_OUT"], fused  # fmt: skip
+        assert fused == [
+            "ENQUEUE_NEIGHBOR_ALLREDUCE",
+            "WAIT",
+            *negotiated,
+            "ALLOCATE",
+            "FUSION_COPY_IN",
+            "COMMUNICATE",
+            "FUSION_COPY_OUT",
+        ], fused
     table = TL.summarize(str(prefix))
     assert sorted(table) == [0, 1, 2]
 
@@ -256,7 +288,7 @@ def test_compiled_and_python_recorders_write_the_same_bytes(tmp_path, monkeypatc
         t = int(rng.integers(10**6, 10**9))
         kind = ("B", "X", "E")[k % 3]
         extra = {"k": k} if kind == "B" and k % 2 else int(rng.integers(0, 10**6))
-        events.append((kind, int(k % 5 + 1), t, f"op{k % 7}\"", extra if kind != "E" else None))
+        events.append((kind, int(k % 5 + 1), t, f'op{k % 7}"', extra if kind != "E" else None))
     compiled = _core.dispatch.format_trace_events(events, 10**6, [0, 7], {})
     python = _core.fallback_dispatch.format_trace_events(events, 10**6, [0, 7], {})
     assert compiled == python
@@ -281,8 +313,10 @@ def test_compiled_and_python_recorders_write_the_same_bytes(tmp_path, monkeypatc
     with tl.op("OP", "x"), tl.phase("PHASE"):
         pass
     tl.close()
-    assert names_by_pid(check_trace(tmp_path / "py.json")) == {0: {"OP", "PHASE"},
-                                                                1: {"OP", "PHASE"}}
+    assert names_by_pid(check_trace(tmp_path / "py.json")) == {
+        0: {"OP", "PHASE"},
+        1: {"OP", "PHASE"},
+    }
 
 
 @pytest.mark.parametrize("python", [False, True])

@@ -221,17 +221,40 @@ def test_neighbor_queries_check_the_agent(topo):
 def test_public_namespace():
     assert sorted(ft.__all__) == sorted(
         [
-            "CirculantForm", "DynamicStep", "Topology", "as_topology", "column_normalize",
-            "doubly_stochastic", "erdos_renyi_graph", "exponential_graph",
-            "exponential_two_graph", "fully_connected_graph", "hypercube_graph",
-            "inner_outer_exponential_two", "is_column_stochastic", "is_doubly_stochastic",
-            "is_row_stochastic", "is_strongly_connected", "max_degree_weights",
-            "mesh_grid_2d_graph", "metropolis_hastings_weights", "mixing_time",
-            "one_peer_exponential_two", "one_peer_schedule", "random_geometric_graph",
-            "random_matching", "rho", "ring_graph", "row_normalize", "spectral_gap",
-            "star_graph", "symmetric_exponential_graph", "torus_2d_graph", "uniform_weights",
+            "CirculantForm",
+            "DynamicStep",
+            "Topology",
+            "as_topology",
+            "column_normalize",
+            "doubly_stochastic",
+            "erdos_renyi_graph",
+            "exponential_graph",
+            "exponential_two_graph",
+            "fully_connected_graph",
+            "hypercube_graph",
+            "inner_outer_exponential_two",
+            "is_column_stochastic",
+            "is_doubly_stochastic",
+            "is_row_stochastic",
+            "is_strongly_connected",
+            "max_degree_weights",
+            "mesh_grid_2d_graph",
+            "metropolis_hastings_weights",
+            "mixing_time",
+            "one_peer_exponential_two",
+            "one_peer_schedule",
+            "random_geometric_graph",
+            "random_matching",
+            "rho",
+            "ring_graph",
+            "row_normalize",
+            "spectral_gap",
+            "star_graph",
+            "symmetric_exponential_graph",
+            "torus_2d_graph",
+            "uniform_weights",
         ]
-    )  # fmt: skip
+    )
     for name in ft.__all__:
         assert getattr(ft, name).__doc__, name
     for module in (ft.builders, ft.checks, ft.schedules, ft.weights):

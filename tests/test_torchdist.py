@@ -107,8 +107,7 @@ def case_torch_results_keep_type_and_dtype():
     for dtype in (np.int16, np.uint16, np.float16):  # moved as bytes
         x = (np.arange(3) + r).astype(dtype)
         _same(fs.broadcast(x, n - 1), (np.arange(3) + n - 1).astype(dtype))
-        _same(fs.allgather(x), np.concatenate([(np.arange(3) + k).astype(dtype)
-                                               for k in range(n)]))  # fmt: skip
+        _same(fs.allgather(x), np.concatenate([(np.arange(3) + k).astype(dtype) for k in range(n)]))
     _same(fs.allreduce(2.0), np.asarray(2.0))  # a Python scalar comes back 0-d numpy
     _same(fs.allgather(float(r)), np.arange(n, dtype=np.float64))
     strided = np.arange(12.0).reshape(3, 4)[:, ::2] + r  # not contiguous: copied
@@ -130,8 +129,9 @@ def case_torch_neighbor_allreduce_matrices_and_unchecked_calls():
     _same(got, sim[r])
     D = T.exponential_two_graph(n).to_dense() * 2.0  # dst matrix: W_ij * D_ij on edges
     got = fs.neighbor_allreduce(data[r], self_weight=0.5, src_weights=W, dst_weights=D)
-    sim = dual_cases._sim_reference(n, T.ring_graph(n), data, self_weight=np.full(n, 0.5),
-                                    src_weights=W, dst_weights=D)  # fmt: skip
+    sim = dual_cases._sim_reference(
+        n, T.ring_graph(n), data, self_weight=np.full(n, 0.5), src_weights=W, dst_weights=D
+    )
     _same(got, sim[r])
     h = fs.neighbor_allreduce_nonblocking(data[r], src_weights=W)
     while not fs.poll(h):
@@ -142,13 +142,15 @@ def case_torch_neighbor_allreduce_matrices_and_unchecked_calls():
     src = {(r - 1) % n: 0.3} if n > 1 else {}
     dst = {(r + 1) % n: 0.5} if n > 1 else {}
     checked = fs.neighbor_allreduce(data[r], self_weight=0.7, src_weights=src, dst_weights=dst)
-    unchecked = fs.neighbor_allreduce(data[r], self_weight=0.7, src_weights=src,
-                                      dst_weights=dst, enable_topo_check=False)  # fmt: skip
+    unchecked = fs.neighbor_allreduce(
+        data[r], self_weight=0.7, src_weights=src, dst_weights=dst, enable_topo_check=False
+    )
     want = 0.7 * data[r] + (0.15 * data[(r - 1) % n] if n > 1 else 0)
     _same(checked, want, exact=False)
     _same(unchecked, want, exact=False)
-    h = fs.neighbor_allreduce_nonblocking(data[r], self_weight=0.7, src_weights=src,
-                                          dst_weights=dst)  # fmt: skip
+    h = fs.neighbor_allreduce_nonblocking(
+        data[r], self_weight=0.7, src_weights=src, dst_weights=dst
+    )
     _same(fs.wait(h), checked)
     # static weights on a subset of the in-neighbors, blocking and queued
     sub = {(r - 1) % n: 0.25} if n > 1 else {}
@@ -163,8 +165,12 @@ def case_torch_fused_queue_mixes_numpy_and_tensors():
 
     fs.init(topology=T.exponential_two_graph)
     r = fs.rank()
-    values = [np.arange(5.0) + r, torch.arange(3, dtype=torch.float32) * (r + 1),
-              np.float32(r), torch.ones((2, 2), dtype=torch.float64) * r]  # fmt: skip
+    values = [
+        np.arange(5.0) + r,
+        torch.arange(3, dtype=torch.float32) * (r + 1),
+        np.float32(r),
+        torch.ones((2, 2), dtype=torch.float64) * r,
+    ]
     handles = [fs.neighbor_allreduce_nonblocking(v) for v in values]
     for v, h in zip(values, handles, strict=True):
         got = fs.wait(h)
@@ -191,38 +197,74 @@ def case_torch_errors_raise_on_every_rank():
     fs.init(topology=T.ring_graph)
     n, r = fs.size(), fs.rank()
     _raises(TypeError, "x must be float32 or float64", fs.neighbor_allreduce, np.arange(3))
-    _raises(TypeError, "torch.distributed cannot sum dtype int16", fs.allreduce,
-            np.arange(3, dtype=np.int16), average=False)  # fmt: skip
+    _raises(
+        TypeError,
+        "torch.distributed cannot sum dtype int16",
+        fs.allreduce,
+        np.arange(3, dtype=np.int16),
+        average=False,
+    )
     _raises(ValueError, f"root_rank={n} is out of range", fs.broadcast, np.ones(2), n)
     if n > 1:
         odd = np.ones(3, dtype=np.float32 if r == 1 else np.float64)
-        _raises(ValueError, "ranks disagree: rank 0 has float64 (3,) in neighbor_allreduce",
-                fs.neighbor_allreduce, odd)  # fmt: skip
-        _raises(ValueError, "ranks disagree: rank 0 has float64 (2,) in allgather", fs.allgather,
-                np.ones((1, 2 + (r == 1))))  # fmt: skip
+        _raises(
+            ValueError,
+            "ranks disagree: rank 0 has float64 (3,) in neighbor_allreduce",
+            fs.neighbor_allreduce,
+            odd,
+        )
+        _raises(
+            ValueError,
+            "ranks disagree: rank 0 has float64 (2,) in allgather",
+            fs.allgather,
+            np.ones((1, 2 + (r == 1))),
+        )
         bad = {(r - 1) % n: float("nan")} if r == 0 else {(r - 1) % n: 0.5}
         nan = f"src_weights[{n - 1}] is nan; weights must be finite"  # rank 0's weight
-        _raises(ValueError, nan, fs.neighbor_allreduce, np.ones(2), self_weight=0.5,
-                src_weights=bad)  # fmt: skip
-        queued = [fs.neighbor_allreduce_nonblocking(np.ones(2), self_weight=0.5,
-                                                    src_weights=bad),
-                  fs.neighbor_allreduce_nonblocking(np.ones(2))]  # fmt: skip
+        _raises(
+            ValueError, nan, fs.neighbor_allreduce, np.ones(2), self_weight=0.5, src_weights=bad
+        )
+        queued = [
+            fs.neighbor_allreduce_nonblocking(np.ones(2), self_weight=0.5, src_weights=bad),
+            fs.neighbor_allreduce_nonblocking(np.ones(2)),
+        ]
         for h in queued:  # the batch is refused as a whole, on every rank
             _raises(ValueError, nan, fs.wait, h)
         half = ((r + 1) % n,) if r else None  # rank 0 passes src_ranks without dst_ranks
-        _raises(ValueError, "both src_ranks and dst_ranks", fs.neighbor_allgather,
-                np.ones(2), src_ranks=[(r + 1) % n], dst_ranks=half)  # fmt: skip
+        _raises(
+            ValueError,
+            "both src_ranks and dst_ranks",
+            fs.neighbor_allgather,
+            np.ones(2),
+            src_ranks=[(r + 1) % n],
+            dst_ranks=half,
+        )
         if n > 2:
-            _raises(ValueError, "topology check failed", fs.neighbor_allgather, np.ones(2),
-                    src_ranks=[(r + 1) % n], dst_ranks=[(r + 1) % n])  # fmt: skip
+            _raises(
+                ValueError,
+                "topology check failed",
+                fs.neighbor_allgather,
+                np.ones(2),
+                src_ranks=[(r + 1) % n],
+                dst_ranks=[(r + 1) % n],
+            )
         mine = T.ring_graph(n) if r else T.star_graph(n)
         if n > 2:
-            _raises(ValueError, "ranks disagree: rank 0 has a different topology", fs.set_topology,
-                    mine)  # fmt: skip
-    _raises(TypeError, "enable_topo_check must be a bool", fs.neighbor_allreduce, np.ones(2),
-            enable_topo_check=1)  # fmt: skip
-    for op, args in [(fs.win_create, (np.ones(2), "w")), (fs.win_update, ("w",)),
-                     (fs.win_put, (np.ones(2), "w"))]:  # fmt: skip
+            _raises(
+                ValueError, "ranks disagree: rank 0 has a different topology", fs.set_topology, mine
+            )
+    _raises(
+        TypeError,
+        "enable_topo_check must be a bool",
+        fs.neighbor_allreduce,
+        np.ones(2),
+        enable_topo_check=1,
+    )
+    for op, args in [
+        (fs.win_create, (np.ones(2), "w")),
+        (fs.win_update, ("w",)),
+        (fs.win_put, (np.ones(2), "w")),
+    ]:
         _raises(ValueError, "the torch backend has no window ops", op, *args)
     dual_cases._same(fs.neighbor_allreduce(np.ones(3)), np.ones(3))  # still usable
     fs.shutdown()
@@ -238,16 +280,33 @@ def case_torch_machine_level_errors_found_on_local_ranks_0_raise_everywhere():
         mr = fs.machine_rank()
         x = np.full(3, float(fs.rank()))
         too_big = np.eye(m + 1)
-        _raises(ValueError, f"src_machine_weights has {m + 1} machines but the world has {m}",
-                fs.hierarchical_neighbor_allreduce, x, src_machine_weights=too_big)  # fmt: skip
+        _raises(
+            ValueError,
+            f"src_machine_weights has {m + 1} machines but the world has {m}",
+            fs.hierarchical_neighbor_allreduce,
+            x,
+            src_machine_weights=too_big,
+        )
         for check in (True, False):  # unchecked: local ranks 0 raise, and tell their machine
-            message = _raises(ValueError, f"machine {m} is out of range for {m} machines",
-                              fs.hierarchical_neighbor_allreduce, x, self_weight=0.5,
-                              src_machine_weights={m: 0.5}, dst_machine_weights={m: 1.0},
-                              enable_topo_check=check)  # fmt: skip
+            message = _raises(
+                ValueError,
+                f"machine {m} is out of range for {m} machines",
+                fs.hierarchical_neighbor_allreduce,
+                x,
+                self_weight=0.5,
+                src_machine_weights={m: 0.5},
+                dst_machine_weights={m: 1.0},
+                enable_topo_check=check,
+            )
             assert "rank" not in message, message
-        _raises(TypeError, "machine True is not an integer", fs.hierarchical_neighbor_allreduce,
-                x, self_weight=0.5, src_machine_weights={True: 0.5})  # fmt: skip
+        _raises(
+            TypeError,
+            "machine True is not an integer",
+            fs.hierarchical_neighbor_allreduce,
+            x,
+            self_weight=0.5,
+            src_machine_weights={True: 0.5},
+        )
         ranks = np.repeat(np.arange(float(n))[:, None], 3, axis=1)
         W = T.exponential_two_graph(m).uniform().to_dense()
         ref = dual_cases._machine_reference(ranks, k, W)
@@ -259,8 +318,13 @@ def case_torch_machine_level_errors_found_on_local_ranks_0_raise_everywhere():
             )
             lists = [[(r // k - 1) % m] for r in range(n)]
             sim = dual_cases._sim_machine_reference(
-                n, k, data, lambda d, s=lists: fs.hierarchical_neighbor_allreduce(
-                    d, self_weight=np.full(n, 0.5), src_machine_weights=s))  # fmt: skip
+                n,
+                k,
+                data,
+                lambda d, s=lists: fs.hierarchical_neighbor_allreduce(
+                    d, self_weight=np.full(n, 0.5), src_machine_weights=s
+                ),
+            )
             _same(got, sim[fs.rank()])
         fs.shutdown()
 
@@ -338,8 +402,13 @@ def case_cuda_ops_match_the_simulator():
         W = T.ring_graph(n).uniform()
         sim = dual_cases._sim_reference(n, T.exponential_two_graph(n), d, src_weights=W)
         _same(fs.neighbor_allreduce(x, src_weights=W).cpu().numpy(), sim[r])
-        for call in (fs.allreduce, fs.allgather, lambda v: fs.broadcast(v, 0),
-                     fs.neighbor_allgather, fs.global_view):  # fmt: skip
+        for call in (
+            fs.allreduce,
+            fs.allgather,
+            lambda v: fs.broadcast(v, 0),
+            fs.neighbor_allgather,
+            fs.global_view,
+        ):
             got = call(x)
             assert got.is_cuda and got.dtype == x.dtype
             _same(got.cpu().numpy(), np.asarray(call(d[r])))
@@ -439,14 +508,28 @@ def _run_torchrun_style(n: int, cases: list[str]) -> _jobs.Job:
     port = str(_free_port())
 
     def worker_env(r: int) -> dict[str, str]:
-        return _env(RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r),
-                    MASTER_ADDR="127.0.0.1", MASTER_PORT=port)  # fmt: skip
+        return _env(
+            RANK=str(r),
+            WORLD_SIZE=str(n),
+            LOCAL_RANK=str(r),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=port,
+        )
 
     script = [sys.executable, *DRIVER, *cases]
     start = time.monotonic()
-    procs = [subprocess.Popen(script, env=worker_env(r), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, cwd=_jobs.ROOT,
-                              start_new_session=True) for r in range(n)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            script,
+            env=worker_env(r),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=_jobs.ROOT,
+            start_new_session=True,
+        )
+        for r in range(n)
+    ]
     deadline = start + TIMEOUT
     outs, timed_out = [], False
     for p in procs:
@@ -460,14 +543,14 @@ def _run_torchrun_style(n: int, cases: list[str]) -> _jobs.Job:
     codes = [p.wait() for p in procs]
     code = next((c for c in codes if c != 0), 0)
     stderr = "\n".join(f"[worker {r}] {err}" for r, (_, err) in enumerate(outs))
-    return _jobs.Job(script, None if timed_out else code, outs[0][0], stderr, timed_out,
-                     time.monotonic() - start)  # fmt: skip
+    return _jobs.Job(
+        script, None if timed_out else code, outs[0][0], stderr, timed_out, time.monotonic() - start
+    )
 
 
 def _run_fogrun(n: int, cases: list[str], **env: str) -> _jobs.Job:
     """Start n workers under fogrun (mpiexec): FOGSIM_BACKEND=torch wins over its "mpi"."""
-    return _jobs.fogrun(n, *DRIVER, *cases, timeout=TIMEOUT, env={"FOGSIM_BACKEND": "torch",
-                                                                  **env})  # fmt: skip
+    return _jobs.fogrun(n, *DRIVER, *cases, timeout=TIMEOUT, env={"FOGSIM_BACKEND": "torch", **env})
 
 
 def _run_alone(n: int, cases: list[str]) -> _jobs.Job:
@@ -530,16 +613,30 @@ def test_cuda_over_nccl():
     ("env", "want"),
     [
         ({}, (0, 1, "127.0.0.1", 0, "store")),
-        ({"RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "h", "MASTER_PORT": "1234"},
-         (1, 4, "h", 1234, "env")),
-        ({"RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "h", "MASTER_PORT": "1234",
-          "FOGSIM_TORCH_PORT": "999"}, (1, 4, "h", 999, "tcp")),
-        ({"PMI_RANK": "2", "PMI_SIZE": "3", "MASTER_PORT": "1234"},
-         (2, 3, "127.0.0.1", 1234, "tcp")),
-        ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "FOGSIM_TORCH_PORT": "7"},
-         (1, 2, "127.0.0.1", 7, "tcp")),
+        (
+            {"RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "h", "MASTER_PORT": "1234"},
+            (1, 4, "h", 1234, "env"),
+        ),
+        (
+            {
+                "RANK": "1",
+                "WORLD_SIZE": "4",
+                "MASTER_ADDR": "h",
+                "MASTER_PORT": "1234",
+                "FOGSIM_TORCH_PORT": "999",
+            },
+            (1, 4, "h", 999, "tcp"),
+        ),
+        (
+            {"PMI_RANK": "2", "PMI_SIZE": "3", "MASTER_PORT": "1234"},
+            (2, 3, "127.0.0.1", 1234, "tcp"),
+        ),
+        (
+            {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "FOGSIM_TORCH_PORT": "7"},
+            (1, 2, "127.0.0.1", 7, "tcp"),
+        ),
     ],
-)  # fmt: skip
+)
 def test_endpoint_from_the_launcher_variables(env, want):
     ep = _world.endpoint(_settings.load(env))
     assert (ep.rank, ep.size, ep.addr, ep.port, ep.how) == want

@@ -88,9 +88,12 @@ def test_dynamic_weights_are_checked_as_the_effective_matrix():
     # x_i <- 0.5 x_i + src_i[j] dst_j[i] x_j: src 1.0 times dst 0.5 makes rows of 1
     x = _x()
     with pytest.warns(fs.WeightWarning, match=r"row 0 sums to 1\.5 and column 0 to 1\.5"):
-        fs.neighbor_allreduce(x, self_weight=0.5,
-                              src_weights=fs.local(lambda r: {(r - 1) % N: 1.0}),
-                              dst_weights=fs.local(lambda r: {(r + 1) % N: 1.0}))  # fmt: skip
+        fs.neighbor_allreduce(
+            x,
+            self_weight=0.5,
+            src_weights=fs.local(lambda r: {(r - 1) % N: 1.0}),
+            dst_weights=fs.local(lambda r: {(r + 1) % N: 1.0}),
+        )
 
 
 def test_row_and_column_stochastic_weights_are_silent(silent):
@@ -109,8 +112,12 @@ def test_row_and_column_stochastic_weights_are_silent(silent):
     # and push 1/2 to the next: every column sums to 1, rows 1 and 2 do not
     push = [{1: 1 / 3, 2: 1 / 3}] + [{(r + 1) % N: 0.5} for r in range(1, N)]
     senders = [{j: 1.0 for j in range(N) if r in push[j]} for r in range(N)]
-    fs.neighbor_allreduce(x, self_weight=fs.local(lambda r: 0.5 if r else 1 / 3),
-                          src_weights=senders, dst_weights=push)  # fmt: skip
+    fs.neighbor_allreduce(
+        x,
+        self_weight=fs.local(lambda r: 0.5 if r else 1 / 3),
+        src_weights=senders,
+        dst_weights=push,
+    )
 
 
 def test_a_sum_off_by_more_than_round_off_warns():
@@ -230,8 +237,9 @@ fs.shutdown()
 
 @pytest.mark.parametrize("mode", ["warn", "error"])
 def test_under_mpi_every_rank_checks_the_whole_topology(tmp_path, mode):
-    job = _jobs.fogrun_script(tmp_path, MPI_SCRIPT, 2, str(tmp_path), timeout=90,
-                              env={"FOGSIM_CHECK_WEIGHTS": mode}).check()  # fmt: skip
+    job = _jobs.fogrun_script(
+        tmp_path, MPI_SCRIPT, 2, str(tmp_path), timeout=90, env={"FOGSIM_CHECK_WEIGHTS": mode}
+    ).check()
     for r in range(2):
         mine = (tmp_path / f"rank{r}.txt").read_text().splitlines()
         warned = [line for line in mine if "warned:" in line]

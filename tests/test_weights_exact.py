@@ -100,8 +100,17 @@ BUILDERS = {
     "geometric": lambda n: T.random_geometric_graph(n, 0.5, seed=n),
 }
 #: Builders whose weights are doubly stochastic (the rest are circulant: columns too).
-SYMMETRIC_BUILDERS = {"ring", "sym-exp2", "torus", "hypercube", "full", "star", "mesh",
-                      "erdos-renyi", "geometric"}  # fmt: skip
+SYMMETRIC_BUILDERS = {
+    "ring",
+    "sym-exp2",
+    "torus",
+    "hypercube",
+    "full",
+    "star",
+    "mesh",
+    "erdos-renyi",
+    "geometric",
+}
 
 
 # -- (a) exact sums -----------------------------------------------------------------------
@@ -191,8 +200,9 @@ def test_circulant_normalizations_are_exact(drawn, k):
     rng = np.random.default_rng(seed)
     n = 2 * k + 1
     offsets = rng.choice(np.arange(1, n), size=min(k, n - 1), replace=False)
-    topo = T.Topology.circulant(n, offsets, rng.random((offsets.shape[0], n)) + 0.01,
-                                rng.random(n) + 0.01)  # fmt: skip
+    topo = T.Topology.circulant(
+        n, offsets, rng.random((offsets.shape[0], n)) + 0.01, rng.random(n) + 0.01
+    )
     rows = T.row_normalize(topo)
     columns = T.column_normalize(topo)
     assert rows.circulant_form() is not None and columns.circulant_form() is not None
@@ -269,8 +279,11 @@ def test_builders_keep_the_mean(name, n):
     _assert_mean_kept(BUILDERS[name](n))
 
 
-@pytest.mark.parametrize("pattern", [T.ring_graph(8), T.torus_2d_graph(12), T.hypercube_graph(16)],
-                         ids=["ring", "torus", "hypercube"])  # fmt: skip
+@pytest.mark.parametrize(
+    "pattern",
+    [T.ring_graph(8), T.torus_2d_graph(12), T.hypercube_graph(16)],
+    ids=["ring", "torus", "hypercube"],
+)
 def test_default_uniform_weights_keep_the_mean(pattern):
     """The backends' weights for ``is_weighted=False`` (``1/(d+1)``) on regular graphs."""
     assert _slem(pattern.uniform()) <= MAX_SLEM

@@ -37,9 +37,15 @@ def completion_job():
 
     def get(n: int, path: str) -> _jobs.Job:
         if (n, path) not in cache:
-            cache[n, path] = _jobs.fogrun(n, "-m", "tests.window_completion_driver",
-                                          str(REPETITIONS), *OPS, env=PATHS[path],
-                                          timeout=120)  # fmt: skip
+            cache[n, path] = _jobs.fogrun(
+                n,
+                "-m",
+                "tests.window_completion_driver",
+                str(REPETITIONS),
+                *OPS,
+                env=PATHS[path],
+                timeout=120,
+            )
         return cache[n, path]
 
     return get

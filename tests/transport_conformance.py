@@ -36,8 +36,12 @@ def exercise(t: Transport) -> list[str]:
         first = (np.arange(7) + 10 * r).astype(dtype)
         second = (np.arange(7) * 2 + 10 * r).astype(dtype)
         got1, got2 = np.empty_like(first), np.empty_like(second)
-        reqs = [t.irecv(got1, left, tag=3), t.irecv(got2, left, tag=3),
-                t.isend(first, right, tag=3), t.isend(second, right, tag=3)]  # fmt: skip
+        reqs = [
+            t.irecv(got1, left, tag=3),
+            t.irecv(got2, left, tag=3),
+            t.isend(first, right, tag=3),
+            t.isend(second, right, tag=3),
+        ]
         if not all(isinstance(q, Request) for q in reqs):
             bad.append("a request lacks test()/wait()")
         for q in reqs:
@@ -77,8 +81,11 @@ def exercise(t: Transport) -> list[str]:
     exc = _raised(lambda: agree(t, fingerprint("shape", r == 0), None, f"shape {r == 0}"))
     if n == 1 and exc is not None:  # one rank always agrees with itself
         bad.append(f"a single rank disagreed: {exc!r}")
-    elif n > 1 and not (isinstance(exc, ValueError) and "ranks disagree" in str(exc)
-                        and "rank 0 has shape True" in str(exc)):  # fmt: skip
+    elif n > 1 and not (
+        isinstance(exc, ValueError)
+        and "ranks disagree" in str(exc)
+        and "rank 0 has shape True" in str(exc)
+    ):
         bad.append(f"differing fingerprints: {exc!r}")
     err = LocalError(TypeError("weights must be numbers")) if r == n - 1 else None
     exc = _raised(lambda: agree(t, fingerprint("same"), err, "x"))
@@ -105,8 +112,12 @@ def main(kind: str) -> None:
 
         comm = MPI.COMM_WORLD
         port = comm.bcast(int(sys.argv[2]) if comm.Get_rank() == 0 else None)
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
-                                rank=comm.Get_rank(), world_size=comm.Get_size())  # fmt: skip
+        dist.init_process_group(
+            "gloo",
+            init_method=f"tcp://127.0.0.1:{port}",
+            rank=comm.Get_rank(),
+            world_size=comm.Get_size(),
+        )
         transport = TorchTransport(None, comm.Get_size(), comm.Get_rank())
     bad = exercise(transport)
     sys.stdout.write(f"rank {transport.rank} {kind} {'ok' if not bad else bad}\n")

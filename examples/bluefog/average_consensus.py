@@ -47,8 +47,12 @@ for it in range(args.max_iters):
     if args.dynamic:
         send_ranks, recv_ranks = next(peers)
         x = bf.neighbor_allreduce(
-            x, self_weight=0.5, src_weights={r: 0.5 / len(recv_ranks) for r in recv_ranks},
-            dst_weights={r: 1.0 for r in send_ranks}, name="x")
+            x,
+            self_weight=0.5,
+            src_weights={r: 0.5 / len(recv_ranks) for r in recv_ranks},
+            dst_weights={r: 1.0 for r in send_ranks},
+            name="x",
+        )
     else:
         x = bf.neighbor_allreduce(x, name="x")
     mse.append(bf.allreduce(torch.mean((x - x_bar) ** 2), average=True, name="mse").item())

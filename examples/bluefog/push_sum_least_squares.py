@@ -49,8 +49,9 @@ for it in range(args.max_iters):
     x = z[:-1] / z[-1]
     grad = A.t() @ (A @ x - b)
     z[:-1] -= args.lr / (1 + it) ** 0.5 * grad
-    bf.win_accumulate(z, name="z", self_weight=share, dst_weights={r: share for r in outs},
-                      require_mutex=True)
+    bf.win_accumulate(
+        z, name="z", self_weight=share, dst_weights={r: share for r in outs}, require_mutex=True
+    )
     # In step: every push of this iteration has landed before anyone collects. Without the
     # barriers the ranks drift apart, and a rank far ahead keeps pushing its weight p away
     # faster than its slower neighbours send any back (asynchronous push-sum needs

@@ -68,7 +68,7 @@ for epoch in range(args.epochs):
     model.train()
     total = 0.0
     for start in range(0, args.samples, args.batch_size):
-        x, y = train_x[start:start + args.batch_size], train_y[start:start + args.batch_size]
+        x, y = train_x[start : start + args.batch_size], train_y[start : start + args.batch_size]
         optimizer.zero_grad()
         loss = F.cross_entropy(model(x), y)
         loss.backward()

@@ -18,9 +18,19 @@ import numpy as np
 from ._fallback import weighted_combine
 
 __all__ = [
-    "FusedBatch", "FusedEntry", "FusionQueue", "Handle", "HandleTable", "TraceOp",
-    "TracePhase", "TraceRecorder", "combine_rows", "format_trace_events",
-    "layout_fingerprint", "pack", "trace_now_ns",
+    "FusedBatch",
+    "FusedEntry",
+    "FusionQueue",
+    "Handle",
+    "HandleTable",
+    "TraceOp",
+    "TracePhase",
+    "TraceRecorder",
+    "combine_rows",
+    "format_trace_events",
+    "layout_fingerprint",
+    "pack",
+    "trace_now_ns",
 ]
 
 
@@ -223,9 +233,20 @@ class FusedEntry:
     entry is what its handle calls to finish; the compiled entry is its own handle."""
 
     __slots__ = (
-        "arr", "wrap", "error", "plan", "self_weight", "weights", "select", "offset", "check",
-        "batch", "result", "failure", "queue",
-    )  # fmt: skip
+        "arr",
+        "wrap",
+        "error",
+        "plan",
+        "self_weight",
+        "weights",
+        "select",
+        "offset",
+        "check",
+        "batch",
+        "result",
+        "failure",
+        "queue",
+    )
 
     def __call__(self) -> Any:
         if self.batch is None and self.failure is None:  # still queued: send the queue
@@ -248,9 +269,16 @@ class FusedEntry:
 class FusedBatch:
     """Entries sent in one message (see ``_dispatch.FusedBatch``)."""
 
-    def __init__(self, entries: list, send: Any, recv: Any, request: Any,
-                 wait: Callable | None = None, test: Callable | None = None,
-                 trace: Callable | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        entries: list,
+        send: Any,
+        recv: Any,
+        request: Any,
+        wait: Callable | None = None,
+        test: Callable | None = None,
+        trace: Callable | None = None,
+    ) -> None:
         self.entries, self.send, self.recv, self.request = entries, send, recv, request
         self._wait, self._test, self._trace = wait, test, trace
         self.done = False
@@ -282,8 +310,9 @@ class FusedBatch:
         if tl is not None:
             t = tl.since("COMMUNICATE", t)
         for e in self.entries:
-            out = combine_rows(np.empty_like(e.arr), e.self_weight, e.arr, e.weights, self.recv,
-                               e.offset, e.select)  # fmt: skip
+            out = combine_rows(
+                np.empty_like(e.arr), e.self_weight, e.arr, e.weights, self.recv, e.offset, e.select
+            )
             e.result = out if e.wrap is None else e.wrap(out)
         if tl is not None:
             tl.since("FUSION_COPY_OUT", t)
@@ -324,8 +353,9 @@ def layout_fingerprint(entries: Sequence[tuple[Any, Any]]) -> int:
 class FusionQueue:
     """Small nonblocking calls waiting to be sent together (see ``_dispatch.FusionQueue``)."""
 
-    def __init__(self, threshold: int, flush_fn: Callable[[list, int, Any, Any], Any],
-                 table: HandleTable) -> None:  # fmt: skip
+    def __init__(
+        self, threshold: int, flush_fn: Callable[[list, int, Any, Any], Any], table: HandleTable
+    ) -> None:
         self.threshold, self._flush_fn, self._table = threshold, flush_fn, table
         self.static_plan: Any = None
         self._reset()
@@ -344,8 +374,12 @@ class FusionQueue:
 
     def add_static(self, arr: Any) -> Handle | None:
         """Queue a plain float ndarray with ``static_plan`` (see ``_dispatch.FusionQueue``)."""
-        if (self.static_plan is None or type(arr) is not np.ndarray
-                or arr.dtype not in _LEAN or not arr.flags.c_contiguous):  # fmt: skip
+        if (
+            self.static_plan is None
+            or type(arr) is not np.ndarray
+            or arr.dtype not in _LEAN
+            or not arr.flags.c_contiguous
+        ):
             return None
         return self.add(arr, self.static_plan)
 
@@ -528,11 +562,14 @@ def format_trace_events(events: list, t0: int, pids: list, quoted: dict) -> byte
                 q = quoted[name] = json.dumps(name).encode()
             if ph == "X":
                 d = max(extra, 0)
-                parts.append(f'{{"name":{q.decode()},"ph":"X","ts":{ts},'
-                             f'"dur":{d // 1000}.{d % 1000:03d},'
-                             f'"pid":{pid},"tid":{tid}}}')  # fmt: skip
+                parts.append(
+                    f'{{"name":{q.decode()},"ph":"X","ts":{ts},'
+                    f'"dur":{d // 1000}.{d % 1000:03d},'
+                    f'"pid":{pid},"tid":{tid}}}'
+                )
             else:
                 tail = "}" if not extra else ',"args":' + json.dumps(extra) + "}"
-                parts.append(f'{{"name":{q.decode()},"ph":"B","ts":{ts},"pid":{pid},'
-                             f'"tid":{tid}{tail}')  # fmt: skip
+                parts.append(
+                    f'{{"name":{q.decode()},"ph":"B","ts":{ts},"pid":{pid},"tid":{tid}{tail}'
+                )
     return ",\n".join(parts).encode()

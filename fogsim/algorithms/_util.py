@@ -159,8 +159,9 @@ class Mixer:
     runs one ``neighbor_allreduce`` with the step's weights, exactly as a user would.
     """
 
-    def __init__(self, schedule: Any, agents: Agents, push: bool = False,
-                 argname: str = "schedule") -> None:  # fmt: skip
+    def __init__(
+        self, schedule: Any, agents: Agents, push: bool = False, argname: str = "schedule"
+    ) -> None:
         self._n = agents.n
         self._push = push
         self._argname = argname
@@ -261,8 +262,9 @@ class History:
                 self.arrays[key] = np.full(self._length, np.nan)
             self.arrays[key][k] = value
 
-    def metrics(self, x: np.ndarray, target: Any = None,
-                grad: Callable[[Any], Any] | None = None) -> dict[str, float]:  # fmt: skip
+    def metrics(
+        self, x: np.ndarray, target: Any = None, grad: Callable[[Any], Any] | None = None
+    ) -> dict[str, float]:
         """Return the metrics of the state ``x``, the same on every agent.
 
         ``consensus_error = sqrt(mean_i ||x_i - xbar||^2)`` with ``xbar = mean_i x_i``;

@@ -148,8 +148,15 @@ class MovingTarget:
     every agent's and keeps its own row), so simulation and MPI see the same numbers.
     """
 
-    def __init__(self, dim: int, batch: int = 1, noise: float = 0.1, amplitude: float = 1.0,
-                 period: float = 1000.0, seed: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        dim: int,
+        batch: int = 1,
+        noise: float = 0.1,
+        amplitude: float = 1.0,
+        period: float = 1000.0,
+        seed: int = 0,
+    ) -> None:
         for name, value in (("dim", dim), ("batch", batch)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")

@@ -42,8 +42,17 @@ __all__ = ["dgd", "exact_diffusion", "gradient_tracking", "push_diging"]
 class _Run:
     """The parts every optimization run shares: checks, start, weights, metrics, progress."""
 
-    def __init__(self, problem: Any, iters: int, x0: Any, schedule: Any, x_star: Any,
-                 progress: bool, name: str, push: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        problem: Any,
+        iters: int,
+        x0: Any,
+        schedule: Any,
+        x_star: Any,
+        progress: bool,
+        name: str,
+        push: bool = False,
+    ) -> None:
         self.iters = check_iters(iters)
         self.grad = grad_of(problem)
         self.agents = Agents()

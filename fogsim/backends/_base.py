@@ -37,8 +37,12 @@ def launched_size(size: Any, n: int, rank: int, launcher: str) -> None:
     if size < 1:
         raise ValueError(f"size must be >= 1, got {size}")
     if size != n and rank == 0:
-        print(f"fogsim: init(size={size}) ignored: {launcher} started {n} agents; size= "
-              "sets the number of simulated agents only", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"fogsim: init(size={size}) ignored: {launcher} started {n} agents; size= "
+            "sets the number of simulated agents only",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 class Backend(abc.ABC):
@@ -107,11 +111,19 @@ class Backend(abc.ABC):
             self._topology, self._is_weighted = old
             raise
         if is_weighted:  # after the agreement: the same on every rank
-            self._check_weights("set_topology", topo, old, "_topology", "_is_weighted",
-                                self._on_topology)  # fmt: skip
+            self._check_weights(
+                "set_topology", topo, old, "_topology", "_is_weighted", self._on_topology
+            )
 
-    def _check_weights(self, op: str, topo: Topology, old: tuple, topology_attr: str,
-                       weighted_attr: str, on_change: Callable[[], None]) -> None:  # fmt: skip
+    def _check_weights(
+        self,
+        op: str,
+        topo: Topology,
+        old: tuple,
+        topology_attr: str,
+        weighted_attr: str,
+        on_change: Callable[[], None],
+    ) -> None:
         """Check a weighted topology just set; under FOGSIM_CHECK_WEIGHTS=error, put the old
         one (``old``: topology, is_weighted) back before the ValueError goes on."""
         if not _weightcheck.enabled():
@@ -182,8 +194,14 @@ class Backend(abc.ABC):
             self._machine_topology, self._machine_weighted = old
             raise
         if is_weighted:
-            self._check_weights("set_machine_topology", topo, old, "_machine_topology",
-                                "_machine_weighted", self._on_machine_topology)  # fmt: skip
+            self._check_weights(
+                "set_machine_topology",
+                topo,
+                old,
+                "_machine_topology",
+                "_machine_weighted",
+                self._on_machine_topology,
+            )
 
     def _on_machine_topology(self) -> None:  # noqa: B027 - optional hook
         """Derive backend state from the new machine topology."""
@@ -210,26 +228,37 @@ class Backend(abc.ABC):
         return self.load_machine_topology().out_neighbors(int(self.machine_rank()))
 
     def hierarchical_neighbor_allreduce(
-        self, x: Any, self_weight: Any = None, src_machine_weights: Any = None,
-        dst_machine_weights: Any = None, enable_topo_check: bool = True, name: str | None = None,
-    ) -> Any:  # fmt: skip
+        self,
+        x: Any,
+        self_weight: Any = None,
+        src_machine_weights: Any = None,
+        dst_machine_weights: Any = None,
+        enable_topo_check: bool = True,
+        name: str | None = None,
+    ) -> Any:
         """Machine average, neighbor average among machines, the same result machine-wide."""
         raise ValueError(
             f"hierarchical_neighbor_allreduce: the {self.name} backend does not have it"
         )
 
     def hierarchical_neighbor_allreduce_nonblocking(
-        self, x: Any, self_weight: Any = None, src_machine_weights: Any = None,
-        dst_machine_weights: Any = None, enable_topo_check: bool = True, name: str | None = None,
-    ) -> Handle:  # fmt: skip
+        self,
+        x: Any,
+        self_weight: Any = None,
+        src_machine_weights: Any = None,
+        dst_machine_weights: Any = None,
+        enable_topo_check: bool = True,
+        name: str | None = None,
+    ) -> Handle:
         """Start :meth:`hierarchical_neighbor_allreduce` and return a :class:`Handle`."""
         result = self.hierarchical_neighbor_allreduce(
             x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
         )
         return Handle.completed("hierarchical_neighbor_allreduce", result, name)
 
-    def _start_machine_op(self, op: str, name: Any, enable_topo_check: Any = True,
-                          average: Any = True) -> None:  # fmt: skip
+    def _start_machine_op(
+        self, op: str, name: Any, enable_topo_check: Any = True, average: Any = True
+    ) -> None:
         """The checks a machine-level op starts with (the same outcome on every rank)."""
         check_name(name)
         if not isinstance(enable_topo_check, bool):
@@ -256,8 +285,9 @@ class Backend(abc.ABC):
             f"allreduce(is_hierarchical_local=True): the {self.name} backend does not have it"
         )
 
-    def decomposed_allreduce(self, x: Any, average: bool, name: str | None,
-                             factors: tuple[int, ...] | None) -> Any:  # fmt: skip
+    def decomposed_allreduce(
+        self, x: Any, average: bool, name: str | None, factors: tuple[int, ...] | None
+    ) -> Any:
         """Return :meth:`allreduce` computed in reduce-scatter/all-gather stages."""
         raise ValueError(
             f"allreduce(algorithm='decomposed'): the {self.name} backend does not have it"
@@ -383,8 +413,15 @@ class Backend(abc.ABC):
         """Fetch the in-neighbors' exposed values into this agent's buffers."""
         return self._no_windows("win_get")
 
-    def win_update(self, name, self_weight=None, neighbor_weights=None, reset=False,
-                   clone=False, require_mutex=False):  # fmt: skip
+    def win_update(
+        self,
+        name,
+        self_weight=None,
+        neighbor_weights=None,
+        reset=False,
+        clone=False,
+        require_mutex=False,
+    ):
         """Combine the registered value with the buffers."""
         return self._no_windows("win_update")
 
@@ -408,14 +445,16 @@ class Backend(abc.ABC):
         """Switch whether window ops carry the push-sum weight."""
         self._no_windows("set_win_ops_with_associated_p")
 
-    def win_put_nonblocking(self, x, name, self_weight=None, dst_weights=None,
-                            require_mutex=False) -> Handle:  # fmt: skip
+    def win_put_nonblocking(
+        self, x, name, self_weight=None, dst_weights=None, require_mutex=False
+    ) -> Handle:
         """Start :meth:`win_put` and return a :class:`Handle`."""
         result = self.win_put(x, name, self_weight, dst_weights, require_mutex)
         return Handle.completed("win_put", result, name)
 
-    def win_accumulate_nonblocking(self, x, name, self_weight=None, dst_weights=None,
-                                   require_mutex=False) -> Handle:  # fmt: skip
+    def win_accumulate_nonblocking(
+        self, x, name, self_weight=None, dst_weights=None, require_mutex=False
+    ) -> Handle:
         """Start :meth:`win_accumulate` and return a :class:`Handle`."""
         result = self.win_accumulate(x, name, self_weight, dst_weights, require_mutex)
         return Handle.completed("win_accumulate", result, name)

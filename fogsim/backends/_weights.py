@@ -64,9 +64,13 @@ def machine_words() -> Iterator[None]:
 
 
 def exchange_between_machines(
-    world: Any, mean: Any, self_weight: Any, src_machine_weights: Any,
-    dst_machine_weights: Any, enable_topo_check: bool,
-) -> tuple[Any, Exception | None]:  # fmt: skip
+    world: Any,
+    mean: Any,
+    self_weight: Any,
+    src_machine_weights: Any,
+    dst_machine_weights: Any,
+    enable_topo_check: bool,
+) -> tuple[Any, Exception | None]:
     """The step of ``hierarchical_neighbor_allreduce`` that a machine's local rank 0 runs:
     the ``neighbor_allreduce`` of the machine's ``mean`` in ``world``, the world of those
     ranks (machines as ranks). Returns ``(result, None)``, or ``(None, error)`` with the
@@ -77,8 +81,13 @@ def exchange_between_machines(
     static = self_weight is None and src_machine_weights is None and dst_machine_weights is None
     try:
         with machine_words():
-            out = world.neighbor_allreduce(mean, self_weight, src_machine_weights,
-                                           dst_machine_weights, enable_topo_check and not static)
+            out = world.neighbor_allreduce(
+                mean,
+                self_weight,
+                src_machine_weights,
+                dst_machine_weights,
+                enable_topo_check and not static,
+            )
     except (TypeError, ValueError) as exc:  # raised on every machine's rank 0
         return None, exc
     return out, None

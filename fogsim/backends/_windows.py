@@ -107,8 +107,9 @@ def check_flag(value: Any, argname: str, op: str) -> bool:
     return value
 
 
-def check_update_args(self_weight: Any, neighbor_weights: Any, reset: Any, clone: Any,
-                      require_mutex: Any) -> bool:  # fmt: skip
+def check_update_args(
+    self_weight: Any, neighbor_weights: Any, reset: Any, clone: Any, require_mutex: Any
+) -> bool:
     """Check win_update's flags and weight pairing; return whether weights were given."""
     for flag, argname in ((reset, "reset"), (clone, "clone"), (require_mutex, "require_mutex")):
         check_flag(flag, argname, "win_update")

@@ -52,12 +52,14 @@ def animate(
     ax = fig.add_subplot()
     ax.set(xlim=view[:2], ylim=view[2:], aspect="equal", xticks=[], yticks=[])
     heading = V[0] / _norm(V[0])
-    fish = ax.quiver(*P[0].T, *heading.T, color="tab:blue", pivot="middle", scale=40,
-                     width=0.004, label="fish")  # fmt: skip
+    fish = ax.quiver(
+        *P[0].T, *heading.T, color="tab:blue", pivot="middle", scale=40, width=0.004, label="fish"
+    )
     (trail,) = ax.plot([], [], color="tab:red", lw=1, alpha=0.5)
     (shark,) = ax.plot(*Q[0], marker="*", color="tab:red", ms=11, ls="", label="predator")
-    guesses = ax.scatter(*E[0].T, s=5, color="tab:orange", alpha=0.6, lw=0, zorder=3,
-                         label="fish's estimates")  # fmt: skip
+    guesses = ax.scatter(
+        *E[0].T, s=5, color="tab:orange", alpha=0.6, lw=0, zorder=3, label="fish's estimates"
+    )
     title = ax.set_title("")
     fig.legend(loc="lower center", ncol=3, fontsize=8, frameon=False)
     fig.subplots_adjust(left=0.02, right=0.98, top=0.93, bottom=0.08)
@@ -69,8 +71,7 @@ def animate(
         guesses.set_offsets(E[k])
         shark.set_data([Q[k, 0]], [Q[k, 1]])
         trail.set_data(Q[: k + 1, 0], Q[: k + 1, 1])
-        title.set_text(f"step {k}  {history.modes[k]}  estimate error "
-                       f"{history.errors[k]:.2f}")  # fmt: skip
+        title.set_text(f"step {k}  {history.modes[k]}  estimate error {history.errors[k]:.2f}")
         return fish, guesses, shark, trail, title
 
     path = Path(path)
@@ -97,10 +98,14 @@ def plot_error(history: SchoolHistory, path: str | Path | None = None, ax: Any =
     steps = np.arange(history.steps + 1)
     ax.semilogy(steps, history.errors_alone, label="each fish alone", color="tab:gray")
     ax.semilogy(steps, history.errors, label="diffusion (neighbors)", color="tab:blue")
-    ax.semilogy(steps, history.errors_central, label="fusion center (all fish)",
-                color="tab:green", ls="--")  # fmt: skip
-    ax.set(xlabel="step", ylabel="mean |estimate - predator|",
-           title=f"{history.n} fish, {'/'.join(dict.fromkeys(history.modes))}")  # fmt: skip
+    ax.semilogy(
+        steps, history.errors_central, label="fusion center (all fish)", color="tab:green", ls="--"
+    )
+    ax.set(
+        xlabel="step",
+        ylabel="mean |estimate - predator|",
+        title=f"{history.n} fish, {'/'.join(dict.fromkeys(history.modes))}",
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     if path is not None:

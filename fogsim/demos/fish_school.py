@@ -289,11 +289,18 @@ def simulate(
     school = radius * math.sqrt(size / 10.0)
     ring = max(2.0 * radius, school) if ring_radius is None else ring_radius
     params = _Params(
-        radius=radius, speed=speed, max_speed=max_speed, noise=noise, step_size=step_size,
-        mode=mode, switch_step=switch_step, school_radius=school,
-        ring_radius=_positive(ring, "ring_radius"), alarm_radius=2.0 * school,
+        radius=radius,
+        speed=speed,
+        max_speed=max_speed,
+        noise=noise,
+        step_size=step_size,
+        mode=mode,
+        switch_step=switch_step,
+        school_radius=school,
+        ring_radius=_positive(ring, "ring_radius"),
+        alarm_radius=2.0 * school,
         reef_radius=2.5 * school,
-    )  # fmt: skip
+    )
     track = predator_path(predator, steps, predator_speed, school)
     if world:
         history = _run(params, track, seed, progress)
@@ -303,9 +310,14 @@ def simulate(
                 history = _run(params, track, seed, progress)
             finally:
                 ctx.close()
-    history.params = {**asdict(params), "n": size, "steps": steps, "seed": seed,
-                      "predator": predator if isinstance(predator, str) else "custom",
-                      "predator_speed": predator_speed}  # fmt: skip
+    history.params = {
+        **asdict(params),
+        "n": size,
+        "steps": steps,
+        "seed": seed,
+        "predator": predator if isinstance(predator, str) else "custom",
+        "predator_speed": predator_speed,
+    }
     return history
 
 
@@ -349,10 +361,16 @@ def _run(params: _Params, track: np.ndarray, seed: int, progress: bool) -> Schoo
         return _length(estimates - track[:, None, :])[..., 0].mean(axis=1)
 
     return SchoolHistory(
-        positions=P, velocities=V, estimates=E, estimates_alone=A, predator=track,
-        errors=error(E), errors_alone=error(A), errors_central=_length(central - track)[:, 0],
+        positions=P,
+        velocities=V,
+        estimates=E,
+        estimates_alone=A,
+        predator=track,
+        errors=error(E),
+        errors_alone=error(A),
+        errors_central=_length(central - track)[:, 0],
         modes=modes,
-    )  # fmt: skip
+    )
 
 
 def _start(gen: np.random.Generator, params: _Params) -> np.ndarray:
@@ -360,8 +378,7 @@ def _start(gen: np.random.Generator, params: _Params) -> np.ndarray:
     u = gen.random(2)
     r, angle = params.school_radius * math.sqrt(u[0]), 2.0 * math.pi * u[1]
     jitter = 0.1 * params.speed * gen.standard_normal(2)
-    return np.array([r * math.cos(angle), r * math.sin(angle),
-                     params.speed + jitter[0], jitter[1]])  # fmt: skip
+    return np.array([r * math.cos(angle), r * math.sin(angle), params.speed + jitter[0], jitter[1]])
 
 
 def _measure(p: np.ndarray, q: np.ndarray, eps: np.ndarray, noise: float) -> np.ndarray:
@@ -434,8 +451,13 @@ def _move(me, p, v, e, P, V, hood: _Neighborhood, params: _Params, mode: str):
     # The reef: fish that stray beyond reef_radius from the origin turn back towards it.
     out = _length(p)
     home = -p / np.maximum(out, _TINY) * np.clip(out / params.reef_radius - 1.0, 0.0, 1.0)
-    steer = (params.align * align + params.cohere * cohere + params.separate * separate
-             + params.react * react + params.home * home)  # fmt: skip
+    steer = (
+        params.align * align
+        + params.cohere * cohere
+        + params.separate * separate
+        + params.react * react
+        + params.home * home
+    )
     v = v + steer
     s = _length(v)
     v = v * (np.clip(s, params.speed, params.max_speed) / np.maximum(s, _TINY))
@@ -465,8 +487,9 @@ def _points(positions: Any) -> np.ndarray:
 def _positive(value: Any, name: str, allow_zero: bool = False) -> float:
     value = float(value)
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be finite and {'>= 0' if allow_zero else '> 0'}, "
-                         f"got {value}")  # fmt: skip
+        raise ValueError(
+            f"{name} must be finite and {'>= 0' if allow_zero else '> 0'}, got {value}"
+        )
     return value
 
 

@@ -147,8 +147,10 @@ class Level:
             raise TypeError(f"Level.size must be an integer, got {type(self.size).__name__}")
         if self.size < 1:
             raise ValueError(f"Level.size must be >= 1, got {self.size}")
-        for field, value, ok in (("alpha", self.alpha, lambda v: v >= 0),
-                                 ("bandwidth", self.bandwidth, lambda v: v > 0)):  # fmt: skip
+        for field, value, ok in (
+            ("alpha", self.alpha, lambda v: v >= 0),
+            ("bandwidth", self.bandwidth, lambda v: v > 0),
+        ):
             if isinstance(value, bool) or not isinstance(value, numbers.Real):
                 raise TypeError(f"Level.{field} must be a number, got {type(value).__name__}")
             if not (math.isfinite(value) and ok(value)):
@@ -177,15 +179,26 @@ class Network:
         object.__setattr__(self, "kind", kind)
 
     @classmethod
-    def cluster(cls, gpus_per_machine: int, machines: int, intra: Any = None,
-                inter: Any = None, kind: str = "fat_tree") -> Network:  # fmt: skip
+    def cluster(
+        cls,
+        gpus_per_machine: int,
+        machines: int,
+        intra: Any = None,
+        inter: Any = None,
+        kind: str = "fat_tree",
+    ) -> Network:
         """Return machines of ``gpus_per_machine`` processes joined by one switch level.
 
         ``intra``/``inter``: mappings of ``alpha`` and ``bandwidth``; by default
         :data:`NVLINK` inside a machine and :data:`INFINIBAND_100G` between machines.
         """
-        return cls([Level(gpus_per_machine, name="intra", **(intra or NVLINK)),
-                    Level(machines, name="inter", **(inter or INFINIBAND_100G))], kind)  # fmt: skip
+        return cls(
+            [
+                Level(gpus_per_machine, name="intra", **(intra or NVLINK)),
+                Level(machines, name="inter", **(inter or INFINIBAND_100G)),
+            ],
+            kind,
+        )
 
     @property
     def size(self) -> int:
@@ -211,8 +224,9 @@ def _link_loads(network: Network, src: Any, dst: Any) -> np.ndarray:
         use = crossed >= level
         if not use.any():  # a message crossing level l + 1 crosses level l too
             break
-        loads[level] = max(np.bincount(src[use] // sharers).max(),
-                           np.bincount(dst[use] // sharers).max())  # fmt: skip
+        loads[level] = max(
+            np.bincount(src[use] // sharers).max(), np.bincount(dst[use] // sharers).max()
+        )
         if network.kind == "fat_tree" or level == 0:
             sharers *= int(sizes[level])
     return loads
@@ -263,8 +277,9 @@ def two_level_allreduce_time(network: Network, n: float) -> float:
     """Return Eq. (7): reduce to a master per machine, all-reduce the masters, broadcast."""
     n, inner = _check_n(n), network.levels[0]
     p0, masters = inner.size, network.size // inner.size
-    total = (reduce_time(p0, n, inner.alpha, inner.bandwidth)
-             + broadcast_time(p0, n, inner.alpha, inner.bandwidth))  # fmt: skip
+    total = reduce_time(p0, n, inner.alpha, inner.bandwidth) + broadcast_time(
+        p0, n, inner.alpha, inner.bandwidth
+    )
     if masters > 1:
         ranks = np.arange(masters) * p0
         total += 2 * best_time(masters, n, *_ring_link(network, ranks, np.roll(ranks, -1)))
@@ -277,8 +292,9 @@ def _check_factors(network: Network, factors: Any) -> tuple[int, ...]:
     return network.sizes if factors is None else check_factors(factors, network.size)
 
 
-def decomposed_allreduce_time(network: Network, n: float,
-                              factors: Sequence[int] | None = None) -> float:  # fmt: skip
+def decomposed_allreduce_time(
+    network: Network, n: float, factors: Sequence[int] | None = None
+) -> float:
     """Return Eq. (9) (fat tree) or (10) (torus): the decomposed all-reduce's stages.
 
     ``factors`` (product P; default the level sizes): stage i all-reduces among the
@@ -297,8 +313,9 @@ def decomposed_allreduce_time(network: Network, n: float,
     return total
 
 
-def allreduce_time(network: Network, n: float, algorithm: str = "ring",
-                   factors: Sequence[int] | None = None) -> float:  # fmt: skip
+def allreduce_time(
+    network: Network, n: float, algorithm: str = "ring", factors: Sequence[int] | None = None
+) -> float:
     """Return the all-reduce of n bytes by ``algorithm`` (``"flat"``, fogsim's name: ring)."""
     if algorithm in ("ring", "flat"):
         return one_level_allreduce_time(network, n)
@@ -329,8 +346,9 @@ def schedule_time(network: Network, n: float, steps: Iterable[Any]) -> float:
     return float(np.mean(times))
 
 
-def hierarchical_neighbor_allreduce_time(network: Network, n: float,
-                                         machine_topology: Any) -> float:  # fmt: skip
+def hierarchical_neighbor_allreduce_time(
+    network: Network, n: float, machine_topology: Any
+) -> float:
     """Return a machine all-reduce, the exchange among local ranks 0, a machine broadcast.
 
     ``machine_topology`` has one agent per machine (a level-0 group of the network).
@@ -340,9 +358,11 @@ def hierarchical_neighbor_allreduce_time(network: Network, n: float,
     senders, receivers = _edges(
         machine_topology, network.size // p0, "machine_topology", "machines"
     )
-    return (2 * best_time(p0, n, inner.alpha, inner.bandwidth)
-            + _exchange_time(network, n, senders * p0, receivers * p0)
-            + broadcast_time(p0, n, inner.alpha, inner.bandwidth))  # fmt: skip
+    return (
+        2 * best_time(p0, n, inner.alpha, inner.bandwidth)
+        + _exchange_time(network, n, senders * p0, receivers * p0)
+        + broadcast_time(p0, n, inner.alpha, inner.bandwidth)
+    )
 
 
 # -- per op, per run ------------------------------------------------------------------------
@@ -355,8 +375,15 @@ class CostModel:
     ``neighbor_allreduce`` moves.
     """
 
-    OPS = ("allreduce", "allgather", "broadcast", "neighbor_allreduce", "neighbor_allgather",
-           "hierarchical_neighbor_allreduce", "barrier")  # fmt: skip
+    OPS = (
+        "allreduce",
+        "allgather",
+        "broadcast",
+        "neighbor_allreduce",
+        "neighbor_allgather",
+        "hierarchical_neighbor_allreduce",
+        "barrier",
+    )
 
     def __init__(self, network: Network, allreduce: str = "ring") -> None:
         if not isinstance(network, Network):
@@ -367,9 +394,17 @@ class CostModel:
         ranks = np.arange(network.size)
         self._flat = _ring_link(network, ranks, np.roll(ranks, -1))
 
-    def op_time(self, op: str, nbytes: float, *, size: int, topology: Any = None,
-                machine_topology: Any = None, algorithm: str | None = None,
-                factors: Sequence[int] | None = None) -> float:  # fmt: skip
+    def op_time(
+        self,
+        op: str,
+        nbytes: float,
+        *,
+        size: int,
+        topology: Any = None,
+        machine_topology: Any = None,
+        algorithm: str | None = None,
+        factors: Sequence[int] | None = None,
+    ) -> float:
         """Return the seconds ``op`` takes on ``nbytes`` per process among ``size``."""
         net = self.network
         if size != net.size:
@@ -418,8 +453,11 @@ class CostMeter:
         """Charge one op (arguments of :meth:`CostModel.op_time`); return its seconds."""
         values = [v for _, v in sorted(info.items())]
         # Topologies are keyed by identity; the cache holds them, so no id is reused.
-        key = (op, nbytes, *(v if isinstance(v, int | str | tuple | None) else id(v)
-                             for v in values))  # fmt: skip
+        key = (
+            op,
+            nbytes,
+            *(v if isinstance(v, int | str | tuple | None) else id(v) for v in values),
+        )
         hit = self._cache.get(key)
         if hit is None:
             if len(self._cache) >= 4096:
@@ -439,8 +477,10 @@ class CostMeter:
         return done
 
     def __repr__(self) -> str:
-        return (f"CostMeter(total={self.total:.6g} s, iterations={len(self.iterations)}, "
-                f"per_op={ {k: round(v, 9) for k, v in self.per_op.items()} })")  # fmt: skip
+        return (
+            f"CostMeter(total={self.total:.6g} s, iterations={len(self.iterations)}, "
+            f"per_op={ {k: round(v, 9) for k, v in self.per_op.items()} })"
+        )
 
 
 def attach_cost_model(model: CostModel | Network | CostMeter) -> CostMeter:
@@ -454,8 +494,10 @@ def attach_cost_model(model: CostModel | Network | CostMeter) -> CostMeter:
     meter = model if isinstance(model, CostMeter) else CostMeter(model)
     backend = fs._context.current().simulator("attach_cost_model")
     if meter.model.network.size != backend.size_int:
-        raise ValueError(f"the network has {meter.model.network.size} processes but the "
-                         f"world {backend.size_int} agents")  # fmt: skip
+        raise ValueError(
+            f"the network has {meter.model.network.size} processes but the "
+            f"world {backend.size_int} agents"
+        )
     backend.attach_cost_model(meter)
     return meter
 
@@ -470,16 +512,24 @@ def detach_cost_model() -> None:
 
 
 # -- scaling --------------------------------------------------------------------------------
-_CURVES = {"ring": "ring all-reduce (Eq. 6)", "two_level": "two-level all-reduce (Eq. 7)",
-           "decomposed": "decomposed all-reduce (Eq. 9)",
-           "neighbor_exp2": "neighbor allreduce, exponential-2",
-           "one_peer": "one-peer exponential-2 (average step)",
-           "hierarchical": "hierarchical neighbor allreduce, exp-2 machines"}  # fmt: skip
+_CURVES = {
+    "ring": "ring all-reduce (Eq. 6)",
+    "two_level": "two-level all-reduce (Eq. 7)",
+    "decomposed": "decomposed all-reduce (Eq. 9)",
+    "neighbor_exp2": "neighbor allreduce, exponential-2",
+    "one_peer": "one-peer exponential-2 (average step)",
+    "hierarchical": "hierarchical neighbor allreduce, exp-2 machines",
+}
 
 
-def scaling_table(gpus_per_machine: int, machine_counts: Sequence[int], nbytes: float,
-                  intra: Any = None, inter: Any = None,
-                  kind: str = "fat_tree") -> list[dict]:  # fmt: skip
+def scaling_table(
+    gpus_per_machine: int,
+    machine_counts: Sequence[int],
+    nbytes: float,
+    intra: Any = None,
+    inter: Any = None,
+    kind: str = "fat_tree",
+) -> list[dict]:
     """Return seconds per op on :meth:`Network.cluster` for each machine count.
 
     Each row holds ``gpus`` and the time of every curve of :func:`plot_allreduce_scaling`:
@@ -490,23 +540,33 @@ def scaling_table(gpus_per_machine: int, machine_counts: Sequence[int], nbytes: 
         net = Network.cluster(gpus_per_machine, machines, intra, inter, kind)
         p = net.size
         period = max(1, (p - 1).bit_length())  # one cycle of the one-peer schedule
-        rows.append({
-            "gpus": p,
-            "ring": one_level_allreduce_time(net, nbytes),
-            "two_level": two_level_allreduce_time(net, nbytes),
-            "decomposed": decomposed_allreduce_time(net, nbytes),
-            "neighbor_exp2": neighbor_allreduce_time(net, nbytes, exponential_two_graph(p)),
-            "one_peer": schedule_time(net, nbytes,
-                                      itertools.islice(one_peer_exponential_two(p), period)),
-            "hierarchical": hierarchical_neighbor_allreduce_time(
-                net, nbytes, exponential_two_graph(machines)),
-        })  # fmt: skip
+        rows.append(
+            {
+                "gpus": p,
+                "ring": one_level_allreduce_time(net, nbytes),
+                "two_level": two_level_allreduce_time(net, nbytes),
+                "decomposed": decomposed_allreduce_time(net, nbytes),
+                "neighbor_exp2": neighbor_allreduce_time(net, nbytes, exponential_two_graph(p)),
+                "one_peer": schedule_time(
+                    net, nbytes, itertools.islice(one_peer_exponential_two(p), period)
+                ),
+                "hierarchical": hierarchical_neighbor_allreduce_time(
+                    net, nbytes, exponential_two_graph(machines)
+                ),
+            }
+        )
     return rows
 
 
-def plot_allreduce_scaling(gpus_per_machine: int, machine_counts: Sequence[int], nbytes: float,
-                           intra: Any = None, inter: Any = None, kind: str = "fat_tree",
-                           ax: Any = None) -> Any:  # fmt: skip
+def plot_allreduce_scaling(
+    gpus_per_machine: int,
+    machine_counts: Sequence[int],
+    nbytes: float,
+    intra: Any = None,
+    inter: Any = None,
+    kind: str = "fat_tree",
+    ax: Any = None,
+) -> Any:
     """Plot the modelled time of one op against the number of GPUs; return the axes.
 
     Ring, two-level and decomposed all-reduce, neighbor allreduce on the exponential-2

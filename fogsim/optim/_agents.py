@@ -97,9 +97,13 @@ def _class_axis_first(input: torch.Tensor, target: torch.Tensor):
 
 def _batched_class_loss(fn: Callable[..., torch.Tensor]):
     def loss(input, target, weight=None, ignore_index=-100, reduction="mean", **options):
-        if weight is not None or reduction not in ("mean", "sum") or options.get(
-            "label_smoothing", 0.0
-        ) or target.dtype.is_floating_point or input.dim() < 2:
+        if (
+            weight is not None
+            or reduction not in ("mean", "sum")
+            or options.get("label_smoothing", 0.0)
+            or target.dtype.is_floating_point
+            or input.dim() < 2
+        ):
             return None  # class weights, smoothing or probabilities: leave it to vmap
         n = input.shape[0]
         flat_in, flat_target = _class_axis_first(input, target)
@@ -162,9 +166,20 @@ def _set(root: nn.Module, name: str, value: torch.Tensor, buffer: bool) -> None:
 
 # Layers that act elementwise (or on trailing axes only), so a stacked input needs nothing.
 _ELEMENTWISE = (
-    nn.Identity, nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU, nn.GELU, nn.SiLU, nn.Mish, nn.Tanh,
-    nn.Sigmoid, nn.Softplus, nn.Hardtanh, nn.Dropout,
-)  # fmt: skip
+    nn.Identity,
+    nn.ReLU,
+    nn.ReLU6,
+    nn.LeakyReLU,
+    nn.ELU,
+    nn.GELU,
+    nn.SiLU,
+    nn.Mish,
+    nn.Tanh,
+    nn.Sigmoid,
+    nn.Softplus,
+    nn.Hardtanh,
+    nn.Dropout,
+)
 
 
 def _stacked_linear(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
@@ -279,8 +294,9 @@ class AgentModel(nn.Module):
                 torch.func.vmap(self._one, randomness=self.randomness),
             )
         stacked = self._stacked
-        return self._vmapped[1](dict(stacked.named_parameters()), dict(stacked.named_buffers()),
-                                *args, **kwargs)  # fmt: skip
+        return self._vmapped[1](
+            dict(stacked.named_parameters()), dict(stacked.named_buffers()), *args, **kwargs
+        )
 
     def __getattr__(self, name: str) -> Any:
         try:

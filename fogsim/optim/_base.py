@@ -119,8 +119,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
         # torch.optim.Optimizer's own state is the wrapped optimizer's (see the properties
         # below); its __init__ would copy the param groups instead.
         self.optimizer = optimizer
-        for attr in ("step_pre", "step_post", "state_dict_pre", "state_dict_post",
-                     "load_state_dict_pre", "load_state_dict_post"):  # fmt: skip
+        for attr in (
+            "step_pre",
+            "step_post",
+            "state_dict_pre",
+            "state_dict_post",
+            "load_state_dict_pre",
+            "load_state_dict_post",
+        ):
             setattr(self, f"_optimizer_{attr}_hooks", OrderedDict())
         self._patch_step_function()
 
@@ -130,8 +136,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         for g, group in enumerate(self.param_groups):
             for k, p in enumerate(group["params"]):
                 self._names[p] = names.get(p, f"group{g}.param{k}")
-        self._group_of = {p: g for g, group in enumerate(self.param_groups)
-                          for p in group["params"]}  # fmt: skip
+        self._group_of = {
+            p: g for g, group in enumerate(self.param_groups) for p in group["params"]
+        }
         if not any(p in self._group_of for p in model.parameters()):
             raise ValueError(
                 "none of model's parameters is optimized by optimizer; pass the model whose "
@@ -280,8 +287,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
         for p, value in pairs:
             by_dtype.setdefault(value.dtype, []).append((p, value))
         for group in by_dtype.values():
-            flat = torch.cat([value.reshape(fs.size(), -1) if stacked else value.reshape(-1)
-                              for _, value in group], dim=-1)  # fmt: skip
+            flat = torch.cat(
+                [
+                    value.reshape(fs.size(), -1) if stacked else value.reshape(-1)
+                    for _, value in group
+                ],
+                dim=-1,
+            )
             self._handles.append(([p for p, _ in group], self._op(flat, "fused")))
 
     def _op(self, value: torch.Tensor, key: str) -> Any:
@@ -291,8 +303,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
             return fs.allreduce_nonblocking(value, name=name)
         if kind is CommunicationType.hierarchical_neighbor_allreduce:
             return fs.hierarchical_neighbor_allreduce_nonblocking(
-                value, self.self_weight, self.src_machine_weights, self.dst_machine_weights,
-                self.enable_topo_check, name=name,
+                value,
+                self.self_weight,
+                self.src_machine_weights,
+                self.dst_machine_weights,
+                self.enable_topo_check,
+                name=name,
             )
         return fs.neighbor_allreduce_nonblocking(
             value, *self._weights(), self.enable_topo_check, name=name
@@ -344,8 +360,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
         def forward_done(module: nn.Module, args: Any, output: Any) -> None:
             _timeline.end_activity(track, "FORWARD")
-            if _timeline.active is not None and isinstance(output, torch.Tensor) and (
-                output.requires_grad
+            if (
+                _timeline.active is not None
+                and isinstance(output, torch.Tensor)
+                and (output.requires_grad)
             ):  # the gradient reaching the output starts the backward pass
                 output.register_hook(backward)
 

@@ -35,8 +35,9 @@ def _tensors(params: Any) -> list[tuple[str, torch.Tensor]]:
         if value is None:
             continue
         if not isinstance(value, torch.Tensor):
-            raise TypeError(f"broadcast_parameters: {name} is a {type(value).__name__}, "
-                            "not a tensor")  # fmt: skip
+            raise TypeError(
+                f"broadcast_parameters: {name} is a {type(value).__name__}, not a tensor"
+            )
         out.append((str(name), value))
     return out
 
@@ -50,8 +51,10 @@ def broadcast_parameters(params: Any, root_rank: int = 0) -> None:
     to every agent. Every agent must pass the same names, shapes and dtypes, in one order.
     """
     items = _tensors(params)
-    handles = [fs.broadcast_nonblocking(t.detach(), root_rank, name=f"broadcast.{name}")
-               for name, t in items]  # fmt: skip
+    handles = [
+        fs.broadcast_nonblocking(t.detach(), root_rank, name=f"broadcast.{name}")
+        for name, t in items
+    ]
     with torch.no_grad():
         for (_, t), handle in zip(items, handles, strict=True):
             t.copy_(fs.wait(handle))
@@ -97,6 +100,10 @@ def _broadcast_stacked_state(optimizer: torch.optim.Optimizer, root_rank: int) -
         for group in optimizer.param_groups:
             for p in group["params"]:
                 for value in optimizer.state.get(p, {}).values():
-                    if (isinstance(value, torch.Tensor) and value.dim() > 0
-                            and value.shape == p.shape and value.shape[0] == n):  # fmt: skip
+                    if (
+                        isinstance(value, torch.Tensor)
+                        and value.dim() > 0
+                        and value.shape == p.shape
+                        and value.shape[0] == n
+                    ):
                         value.copy_(fs.broadcast(value, root_rank))

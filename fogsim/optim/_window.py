@@ -42,11 +42,20 @@ class DistributedWinPutOptimizer(_ForwardCounted):
 
     _allowed = (CommunicationType.neighbor_allreduce, CommunicationType.empty)
 
-    def __init__(self, optimizer, model, communication_type=None, num_steps_per_communication=1,
-                 *, window_prefix: str = "fogsim.optim.win_put", require_mutex: bool = False,
-                 overlap: bool | None = None) -> None:  # fmt: skip
-        super().__init__(optimizer, model, communication_type, num_steps_per_communication,
-                         overlap=overlap)  # fmt: skip
+    def __init__(
+        self,
+        optimizer,
+        model,
+        communication_type=None,
+        num_steps_per_communication=1,
+        *,
+        window_prefix: str = "fogsim.optim.win_put",
+        require_mutex: bool = False,
+        overlap: bool | None = None,
+    ) -> None:
+        super().__init__(
+            optimizer, model, communication_type, num_steps_per_communication, overlap=overlap
+        )
         if not isinstance(window_prefix, str) or not window_prefix:
             raise TypeError(f"window_prefix must be a non-empty str, got {window_prefix!r}")
         self.require_mutex = require_mutex
@@ -64,9 +73,12 @@ class DistributedWinPutOptimizer(_ForwardCounted):
         if not self._windows:
             raise ValueError(f"{type(self).__name__}: the windows were freed")
         for p in params:
-            handle = fs.win_put_nonblocking(p.detach(), self._windows[p],
-                                            dst_weights=self.dst_weights,
-                                            require_mutex=self.require_mutex)  # fmt: skip
+            handle = fs.win_put_nonblocking(
+                p.detach(),
+                self._windows[p],
+                dst_weights=self.dst_weights,
+                require_mutex=self.require_mutex,
+            )
             self._handles.append(([p], handle))
 
     def _complete(self, communicating: bool) -> None:
@@ -74,8 +86,9 @@ class DistributedWinPutOptimizer(_ForwardCounted):
         if communicating:
             with torch.no_grad():
                 for p, name in self._windows.items():
-                    out = fs.win_update(name, self.self_weight, self.src_weights,
-                                        require_mutex=self.require_mutex)  # fmt: skip
+                    out = fs.win_update(
+                        name, self.self_weight, self.src_weights, require_mutex=self.require_mutex
+                    )
                     if out.data_ptr() != p.data_ptr():
                         p.copy_(out)
 
@@ -107,13 +120,24 @@ class DistributedPushSumOptimizer(_BackwardHooked):
     ``communication_type``: ``neighbor_allreduce`` (default), ``allreduce`` or ``empty``.
     """
 
-    _allowed = (CommunicationType.neighbor_allreduce, CommunicationType.allreduce,
-                CommunicationType.empty)  # fmt: skip
+    _allowed = (
+        CommunicationType.neighbor_allreduce,
+        CommunicationType.allreduce,
+        CommunicationType.empty,
+    )
 
-    def __init__(self, optimizer, model, communication_type=None,
-                 num_steps_per_communication=1, *, overlap=None) -> None:  # fmt: skip
-        super().__init__(optimizer, model, communication_type, num_steps_per_communication,
-                         overlap=overlap)  # fmt: skip
+    def __init__(
+        self,
+        optimizer,
+        model,
+        communication_type=None,
+        num_steps_per_communication=1,
+        *,
+        overlap=None,
+    ) -> None:
+        super().__init__(
+            optimizer, model, communication_type, num_steps_per_communication, overlap=overlap
+        )
         first = next(iter(self._params()))
         shape = (fs.size(), 1) if is_simulated() else (1,)
         self._w = torch.ones(shape, dtype=first.dtype)

@@ -35,10 +35,16 @@ class _BackwardHooked(DistributedOptimizer):
     step communicates) and ``_complete()`` (the rest of the step).
     """
 
-    def __init__(self, optimizer, model, communication_type=None,
-                 num_steps_per_communication=1, *, overlap=None) -> None:  # fmt: skip
-        super().__init__(optimizer, model, communication_type, num_steps_per_communication,
-                         overlap)  # fmt: skip
+    def __init__(
+        self,
+        optimizer,
+        model,
+        communication_type=None,
+        num_steps_per_communication=1,
+        *,
+        overlap=None,
+    ) -> None:
+        super().__init__(optimizer, model, communication_type, num_steps_per_communication, overlap)
         self._ready: set[torch.Tensor] = set()
         # gradients accumulated into each parameter since the last communicating step
         self._passes: dict[torch.Tensor, int] = dict.fromkeys(self._params(), 0)
@@ -107,10 +113,16 @@ class _ForwardCounted(DistributedOptimizer):
     ``_complete(communicating)`` and then runs the wrapped optimizer.
     """
 
-    def __init__(self, optimizer, model, communication_type=None,
-                 num_steps_per_communication=1, *, overlap=None) -> None:  # fmt: skip
-        super().__init__(optimizer, model, communication_type, num_steps_per_communication,
-                         overlap)  # fmt: skip
+    def __init__(
+        self,
+        optimizer,
+        model,
+        communication_type=None,
+        num_steps_per_communication=1,
+        *,
+        overlap=None,
+    ) -> None:
+        super().__init__(optimizer, model, communication_type, num_steps_per_communication, overlap)
         self._forwards = 0  # training forward calls since the last communicating step
         self._forward_seen = False
         # Counted once per call of the whole model: a layer used twice is one pass.

@@ -31,8 +31,14 @@ _BLOCK_FIRST = re.compile(
     rb"^(MPI_ABORT was invoked|\S+ has exited due to process rank|\S+ noticed that process rank"
     rb"|Primary job\s+terminated normally|\S+ detected that one or more processes exited)"
 )
-_STARTS = (b"Abort(", b"application called MPI_Abort(", b"[cli_", b"YOUR APPLICATION",
-           b"This typically refers", b"Please see the FAQ")  # fmt: skip
+_STARTS = (
+    b"Abort(",
+    b"application called MPI_Abort(",
+    b"[cli_",
+    b"YOUR APPLICATION",
+    b"This typically refers",
+    b"Please see the FAQ",
+)
 _BLOCK_MAX = 40  # lines: a block not closed by then was not a banner after all
 
 

@@ -24,9 +24,16 @@ _EPILOG = """examples:
 
 Everything from the first word that is not a fogrun option on is the command."""
 _WITH_VALUE = frozenset(
-    {"-np", "-n", "--hosts", "--local-size", "--timeline-filename", "--extra-mpi-flags",
-     "--timeout"}
-)  # fmt: skip
+    {
+        "-np",
+        "-n",
+        "--hosts",
+        "--local-size",
+        "--timeline-filename",
+        "--extra-mpi-flags",
+        "--timeout",
+    }
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,32 +85,79 @@ def make_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     add = parser.add_argument
-    add("-np", "-n", dest="np", type=_positive_int, metavar="N", help="number of processes "
-        "(agents); with --sim, the number of simulated agents")  # fmt: skip
-    add("--hosts", metavar="HOSTS", help="comma-separated hosts (MPICH: -hosts, "
-        "Open MPI: --host)")  # fmt: skip
-    add("--local-size", type=_positive_int, metavar="K",
-        help="emulate machines of K processes on one host (sets FOGSIM_LOCAL_SIZE)")  # fmt: skip
-    add("--timeline-filename", metavar="PREFIX",
-        help="write a per-rank timeline PREFIX<rank>.json (sets FOGSIM_TIMELINE)")  # fmt: skip
-    add("--extra-mpi-flags", default="", metavar="FLAGS",
-        help="more mpiexec flags, split like a shell would (never run by a shell)")  # fmt: skip
-    add("--sim", action="store_true", help="run the script once, simulating N agents "
-        "(FOGSIM_BACKEND=sim FOGSIM_SIZE=N; no mpiexec)")  # fmt: skip
-    add("--spmd", action="store_true", help="run a per-agent Python script as N agent "
-        "threads of one process (python -m fogsim.spmd; no mpiexec)")  # fmt: skip
-    add("--check-modes", action="store_true", help="run the script simulated and as N "
-        "SPMD agents; name the first op that differs (exit 0: all agree)")  # fmt: skip
-    add("--bluefog", action="store_true", help="run BlueFog code unchanged: 'import "
-        "bluefog.torch as bf' gets fogsim.compat.bluefog (sets FOGSIM_BLUEFOG=1)")  # fmt: skip
-    add("--timeout", type=_positive_float, metavar="SECONDS",
-        help="kill the whole job after SECONDS (exit code 124); default: no timeout")  # fmt: skip
-    add("--verbose", action="store_true", help="when ranks fail, show every rank's traceback "
-        "and the MPI launcher's abort messages (default: each distinct error once)")  # fmt: skip
-    add("--dry-run", action="store_true",
-        help="print the environment changes and the command, run nothing")  # fmt: skip
-    add("command", nargs=argparse.REMAINDER, metavar="command ...",
-        help="the program and its arguments, e.g. python script.py --lr 0.1")  # fmt: skip
+    add(
+        "-np",
+        "-n",
+        dest="np",
+        type=_positive_int,
+        metavar="N",
+        help="number of processes (agents); with --sim, the number of simulated agents",
+    )
+    add("--hosts", metavar="HOSTS", help="comma-separated hosts (MPICH: -hosts, Open MPI: --host)")
+    add(
+        "--local-size",
+        type=_positive_int,
+        metavar="K",
+        help="emulate machines of K processes on one host (sets FOGSIM_LOCAL_SIZE)",
+    )
+    add(
+        "--timeline-filename",
+        metavar="PREFIX",
+        help="write a per-rank timeline PREFIX<rank>.json (sets FOGSIM_TIMELINE)",
+    )
+    add(
+        "--extra-mpi-flags",
+        default="",
+        metavar="FLAGS",
+        help="more mpiexec flags, split like a shell would (never run by a shell)",
+    )
+    add(
+        "--sim",
+        action="store_true",
+        help="run the script once, simulating N agents "
+        "(FOGSIM_BACKEND=sim FOGSIM_SIZE=N; no mpiexec)",
+    )
+    add(
+        "--spmd",
+        action="store_true",
+        help="run a per-agent Python script as N agent "
+        "threads of one process (python -m fogsim.spmd; no mpiexec)",
+    )
+    add(
+        "--check-modes",
+        action="store_true",
+        help="run the script simulated and as N "
+        "SPMD agents; name the first op that differs (exit 0: all agree)",
+    )
+    add(
+        "--bluefog",
+        action="store_true",
+        help="run BlueFog code unchanged: 'import "
+        "bluefog.torch as bf' gets fogsim.compat.bluefog (sets FOGSIM_BLUEFOG=1)",
+    )
+    add(
+        "--timeout",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="kill the whole job after SECONDS (exit code 124); default: no timeout",
+    )
+    add(
+        "--verbose",
+        action="store_true",
+        help="when ranks fail, show every rank's traceback "
+        "and the MPI launcher's abort messages (default: each distinct error once)",
+    )
+    add(
+        "--dry-run",
+        action="store_true",
+        help="print the environment changes and the command, run nothing",
+    )
+    add(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="command ...",
+        help="the program and its arguments, e.g. python script.py --lr 0.1",
+    )
     return parser
 
 
@@ -131,11 +185,15 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     if not command:
         parser.error("no command given, e.g.: fogrun -np 4 python script.py")
     if ns.check_modes and (ns.sim or ns.spmd):
-        parser.error("--check-modes runs the script both simulated and as SPMD agents itself; "
-                     "leave out --sim and --spmd")  # fmt: skip
+        parser.error(
+            "--check-modes runs the script both simulated and as SPMD agents itself; "
+            "leave out --sim and --spmd"
+        )
     if ns.sim and ns.spmd:
-        parser.error("--sim and --spmd exclude each other: --sim runs the script once for "
-                     "all agents, --spmd once per agent in threads")  # fmt: skip
+        parser.error(
+            "--sim and --spmd exclude each other: --sim runs the script once for "
+            "all agents, --spmd once per agent in threads"
+        )
     return Options(
         np=ns.np,
         command=tuple(command),

@@ -81,8 +81,9 @@ def _hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
 def _report(kind: type[BaseException], value: BaseException, tb: Any, rank: int) -> dict:
     error = traceback.TracebackException(kind, value, tb)
     frames = list(error.stack)
-    while frames and (frames[0].filename.endswith(_RUNNER_FILES)
-                      or _RUNNER_DIR in frames[0].filename):  # fmt: skip
+    while frames and (
+        frames[0].filename.endswith(_RUNNER_FILES) or _RUNNER_DIR in frames[0].filename
+    ):
         del frames[0]
     if frames:
         error.stack = traceback.StackSummary.from_list(frames)
@@ -137,8 +138,11 @@ def summary(reports: Sequence[dict], tracebacks: bool = True) -> str:
         first = group[0]
         # the exception's own line: a SyntaxError's text starts with the file and the code
         lines_of = [ln for ln in str(first.get("error", "")).split("\n") if ln.strip()]
-        head = lines_of[-1] if lines_of and lines_of[0].startswith("  File ") else \
-            (lines_of[0] if lines_of else "")  # fmt: skip
+        head = (
+            lines_of[-1]
+            if lines_of and lines_of[0].startswith("  File ")
+            else (lines_of[0] if lines_of else "")
+        )
         lines.append(f"fogrun: {rank_ranges(r['rank'] for r in group)}: {head}")
         if tracebacks:
             lines.append(str(first.get("traceback", "")).rstrip("\n"))

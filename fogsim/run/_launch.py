@@ -68,8 +68,13 @@ def _forwarding_signals(proc: subprocess.Popen[bytes]) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def run(argv: Sequence[str], env: Mapping[str, str], timeout: float | None = None, *,
-        verbose: bool = False) -> int:  # fmt: skip
+def run(
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    timeout: float | None = None,
+    *,
+    verbose: bool = False,
+) -> int:
     """Run ``argv`` with environment ``env``; return its exit code.
 
     A child killed by signal ``s`` gives ``128 + s``, as in a shell. After ``timeout``
@@ -93,16 +98,27 @@ def run(argv: Sequence[str], env: Mapping[str, str], timeout: float | None = Non
             with open(os.path.join(rank_dir, _errors.VERBOSE_NAME), "w"):
                 pass
         try:
-            proc = subprocess.Popen(list(argv), env=env, shell=False, start_new_session=True,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+            proc = subprocess.Popen(
+                list(argv),
+                env=env,
+                shell=False,
+                start_new_session=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
         except FileNotFoundError:
             watch.close()
             print(f"fogrun: command not found: {argv[0]}", file=sys.stderr)
             return _NOT_FOUND_EXIT_CODE
         dead: list[str] = []  # MPICH's launcher reports dead processes on either stream
-        relays = [threading.Thread(target=_relay, daemon=True,
-                                   args=(stream, to, dead, None if verbose else _banner.Filter()))
-                  for stream, to in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))]
+        relays = [
+            threading.Thread(
+                target=_relay,
+                daemon=True,
+                args=(stream, to, dead, None if verbose else _banner.Filter()),
+            )
+            for stream, to in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))
+        ]
         for relay in relays:
             relay.start()
         try:
@@ -185,8 +201,9 @@ def _write(to: Any, data: bytes) -> None:
         to.flush()
 
 
-def _name_dead_ranks(pids: list[str], rank_dir: str,
-                     first: Sequence[tuple[int, int, str]] = ()) -> None:
+def _name_dead_ranks(
+    pids: list[str], rank_dir: str, first: Sequence[tuple[int, int, str]] = ()
+) -> None:
     """Name the rank that ended the job: ``first`` (from the sockets) if it is one rank,
     or the one of them the launcher's ``pids`` name too; else the launcher's ``pids``."""
     reported = list(dict.fromkeys(pids))
@@ -198,8 +215,10 @@ def _name_dead_ranks(pids: list[str], rank_dir: str,
         return
     if first:
         ranks = ", ".join(str(f[0]) for f in first)
-        print(f"fogrun: ranks {ranks} ended at the same moment, and with them the job",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"fogrun: ranks {ranks} ended at the same moment, and with them the job",
+            file=sys.stderr,
+        )
         return
     for pid in reported:
         try:

@@ -126,13 +126,16 @@ class Watch:
             known = [who for who in ended if who is not None]
             if known:
                 self._rounds.append(sorted(known))
-                if self.failed_at is None and not stop and any(
-                    who[2] == "failed" for who in known
-                ):
+                if self.failed_at is None and not stop and any(who[2] == "failed" for who in known):
                     self.failed_at = time.monotonic()
 
-    def _read(self, sock: socket.socket, buffers: dict[socket.socket, bytes],
-              ended: list[tuple[int, int, str] | None], stop_at_eof: bool) -> None:
+    def _read(
+        self,
+        sock: socket.socket,
+        buffers: dict[socket.socket, bytes],
+        ended: list[tuple[int, int, str] | None],
+        stop_at_eof: bool,
+    ) -> None:
         while True:
             try:
                 chunk = sock.recv(4096)

@@ -53,8 +53,13 @@ def main(argv: list[str]) -> None:
 
 def _run_source(source: str, filename: str) -> None:
     loader = getattr(sys.modules["__main__"], "__loader__", None)
-    namespace = {"__name__": "__main__", "__builtins__": __builtins__, "__doc__": None,
-                 "__spec__": None, "__loader__": loader}  # fmt: skip
+    namespace = {
+        "__name__": "__main__",
+        "__builtins__": __builtins__,
+        "__doc__": None,
+        "__spec__": None,
+        "__loader__": loader,
+    }
     exec(compile(source, filename, "exec"), namespace)
 
 

@@ -22,11 +22,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m fogsim.spmd",
         description="Run a per-agent fogsim script as N agent threads of one process.",
     )
-    parser.add_argument("-np", "-n", dest="np", type=int, required=True, metavar="N",
-                        help="number of agents")  # fmt: skip
+    parser.add_argument(
+        "-np", "-n", dest="np", type=int, required=True, metavar="N", help="number of agents"
+    )
     parser.add_argument("--local-size", type=int, metavar="K", help="agents per machine")
-    parser.add_argument("--timeout", type=float, metavar="SECONDS",
-                        help="longest wait of an agent in one op")  # fmt: skip
+    parser.add_argument(
+        "--timeout", type=float, metavar="SECONDS", help="longest wait of an agent in one op"
+    )
     parser.add_argument("script", help="the per-agent script")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     ns = parser.parse_args(argv)
@@ -36,8 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     _alias.install_from_environ()  # fogrun --spmd --bluefog
     try:
-        run_path(ns.script, size=ns.np, argv=ns.args, local_size=ns.local_size,
-                 timeout=ns.timeout)  # fmt: skip
+        run_path(ns.script, size=ns.np, argv=ns.args, local_size=ns.local_size, timeout=ns.timeout)
     except SpmdError as exc:
         print(f"fogsim.spmd: {exc}", file=sys.stderr)
         return 1

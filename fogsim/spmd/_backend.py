@@ -122,23 +122,33 @@ class SpmdBackend(OneAgentEach, SpmdWindowOps, Backend):
         return self._sim.is_machine_topology_weighted()
 
     def hierarchical_neighbor_allreduce(
-        self, x: Any, self_weight: Any = None, src_machine_weights: Any = None,
-        dst_machine_weights: Any = None, enable_topo_check: bool = True, name: str | None = None,
-    ) -> Any:  # fmt: skip
+        self,
+        x: Any,
+        self_weight: Any = None,
+        src_machine_weights: Any = None,
+        dst_machine_weights: Any = None,
+        enable_topo_check: bool = True,
+        name: str | None = None,
+    ) -> Any:
         _arrays.check_name(name)
         args = (x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check)
-        return self._meet(label("hierarchical_neighbor_allreduce", name), args,
-                          _hierarchical_neighbor_allreduce)  # fmt: skip
+        return self._meet(
+            label("hierarchical_neighbor_allreduce", name), args, _hierarchical_neighbor_allreduce
+        )
 
     def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
         _arrays.check_name(name)
-        return self._meet(label("allreduce(is_hierarchical_local=True)", name), (x, average),
-                          _local_allreduce)  # fmt: skip
+        return self._meet(
+            label("allreduce(is_hierarchical_local=True)", name), (x, average), _local_allreduce
+        )
 
     def decomposed_allreduce(self, x, average, name, factors):
         _arrays.check_name(name)
-        return self._meet(label("allreduce(algorithm='decomposed')", name),
-                          (x, average, factors), _decomposed_allreduce)  # fmt: skip
+        return self._meet(
+            label("allreduce(algorithm='decomposed')", name),
+            (x, average, factors),
+            _decomposed_allreduce,
+        )
 
     # -- agent-local data -----------------------------------------------------------------
     def global_view(self, x: Any) -> Any:
@@ -174,8 +184,9 @@ class SpmdBackend(OneAgentEach, SpmdWindowOps, Backend):
         self, x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
     ) -> Any:
         _arrays.check_name(name)
-        return self._meet(label("neighbor_allgather", name), (x, src_ranks, dst_ranks),
-                          _neighbor_allgather)  # fmt: skip
+        return self._meet(
+            label("neighbor_allgather", name), (x, src_ranks, dst_ranks), _neighbor_allgather
+        )
 
     def barrier(self) -> None:
         self._meet("barrier", None, _barrier)
@@ -216,8 +227,9 @@ def _set_machine_topology(world: World, args: Sequence[Any]) -> list[None]:
     op = "set_machine_topology"
     is_weighted = agree(op, [_key(w) for w in weighted], "is_weighted")
     machines = world.sim.machine_size()
-    topo = same_topology(op, topologies, "machine topology", machines, original=True,
-                         check_size=False)  # fmt: skip
+    topo = same_topology(
+        op, topologies, "machine topology", machines, original=True, check_size=False
+    )
     world.sim.set_machine_topology(topo, is_weighted)
     return [None] * world.size
 
@@ -254,8 +266,12 @@ def _broadcast(world: World, args: Sequence[Any]) -> list[Any]:
 def _allgather(world: World, xs: Sequence[Any]) -> list[Any]:
     arrs, kinds = arrays("allgather", xs)
     arrs = [a.reshape(1) if a.ndim == 0 else a for a in arrs]
-    check_alike("allgather", arrs, shape_of=lambda a: a.shape[1:],
-                what="dtype and shape beyond the first dimension")  # fmt: skip
+    check_alike(
+        "allgather",
+        arrs,
+        shape_of=lambda a: a.shape[1:],
+        what="dtype and shape beyond the first dimension",
+    )
     if len({a.shape for a in arrs}) == 1:
         return rows(world.sim.allgather(np.stack(arrs)), kinds)
     return rows(world.sim.allgather(arrs), kinds)  # first dimensions differ
@@ -269,8 +285,11 @@ def _global_view(world: World, xs: Sequence[Any]) -> list[Any]:
 def _weights(op: str, args: Sequence[Any], n: int, machine: bool = False):
     """The stacked values and weights of a neighbor_allreduce (or hierarchical) call."""
     xs, sws, srcs, dsts, checks = zip(*args, strict=True)
-    src_name, dst_name = ("src_machine_weights", "dst_machine_weights") if machine else (
-        "src_weights", "dst_weights")  # fmt: skip
+    src_name, dst_name = (
+        ("src_machine_weights", "dst_machine_weights")
+        if machine
+        else ("src_weights", "dst_weights")
+    )
     check = agree(op, [_key(c) for c in checks], "enable_topo_check")
     stacked, kinds = stack(op, xs)
     sw = self_weights(op, sws)

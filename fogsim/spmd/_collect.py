@@ -61,8 +61,9 @@ def arrays(op: str, values: Sequence[Any]) -> tuple[list[np.ndarray], list[Kind]
     return out, kinds
 
 
-def check_alike(op: str, arrs: Sequence[np.ndarray], shape_of=lambda a: a.shape,
-                what: str = "dtype and shape") -> None:  # fmt: skip
+def check_alike(
+    op: str, arrs: Sequence[np.ndarray], shape_of=lambda a: a.shape, what: str = "dtype and shape"
+) -> None:
     """Raise ValueError naming the agents when dtypes or shapes (``shape_of``) differ."""
     keys = [(a.dtype.str, tuple(shape_of(a))) for a in arrs]
     message = disagreement(keys, "passed", lambda k: f"{np.dtype(k[0])} {k[1]}")
@@ -103,8 +104,9 @@ def _number(value: Any, rank: int, argname: str) -> float:
     return float(value)
 
 
-def self_weights(op: str, values: Sequence[Any], argname: str = "self_weight",
-                 default: float | None = None) -> np.ndarray | None:  # fmt: skip
+def self_weights(
+    op: str, values: Sequence[Any], argname: str = "self_weight", default: float | None = None
+) -> np.ndarray | None:
     """Return the agents' ``self_weight`` numbers as an array of n (None if none gave one).
 
     With ``default`` an agent's None stands for that number; without, agents that give
@@ -117,8 +119,10 @@ def self_weights(op: str, values: Sequence[Any], argname: str = "self_weight",
         message = disagreement(given, "passed", lambda g: f"{argname}={g}")
         if message is not None:
             raise ValueError(f"{op}: {message}; give {argname} on every agent or on none")
-    return np.array([default if v is None else _number(v, r, argname)
-                     for r, v in enumerate(values)], dtype=np.float64)  # fmt: skip
+    return np.array(
+        [default if v is None else _number(v, r, argname) for r, v in enumerate(values)],
+        dtype=np.float64,
+    )
 
 
 def _form(value: Any) -> str:
@@ -143,8 +147,9 @@ def _row(value: Any, rank: int, argname: str) -> Any:
     )
 
 
-def per_agent_weights(op: str, values: Sequence[Any], argname: str, n: int,
-                      allow_matrix: bool = True) -> Any:  # fmt: skip
+def per_agent_weights(
+    op: str, values: Sequence[Any], argname: str, n: int, allow_matrix: bool = True
+) -> Any:
     """Return the agents' weight arguments as the simulator takes them.
 
     None on every agent: None; a dict or rank list on each agent: the list of n; the same
@@ -166,8 +171,14 @@ def per_agent_weights(op: str, values: Sequence[Any], argname: str, n: int,
     return [_row(v, r, argname) for r, v in enumerate(values)]
 
 
-def same_topology(op: str, values: Sequence[Any], argname: str, n: int,
-                  original: bool = False, check_size: bool = True) -> Any:  # fmt: skip
+def same_topology(
+    op: str,
+    values: Sequence[Any],
+    argname: str,
+    n: int,
+    original: bool = False,
+    check_size: bool = True,
+) -> Any:
     """Return the one topology (or matrix) every agent passed, or raise naming the agents.
 
     Each value is a matrix, a graph, a :class:`Topology` or a builder called with ``n``
@@ -190,18 +201,18 @@ def same_topology(op: str, values: Sequence[Any], argname: str, n: int,
             distinct.append(t)
     if len(distinct) > 1:
         message = disagreement(
-            [distinct.index(t) for t in topos], "passed",
+            [distinct.index(t) for t in topos],
+            "passed",
             lambda k: f"{argname} {chr(ord('A') + k) if k < 26 else k}",
-        )  # fmt: skip
-        where = _first_difference(distinct[0], distinct[1])
-        raise ValueError(
-            f"{op}: every agent must pass the same {argname}, but {message} ({where})"
         )
+        where = _first_difference(distinct[0], distinct[1])
+        raise ValueError(f"{op}: every agent must pass the same {argname}, but {message} ({where})")
     return topos[0]
 
 
-def _as_topology(value: Any, n: int, argname: str, check_size: bool,
-                 rank: int | None = None) -> Topology:  # fmt: skip
+def _as_topology(
+    value: Any, n: int, argname: str, check_size: bool, rank: int | None = None
+) -> Topology:
     """``value`` as a Topology; errors name ``rank`` (None: every agent passed it)."""
     if callable(value) and not isinstance(value, Topology):
         value = value(n)
@@ -218,6 +229,8 @@ def _first_difference(a: Topology, b: Topology) -> str:
         return f"A has {a.size} nodes, B {b.size}"
     for i in range(a.size):
         if a.in_neighbors(i) != b.in_neighbors(i):
-            return (f"agent {i}'s in-neighbors are {a.in_neighbors(i)} in A and "
-                    f"{b.in_neighbors(i)} in B")  # fmt: skip
+            return (
+                f"agent {i}'s in-neighbors are {a.in_neighbors(i)} in A and "
+                f"{b.in_neighbors(i)} in B"
+            )
     return "their weights differ"

@@ -164,14 +164,51 @@ def _install_numpy() -> None:
 
 
 # -- torch ----------------------------------------------------------------------------------
-_TORCH_SAMPLERS = ("rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial",
-                   "poisson", "rand_like", "randn_like", "randint_like")  # fmt: skip
-_TENSOR_SAMPLERS = ("uniform_", "normal_", "random_", "bernoulli_", "bernoulli", "exponential_",
-                    "geometric_", "log_normal_", "cauchy_", "multinomial")  # fmt: skip
-_INIT_FUNCTIONS = ("uniform_", "normal_", "trunc_normal_", "xavier_uniform_", "xavier_normal_",
-                   "kaiming_uniform_", "kaiming_normal_", "orthogonal_", "sparse_")  # fmt: skip
-_DROPOUTS = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
-             "feature_alpha_dropout", "rrelu")  # fmt: skip
+_TORCH_SAMPLERS = (
+    "rand",
+    "randn",
+    "randint",
+    "randperm",
+    "normal",
+    "bernoulli",
+    "multinomial",
+    "poisson",
+    "rand_like",
+    "randn_like",
+    "randint_like",
+)
+_TENSOR_SAMPLERS = (
+    "uniform_",
+    "normal_",
+    "random_",
+    "bernoulli_",
+    "bernoulli",
+    "exponential_",
+    "geometric_",
+    "log_normal_",
+    "cauchy_",
+    "multinomial",
+)
+_INIT_FUNCTIONS = (
+    "uniform_",
+    "normal_",
+    "trunc_normal_",
+    "xavier_uniform_",
+    "xavier_normal_",
+    "kaiming_uniform_",
+    "kaiming_normal_",
+    "orthogonal_",
+    "sparse_",
+)
+_DROPOUTS = (
+    "dropout",
+    "dropout1d",
+    "dropout2d",
+    "dropout3d",
+    "alpha_dropout",
+    "feature_alpha_dropout",
+    "rrelu",
+)
 
 
 def _torch_generator() -> Any:
@@ -243,8 +280,12 @@ def _install_torch(torch: Any) -> None:
             _patch(torch, name, _seeding(name, getattr(torch, name)))
     import torch.nn.functional as F  # noqa: N812 - torch's own name; imported with torch
 
-    for owner, names in ((torch, _TORCH_SAMPLERS), (torch.Tensor, _TENSOR_SAMPLERS),
-                         (torch.nn.init, _INIT_FUNCTIONS), (F, _DROPOUTS)):  # fmt: skip
+    for owner, names in (
+        (torch, _TORCH_SAMPLERS),
+        (torch.Tensor, _TENSOR_SAMPLERS),
+        (torch.nn.init, _INIT_FUNCTIONS),
+        (F, _DROPOUTS),
+    ):
         for name in names:
             original = getattr(owner, name, None)
             if original is not None:

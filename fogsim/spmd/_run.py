@@ -31,8 +31,14 @@ class Agent:
         self.world, self.rank = world, rank
         self.context: Context | None = None
 
-    def init(self, backend: str | None = None, size: int | None = None, topology: Any = None,
-             seed: int | None = None, local_size: int | None = None) -> Context:  # fmt: skip
+    def init(
+        self,
+        backend: str | None = None,
+        size: int | None = None,
+        topology: Any = None,
+        seed: int | None = None,
+        local_size: int | None = None,
+    ) -> Context:
         """Start this agent's view of a fresh simulated world (a rendezvous of all agents).
 
         ``size`` must be the run's; the other arguments are :func:`fogsim.init`'s, with the
@@ -44,10 +50,12 @@ class Agent:
                 "run share one in-process world; leave backend out (or pass 'spmd')"
             )
         ctx = Context(
-            backend="spmd", size=size,
+            backend="spmd",
+            size=size,
             topology=self.world.topology if topology is None else topology,
-            seed=self.world.seed if seed is None else seed, local_size=local_size,
-        )  # fmt: skip
+            seed=self.world.seed if seed is None else seed,
+            local_size=local_size,
+        )
         old, self.context = self.context, ctx
         if self.world.settings.timeline:  # FOGSIM_TIMELINE: PREFIX<rank>.json per agent
             from .. import timeline
@@ -71,8 +79,13 @@ class Agent:
 
             timeline.stop_agent(self.rank)
 
-    def main(self, fn: Callable[..., Any], args: Sequence[Any], results: list[Any],
-             errors: dict[int, BaseException]) -> None:  # fmt: skip
+    def main(
+        self,
+        fn: Callable[..., Any],
+        args: Sequence[Any],
+        results: list[Any],
+        errors: dict[int, BaseException],
+    ) -> None:
         """The thread's body: ``results[rank] = fn(*args)`` with this agent's context."""
         _context.set_spmd_agent(self)
         _random.enter_agent()
@@ -145,22 +158,30 @@ def run(
     that returns while others wait in an op ends the run with :class:`SpmdError`.
     """
     if not callable(main):
-        raise TypeError(f"run(): main must be a function to run on every agent, got "
-                        f"{type(main).__name__}")  # fmt: skip
+        raise TypeError(
+            f"run(): main must be a function to run on every agent, got {type(main).__name__}"
+        )
     settings = _settings.load()
     n = _size(size, settings)
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
-                                or not timeout >= 0):  # fmt: skip
-        raise ValueError(f"timeout must be a number of seconds >= 0 (0: never) or None, got "
-                         f"{timeout!r}")  # fmt: skip
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not timeout >= 0
+    ):
+        raise ValueError(
+            f"timeout must be a number of seconds >= 0 (0: never) or None, got {timeout!r}"
+        )
     timeout = settings.stall_timeout if timeout is None else (timeout or None)
-    world = World(n, local_size=local_size, topology=topology, seed=seed, timeout=timeout,
-                  settings=settings)  # fmt: skip
+    world = World(
+        n, local_size=local_size, topology=topology, seed=seed, timeout=timeout, settings=settings
+    )
     results: list[Any] = [None] * n
     errors: dict[int, BaseException] = {}
     threads = [
-        threading.Thread(target=Agent(world, r).main, args=(main, args, results, errors),
-                         name=f"fogsim-spmd-agent-{r}", daemon=True)  # fmt: skip
+        threading.Thread(
+            target=Agent(world, r).main,
+            args=(main, args, results, errors),
+            name=f"fogsim-spmd-agent-{r}",
+            daemon=True,
+        )
         for r in range(n)
     ]
     _random.start()  # np.random.* and torch's generator: per agent thread (see _random)
@@ -217,8 +238,16 @@ def run_path(
     sys.argv = [path, *argv]
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     try:
-        return run(_exec_script, code, path, size=size, topology=topology, seed=seed,
-                   local_size=local_size, timeout=timeout)  # fmt: skip
+        return run(
+            _exec_script,
+            code,
+            path,
+            size=size,
+            topology=topology,
+            seed=seed,
+            local_size=local_size,
+            timeout=timeout,
+        )
     finally:
         sys.argv = old_argv
         sys.path[:] = old_path
@@ -227,8 +256,13 @@ def run_path(
 _print_lock = threading.Lock()
 
 
-def _print_lines(*values: Any, sep: str | None = " ", end: str | None = "\n", file: Any = None,
-                 flush: bool = False) -> None:  # fmt: skip
+def _print_lines(
+    *values: Any,
+    sep: str | None = " ",
+    end: str | None = "\n",
+    file: Any = None,
+    flush: bool = False,
+) -> None:
     """``print`` that writes its whole text in one call, so agents' lines do not mix."""
     out = sys.stdout if file is None else file
     if out is None:
@@ -247,10 +281,15 @@ _SCRIPT_BUILTINS = {**vars(builtins), "print": _print_lines}
 def _exec_script(code: Any, path: str) -> dict[str, Any]:
     """Run one code object (or, for a notebook, a list of them, one per cell) as ``__main__``."""
     namespace: dict[str, Any] = {
-        "__name__": "__main__", "__file__": path, "__builtins__": _SCRIPT_BUILTINS,
+        "__name__": "__main__",
+        "__file__": path,
+        "__builtins__": _SCRIPT_BUILTINS,
         "__doc__": None,
-        "__package__": None, "__spec__": None, "__loader__": None, "__cached__": None,
-    }  # fmt: skip
+        "__package__": None,
+        "__spec__": None,
+        "__loader__": None,
+        "__cached__": None,
+    }
     try:
         for part in code if isinstance(code, list) else [code]:
             exec(part, namespace)

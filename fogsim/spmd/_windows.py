@@ -38,8 +38,9 @@ class Registered:
 
     __slots__ = ("objs", "raws", "fmts", "stacked")
 
-    def __init__(self, objs: list[Any], raws: list[np.ndarray], fmts: list[WindowFormat],
-                 stacked: np.ndarray) -> None:  # fmt: skip
+    def __init__(
+        self, objs: list[Any], raws: list[np.ndarray], fmts: list[WindowFormat], stacked: np.ndarray
+    ) -> None:
         self.objs, self.raws, self.fmts, self.stacked = objs, raws, fmts, stacked
 
     def value(self) -> Any:
@@ -70,8 +71,9 @@ def _views(op: str, xs: Sequence[Any]) -> tuple[list[np.ndarray], list[WindowFor
 
 
 def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
-    return a is b or (a.ctypes.data == b.ctypes.data and a.shape == b.shape
-                      and a.strides == b.strides)  # fmt: skip
+    return a is b or (
+        a.ctypes.data == b.ctypes.data and a.shape == b.shape and a.strides == b.strides
+    )
 
 
 class SpmdWindowOps:
@@ -94,21 +96,28 @@ class SpmdWindowOps:
     # -- put, accumulate, get ---------------------------------------------------------------
     def win_put(self, x, name, self_weight=None, dst_weights=None, require_mutex=False):
         check_flag(require_mutex, "require_mutex", "win_put")
-        return self._meet(label("win_put", name), (x, name, self_weight, dst_weights),
-                          _win_put)  # fmt: skip
+        return self._meet(label("win_put", name), (x, name, self_weight, dst_weights), _win_put)
 
     def win_accumulate(self, x, name, self_weight=None, dst_weights=None, require_mutex=False):
         check_flag(require_mutex, "require_mutex", "win_accumulate")
-        return self._meet(label("win_accumulate", name), (x, name, self_weight, dst_weights),
-                          _win_accumulate)  # fmt: skip
+        return self._meet(
+            label("win_accumulate", name), (x, name, self_weight, dst_weights), _win_accumulate
+        )
 
     def win_get(self, name, src_weights=None, require_mutex=False):
         check_flag(require_mutex, "require_mutex", "win_get")
         return self._meet(label("win_get", name), (name, src_weights), _win_get)
 
     # -- update -----------------------------------------------------------------------------
-    def win_update(self, name, self_weight=None, neighbor_weights=None, reset=False,
-                   clone=False, require_mutex=False):  # fmt: skip
+    def win_update(
+        self,
+        name,
+        self_weight=None,
+        neighbor_weights=None,
+        reset=False,
+        clone=False,
+        require_mutex=False,
+    ):
         check_update_args(self_weight, neighbor_weights, reset, clone, require_mutex)
         args = (name, self_weight, neighbor_weights, reset, clone)
         return self._meet(label("win_update", name), args, _win_update)
@@ -146,8 +155,11 @@ def _win_create(world, args: Sequence[Any]) -> list[bool]:
     name = names[0]
     zero_init = agree(op, list(zero_inits), "zero_init")
     raws, fmts = _views(op, xs)
-    message = disagreement([(f.label, r.shape) for r, f in zip(raws, fmts, strict=True)],
-                           "passed", lambda k: f"{k[0]} {k[1]}")  # fmt: skip
+    message = disagreement(
+        [(f.label, r.shape) for r, f in zip(raws, fmts, strict=True)],
+        "passed",
+        lambda k: f"{k[0]} {k[1]}",
+    )
     if message is not None:
         raise ValueError(f"{op}: the agents' values must have one dtype and shape, but {message}")
     for rank, raw in enumerate(raws):
@@ -190,8 +202,9 @@ def _push(world, args: Sequence[Any], op: str, send) -> list[bool]:
             )
     sw = self_weights(op, sws, default=1.0)
     topo = world.sim.load_topology()
-    dst = per_agent_weights(op, _fill(dsts, topo.out_neighbors), "dst_weights", world.size,
-                            allow_matrix=False)  # fmt: skip
+    dst = per_agent_weights(
+        op, _fill(dsts, topo.out_neighbors), "dst_weights", world.size, allow_matrix=False
+    )
     own = [_same_memory(a, r) for a, r in zip(raws, reg.raws, strict=True)]
     reg.copy_in()
     if all(own):  # the usual call: each agent passes its registered value
@@ -224,8 +237,9 @@ def _win_get(world, args: Sequence[Any]) -> list[bool]:
     name = names[0]
     _registered(world, name, "win_get")
     topo = world.sim.load_topology()
-    src = per_agent_weights("win_get", _fill(srcs, topo.in_neighbors), "src_weights",
-                            world.size, allow_matrix=False)  # fmt: skip
+    src = per_agent_weights(
+        "win_get", _fill(srcs, topo.in_neighbors), "src_weights", world.size, allow_matrix=False
+    )
     world.sim.win_get(name, src, False)
     return [True] * world.size
 
@@ -236,8 +250,9 @@ def _default_weights(world, i: int) -> tuple[float, dict[int, float]]:
     used = topo if world.sim.is_topology_weighted() else topo.uniform()
     indptr, indices, data = used.offdiag_csr()
     lo, hi = indptr[i], indptr[i + 1]
-    return float(used.self_weights[i]), dict(zip(indices[lo:hi].tolist(),
-                                                 data[lo:hi].tolist(), strict=True))  # fmt: skip
+    return float(used.self_weights[i]), dict(
+        zip(indices[lo:hi].tolist(), data[lo:hi].tolist(), strict=True)
+    )
 
 
 def _win_update(world, args: Sequence[Any]) -> list[Any]:

@@ -142,9 +142,11 @@ class World:
         """Raise when the op ``rank`` is at can never complete."""
         if self._stop is not None:
             failed, exc = self._stop
-            who = "the run was interrupted" if failed < 0 else (
-                f"agent {failed} raised {type(exc).__name__}: {exc}"
-            )  # fmt: skip
+            who = (
+                "the run was interrupted"
+                if failed < 0
+                else (f"agent {failed} raised {type(exc).__name__}: {exc}")
+            )
             raise SpmdAborted(f"fogsim.spmd: agent {rank} stopped in {label}: {who}", failed)
         if self._finished:
             if self._early is None:  # worded once, so every agent reports the same
@@ -166,8 +168,9 @@ class World:
         )
 
     def _timed_out(self, rank: int, label: str) -> SpmdTimeout:
-        missing = [r for r in range(self.size)
-                   if r not in self._arrived and r not in self._finished]  # fmt: skip
+        missing = [
+            r for r in range(self.size) if r not in self._arrived and r not in self._finished
+        ]
         return SpmdTimeout(
             f"fogsim.spmd: agent {rank} waited {self.timeout:g} s in {label} for "
             f"{agents(missing)} (still running, never reached it); raise the run's timeout "

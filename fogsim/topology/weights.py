@@ -217,9 +217,7 @@ def _exact_circulant(
     if weights.ndim == 1:
         weights = weights[:, None]
     # Entry (slot, agent): slot 0 is the self weight, slot 1 + m the weight of offset m.
-    values = np.vstack(
-        [np.broadcast_to(self_weight, (1, n)), np.broadcast_to(weights, (k, n))]
-    )
+    values = np.vstack([np.broadcast_to(self_weight, (1, n)), np.broadcast_to(weights, (k, n))])
     slots = np.repeat(np.arange(k + 1), n)
     agents = np.tile(np.arange(n), k + 1)
     data = values.ravel()

@@ -114,7 +114,7 @@ neighborhoods = len({nb for nb, _ in seen})
 changed = int(bf.allreduce(torch.tensor([float(neighborhoods > 1)]), average=False))
 if not (changed > 0 and spread < 0.5 * spread0):
     raise AssertionError(f"{changed} fish saw their neighborhood change; spread {spread0:.3f}"
-                         f" -> {spread:.3f}")  # fmt: skip
+                         f" -> {spread:.3f}")
 if bf.rank() == 0:
     print(f"fish whose neighborhood changed: {changed}; spread {spread0:.3f} -> {spread:.3f}")
 report(x, "mh_average_err", max(err for _, err in seen), 1e-12)

@@ -38,7 +38,7 @@ data_gen = torch.Generator().manual_seed(11 + bf.rank())
 centers = 2.0 * torch.eye(classes, dim, dtype=torch.double)
 labels = torch.randint(classes, (batches * batch_size,), generator=data_gen)
 features = centers[labels] + torch.randn(len(labels), dim, generator=data_gen,
-                                         dtype=torch.double)  # fmt: skip
+                                         dtype=torch.double)
 model = nn.Linear(dim, classes).double()
 with torch.no_grad():  # the same start on every agent (the global RNG is shared by threads)
     init_gen = torch.Generator().manual_seed(0)

@@ -23,7 +23,13 @@ from ... import timeline as _timeline
 from .transport import Request, Transport
 
 __all__ = [
-    "GUARDS", "REPAIRS", "fingerprint", "agree", "LocalError", "settle", "start_agree",
+    "GUARDS",
+    "REPAIRS",
+    "fingerprint",
+    "agree",
+    "LocalError",
+    "settle",
+    "start_agree",
     "fused_terms",
 ]
 
@@ -52,8 +58,9 @@ def fingerprint(*parts: Any) -> int:
     return (zlib.crc32(text) << 30) ^ zlib.adler32(text)
 
 
-def fused_terms(layout: int, error: LocalError | None,
-                entries: list[Any]) -> tuple[int, str | Callable[[], str]]:  # fmt: skip
+def fused_terms(
+    layout: int, error: LocalError | None, entries: list[Any]
+) -> tuple[int, str | Callable[[], str]]:
     """Return the fingerprint and the description that ranks agree on for a batch of
     queued calls (``layout``: see :class:`fogsim._core.FusionQueue`)."""
     if error is not None:
@@ -85,8 +92,9 @@ def agree(
         tl.since("NEGOTIATE", t)
 
 
-def _agree(transport: Transport, fp: int, error: LocalError | None,
-           describe: str | Callable[[], str]) -> None:  # fmt: skip
+def _agree(
+    transport: Transport, fp: int, error: LocalError | None, describe: str | Callable[[], str]
+) -> None:
     # Always the nonblocking reduction: a rank that meets this agreement may be in an op
     # that overlaps it with its data (start_agree), and blocking and nonblocking
     # collectives do not match each other.
@@ -102,12 +110,14 @@ def _agree(transport: Transport, fp: int, error: LocalError | None,
 
 def _flags(fp: int, error: LocalError | None, posted: bool) -> np.ndarray:
     # reduced with MAX: [3] is 1 if some rank posted its data, [4] if some rank did not
-    return np.array([fp, -fp, 0 if error is None else 1, int(posted), int(not posted)],
-                    dtype=np.int64)  # fmt: skip
+    return np.array(
+        [fp, -fp, 0 if error is None else 1, int(posted), int(not posted)], dtype=np.int64
+    )
 
 
-def start_agree(transport: Transport, fp: int, error: LocalError | None,
-                posted: bool = False) -> tuple[np.ndarray, Request]:  # fmt: skip
+def start_agree(
+    transport: Transport, fp: int, error: LocalError | None, posted: bool = False
+) -> tuple[np.ndarray, Request]:
     """Start :func:`agree`'s reduction; return ``(flags, request)``. Once the request is
     complete, :func:`settle` raises what :func:`agree` would (on every rank).
 
@@ -118,8 +128,13 @@ def start_agree(transport: Transport, fp: int, error: LocalError | None,
     return flags, transport.iallreduce_max(flags)
 
 
-def settle(transport: Transport, flags: np.ndarray, error: LocalError | None,
-           describe: str | Callable[[], str], posted: bool = False) -> None:  # fmt: skip
+def settle(
+    transport: Transport,
+    flags: np.ndarray,
+    error: LocalError | None,
+    describe: str | Callable[[], str],
+    posted: bool = False,
+) -> None:
     """Raise the agreed error on every rank (see :func:`agree`), given the reduced flags."""
     if flags[0] == -flags[1] and flags[2] == 0:
         return
@@ -134,7 +149,6 @@ def settle(transport: Transport, flags: np.ndarray, error: LocalError | None,
             exc_type = TypeError if kind == "TypeError" else ValueError
             prefix = "" if message.startswith("topology check") else f"rank {rank}: "
             raise exc_type(prefix + message)
-    descriptions = transport.allgather_object(describe if isinstance(describe, str)
-                                              else describe())  # fmt: skip
+    descriptions = transport.allgather_object(describe if isinstance(describe, str) else describe())
     listed = ", ".join(f"rank {r} has {d}" for r, d in enumerate(descriptions))
     raise ValueError(f"ranks disagree: {listed}")

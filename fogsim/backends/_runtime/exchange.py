@@ -37,8 +37,15 @@ def exchange_send_tables(
 
 def check_pairs(transport: Transport, srcs: np.ndarray, dsts: np.ndarray) -> None:
     """Raise on every rank unless the ranks' ``src_ranks``/``dst_ranks`` match. Collective."""
-    plan = RankPlan(1.0, srcs, np.ones(len(srcs)), static=False, dsts=dsts,
-                    send_weights=np.ones(len(dsts)), exchange=True)  # fmt: skip
+    plan = RankPlan(
+        1.0,
+        srcs,
+        np.ones(len(srcs)),
+        static=False,
+        dsts=dsts,
+        send_weights=np.ones(len(dsts)),
+        exchange=True,
+    )
     _, mismatch = exchange_send_tables(transport, plan)
     if mismatch is not None:
         mismatch.message = mismatch.message.replace("dst_weights", "dst_ranks").replace(
@@ -47,8 +54,9 @@ def check_pairs(transport: Transport, srcs: np.ndarray, dsts: np.ndarray) -> Non
     agree(transport, 0, mismatch, "")
 
 
-def neighbor_rows(transport: Transport, mine: int, srcs: np.ndarray,
-                  dsts: np.ndarray) -> np.ndarray:  # fmt: skip
+def neighbor_rows(
+    transport: Transport, mine: int, srcs: np.ndarray, dsts: np.ndarray
+) -> np.ndarray:
     """Return the first-dimension length of each source's value (they may differ), having
     sent ``mine`` to each destination."""
     rows = np.empty(len(srcs), dtype=np.int64)

@@ -86,8 +86,10 @@ class InProcessWorld:
         data = box.popleft()
         target = into.reshape(-1).view(np.uint8)
         if len(data) != target.size:
-            raise ValueError(f"in-process transport: a {len(data)}-byte message from rank "
-                             f"{src} does not fit a {target.size}-byte buffer")  # fmt: skip
+            raise ValueError(
+                f"in-process transport: a {len(data)}-byte message from rank "
+                f"{src} does not fit a {target.size}-byte buffer"
+            )
         target[:] = np.frombuffer(data, np.uint8)
         return True
 

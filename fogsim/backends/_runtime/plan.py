@@ -148,9 +148,14 @@ def rank_plan(
         dsts, send_w = rank_weights(dst_weights, n, i, "dst_weights")
     order = np.argsort((dsts - i) % n, kind="stable")
     return RankPlan(
-        sw, srcs, weights, static=False, dsts=dsts[order], send_weights=send_w[order],
+        sw,
+        srcs,
+        weights,
+        static=False,
+        dsts=dsts[order],
+        send_weights=send_w[order],
         exchange=True,
-    )  # fmt: skip
+    )
 
 
 def _matrix_plan(n: int, i: int, src: Any, sw: float | None, dst: Any) -> RankPlan:
@@ -175,18 +180,24 @@ def _matrix_plan(n: int, i: int, src: Any, sw: float | None, dst: Any) -> RankPl
         else:
             _weightcheck.check_row("neighbor_allreduce", i, self_weight + float(np.sum(weights)))
     return RankPlan(
-        self_weight, srcs, weights, static=False, dsts=_congestion_order(dsts, i, n),
+        self_weight,
+        srcs,
+        weights,
+        static=False,
+        dsts=_congestion_order(dsts, i, n),
         fingerprint=fingerprint(*fp_parts),
-    )  # fmt: skip
+    )
 
 
 def _matrix_fingerprint(topo: Topology) -> int:
     form = topo.circulant_form()
     if form is not None:
         return fingerprint(
-            "circ", form.offsets.tobytes(), np.asarray(form.weights).tobytes(),
+            "circ",
+            form.offsets.tobytes(),
+            np.asarray(form.weights).tobytes(),
             np.asarray(form.self_weight).tobytes(),
-        )  # fmt: skip
+        )
     indptr, indices, data = topo.offdiag_csr()
     return fingerprint("csr", indptr.tobytes(), indices.tobytes(), data.tobytes())
 
@@ -211,15 +222,19 @@ def check_senders(
     extra = np.setdiff1d(senders, plan.srcs)
     if extra.size:
         j = int(extra[0])
-        return None, LocalError(ValueError(
-            f"topology check failed: agent {j} sends to agent {i} (dst_weights[{j}]) "
-            f"but agent {i} does not receive from {j} (src_weights[{i}])"
-        ))  # fmt: skip
+        return None, LocalError(
+            ValueError(
+                f"topology check failed: agent {j} sends to agent {i} (dst_weights[{j}]) "
+                f"but agent {i} does not receive from {j} (src_weights[{i}])"
+            )
+        )
     missing = np.setdiff1d(plan.srcs, senders)
     if missing.size:
         j = int(missing[0])
-        return None, LocalError(ValueError(
-            f"topology check failed: agent {i} receives from agent {j} (src_weights[{i}]) "
-            f"but agent {j} does not send to {i} (dst_weights[{j}])"
-        ))  # fmt: skip
+        return None, LocalError(
+            ValueError(
+                f"topology check failed: agent {i} receives from agent {j} (src_weights[{i}]) "
+                f"but agent {j} does not send to {i} (dst_weights[{j}])"
+            )
+        )
     return plan.weights * got[plan.srcs, 1], None

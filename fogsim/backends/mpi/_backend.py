@@ -132,15 +132,19 @@ class MPIBackend(OneAgentEach, NeighborOps, MpiWindowOps, Backend):
         topo = self._topology
         indptr, indices, data = topo.offdiag_csr()
         agree(
-            self.transport, fingerprint("topology", self._is_weighted, indptr.tobytes(),
-                                        indices.tobytes(), data.tobytes()),
-            None, "a different topology",
-        )  # fmt: skip
+            self.transport,
+            fingerprint(
+                "topology", self._is_weighted, indptr.tobytes(), indices.tobytes(), data.tobytes()
+            ),
+            None,
+            "a different topology",
+        )
         self._drain()
         if self.graph_comm is not None:
             self.graph_comm.Free()
-        self._static = self._fusion.static_plan = static_rank_plan(topo, self._is_weighted,
-                                                                   self._rank)  # fmt: skip
+        self._static = self._fusion.static_plan = static_rank_plan(
+            topo, self._is_weighted, self._rank
+        )
         self.graph_comm = self.comm.Create_dist_graph_adjacent(
             topo.in_neighbors(self._rank), topo.out_neighbors(self._rank), reorder=False
         )
@@ -158,8 +162,9 @@ class MPIBackend(OneAgentEach, NeighborOps, MpiWindowOps, Backend):
         return wrap_like(stacked, kind)
 
     # -- helpers --------------------------------------------------------------------------
-    def _value(self, x: Any, op: str, averaging: bool,
-               adds: bool | None = None) -> tuple[np.ndarray, Kind]:  # fmt: skip
+    def _value(
+        self, x: Any, op: str, averaging: bool, adds: bool | None = None
+    ) -> tuple[np.ndarray, Kind]:
         """Return this rank's value as a C-contiguous array (checked for its dtype).
 
         An op that ``adds`` values (default: one that averages) gets half precision as
@@ -175,8 +180,9 @@ class MPIBackend(OneAgentEach, NeighborOps, MpiWindowOps, Backend):
             arr, kind = _arrays.upcast_half(arr, kind)
         return (arr if arr.flags.c_contiguous else arr.copy(order="C")), kind
 
-    def _checked(self, op, x, averaging, shape_of=lambda a: a.shape, extra=(), error=None,
-                 adds=None):  # fmt: skip
+    def _checked(
+        self, op, x, averaging, shape_of=lambda a: a.shape, extra=(), error=None, adds=None
+    ):
         """Convert ``x`` and agree with every rank on shape and dtype; raise on all ranks.
 
         ``error`` is a problem already found on this rank (it is raised everywhere too).
@@ -261,8 +267,7 @@ class MPIBackend(OneAgentEach, NeighborOps, MpiWindowOps, Backend):
     def barrier_nonblocking(self) -> Handle:
         self._flush()
         req = self.comm.Ibarrier()
-        return self.handles.start("barrier", partial(self.stall.wait, req.Test, req.Wait),
-                                  req.Test)  # fmt: skip
+        return self.handles.start("barrier", partial(self.stall.wait, req.Test, req.Wait), req.Test)
 
     # -- machine level ----------------------------------------------------------------------
     def _on_machine_topology(self) -> None:
@@ -282,17 +287,23 @@ class MPIBackend(OneAgentEach, NeighborOps, MpiWindowOps, Backend):
         """
         topo = self.load_machine_topology()
         if self._machines is None:
-            self._machines = MPIBackend(local_size=1, settings=self._settings,
-                                        comm=self._roots_comm)  # fmt: skip
+            self._machines = MPIBackend(
+                local_size=1, settings=self._settings, comm=self._roots_comm
+            )
         world = self._machines
         if world._topology is not topo or world._is_weighted != self._machine_weighted:
             world.set_topology(topo, self._machine_weighted)
         return world
 
     def hierarchical_neighbor_allreduce(
-        self, x: Any, self_weight: Any = None, src_machine_weights: Any = None,
-        dst_machine_weights: Any = None, enable_topo_check: bool = True, name: str | None = None,
-    ) -> Any:  # fmt: skip
+        self,
+        x: Any,
+        self_weight: Any = None,
+        src_machine_weights: Any = None,
+        dst_machine_weights: Any = None,
+        enable_topo_check: bool = True,
+        name: str | None = None,
+    ) -> Any:
         """Gather and average on local rank 0; exchange among machines; broadcast back."""
         op = "hierarchical_neighbor_allreduce"
         self._start_machine_op(op, name, enable_topo_check)
@@ -312,9 +323,13 @@ class MPIBackend(OneAgentEach, NeighborOps, MpiWindowOps, Backend):
         out, report = None, None
         if root:  # every machine's local rank 0 runs the exchange, then tells its machine
             out, error = exchange_between_machines(
-                self._machine_world(), mean, self_weight, src_machine_weights,
-                dst_machine_weights, enable_topo_check,
-            )  # fmt: skip
+                self._machine_world(),
+                mean,
+                self_weight,
+                src_machine_weights,
+                dst_machine_weights,
+                enable_topo_check,
+            )
             if error is not None:
                 report = (type(error), str(error))
         if k > 1:  # the other local ranks wait yielding the core (see _local_bcast)
@@ -350,8 +365,14 @@ class MPIBackend(OneAgentEach, NeighborOps, MpiWindowOps, Backend):
             raise TypeError(f"average must be a bool, got {type(average).__name__}")
         self._flush()
         factors, error = self._decomposition(factors)
-        arr, kind = self._checked("allreduce-decomposed", x, averaging=average, extra=(factors,),
-                                  error=error and LocalError(error), adds=True)  # fmt: skip
+        arr, kind = self._checked(
+            "allreduce-decomposed",
+            x,
+            averaging=average,
+            extra=(factors,),
+            error=error and LocalError(error),
+            adds=True,
+        )
         comms = self._stage_comms.get(factors)
         if comms is None:
             comms = self._stage_comms[factors] = self._split_stages(factors)
@@ -361,9 +382,10 @@ class MPIBackend(OneAgentEach, NeighborOps, MpiWindowOps, Backend):
             bounds = piece_bounds(lo, hi, comm.Get_size())
             counts = np.diff(bounds)
             recv = np.empty((comm.Get_size(), counts[d]), buf.dtype)
-            comm.Alltoallv([buf, (counts, bounds[:-1])],
-                           [recv, (np.full(len(counts), counts[d]),
-                                   counts[d] * np.arange(len(counts)))])  # fmt: skip
+            comm.Alltoallv(
+                [buf, (counts, bounds[:-1])],
+                [recv, (np.full(len(counts), counts[d]), counts[d] * np.arange(len(counts)))],
+            )
             lo, hi = int(bounds[d]), int(bounds[d + 1])
             acc = buf[lo:hi]
             acc[...] = recv[0]

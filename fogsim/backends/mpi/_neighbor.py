@@ -75,15 +75,22 @@ def _done(data: Any, agreement: Any) -> bool:
     return True
 
 
-def combine(arr: np.ndarray, plan: RankPlan, recv: np.ndarray, weights: np.ndarray,
-            offset: int = 0, select: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+def combine(
+    arr: np.ndarray,
+    plan: RankPlan,
+    recv: np.ndarray,
+    weights: np.ndarray,
+    offset: int = 0,
+    select: np.ndarray | None = None,
+) -> np.ndarray:
     """Return ``self_weight * arr + sum_k weights[k] * y_k`` in ascending source order.
 
     ``y_k`` is row ``select[k]`` (``k`` without select) of ``recv``, read in place from byte
     ``offset`` (see :func:`fogsim._core.combine_rows`).
     """
-    return _core.combine_rows(np.empty_like(arr), plan.self_weight, arr, weights, recv, offset,
-                              select)  # fmt: skip
+    return _core.combine_rows(
+        np.empty_like(arr), plan.self_weight, arr, weights, recv, offset, select
+    )
 
 
 class NeighborOps:
@@ -126,9 +133,14 @@ class NeighborOps:
 
     # -- neighbor_allreduce ---------------------------------------------------------------
     def neighbor_allreduce(
-        self, x, self_weight=None, src_weights=None, dst_weights=None,
-        enable_topo_check=True, name=None,
-    ):  # fmt: skip
+        self,
+        x,
+        self_weight=None,
+        src_weights=None,
+        dst_weights=None,
+        enable_topo_check=True,
+        name=None,
+    ):
         if _plain(x, self_weight, src_weights, dst_weights, name) and (
             enable_topo_check is True or enable_topo_check is False
         ):  # the common case: the static topology's weights on a numpy array
@@ -141,8 +153,9 @@ class NeighborOps:
                     if tl is None:
                         return self._checked_static_exchange(x, plan)
                     return self._traced_checked_static_exchange(tl, x, plan)
-                agree(self.transport, self._fingerprint(x, plan, False), None,
-                      partial(_describe, x))  # fmt: skip
+                agree(
+                    self.transport, self._fingerprint(x, plan, False), None, partial(_describe, x)
+                )
             return self._static_exchange(x, plan, plan.weights)
         return self._neighbor_allreduce(
             x, self_weight, src_weights, dst_weights, enable_topo_check, name, blocking=True
@@ -165,8 +178,9 @@ class NeighborOps:
         nonblocking neighbor collectives crash on a truncated message), else the
         agreement comes first. A rank that meets this call with another op completes the
         transfer for it once the agreement failed (``_runtime.agree.REPAIRS``)."""
-        flags, agreement = start_agree(self.transport, self._fingerprint(arr, plan, False),
-                                       None, posted=True)  # fmt: skip
+        flags, agreement = start_agree(
+            self.transport, self._fingerprint(arr, plan, False), None, posted=True
+        )
         recv = np.empty((len(self._static.srcs), *arr.shape), dtype=arr.dtype)
         self._wait_overlapped(self.graph_comm.Ineighbor_allgather(arr, recv), agreement)
         settle(self.transport, flags, None, partial(_describe, arr), posted=True)
@@ -185,8 +199,9 @@ class NeighborOps:
         (the agreement and the data travel together), NEGOTIATE (the agreement's outcome),
         COMPUTE_AVERAGE."""
         t = tl.clock_ns()
-        flags, agreement = start_agree(self.transport, self._fingerprint(arr, plan, False),
-                                       None, posted=True)  # fmt: skip
+        flags, agreement = start_agree(
+            self.transport, self._fingerprint(arr, plan, False), None, posted=True
+        )
         recv = np.empty((len(self._static.srcs), *arr.shape), dtype=arr.dtype)
         self._wait_overlapped(self.graph_comm.Ineighbor_allgather(arr, recv), agreement)
         t = tl.since("COMMUNICATE", t)
@@ -208,11 +223,21 @@ class NeighborOps:
         return out
 
     def neighbor_allreduce_nonblocking(
-        self, x, self_weight=None, src_weights=None, dst_weights=None,
-        enable_topo_check=True, name=None,
-    ):  # fmt: skip
-        if (self_weight is None and src_weights is None and dst_weights is None
-                and name is None and enable_topo_check is True):  # fmt: skip
+        self,
+        x,
+        self_weight=None,
+        src_weights=None,
+        dst_weights=None,
+        enable_topo_check=True,
+        name=None,
+    ):
+        if (
+            self_weight is None
+            and src_weights is None
+            and dst_weights is None
+            and name is None
+            and enable_topo_check is True
+        ):
             # the common case, straight to the queue: ranks agree once per fused batch
             handle = self._fusion.add_static(x)
             if handle is not None:
@@ -232,8 +257,15 @@ class NeighborOps:
             if self_weight is None and src_weights is None and dst_weights is None:
                 plan = self._static
             else:
-                plan = rank_plan(self._n, self._rank, self._topology, self._static,
-                                 self_weight, src_weights, dst_weights)  # fmt: skip
+                plan = rank_plan(
+                    self._n,
+                    self._rank,
+                    self._topology,
+                    self._static,
+                    self_weight,
+                    src_weights,
+                    dst_weights,
+                )
         except (TypeError, ValueError) as exc:
             if not check:
                 raise
@@ -271,44 +303,52 @@ class NeighborOps:
             if len(self._fingerprints) >= _FP_CACHE_SIZE:
                 self._fingerprints.clear()
             fp = self._fingerprints[key] = fingerprint(
-                "neighbor_allreduce", arr.dtype.str, arr.shape, plan.fingerprint, plan.static,
+                "neighbor_allreduce",
+                arr.dtype.str,
+                arr.shape,
+                plan.fingerprint,
+                plan.static,
                 exchange,
-            )  # fmt: skip
+            )
         return fp
 
-    def _neighbor_allreduce(self, x, self_weight, src_weights, dst_weights, check, name,
-                            blocking):  # fmt: skip
+    def _neighbor_allreduce(self, x, self_weight, src_weights, dst_weights, check, name, blocking):
         """Blocking: return the result. Nonblocking: return a handle (static calls queue)."""
         if name is not None:
             _arrays.check_name(name)
         if check is not True and check is not False:
             raise TypeError("enable_topo_check must be a bool")
-        if not blocking and dst_weights is None and (
-            src_weights is None or not is_matrix(src_weights)
+        if (
+            not blocking
+            and dst_weights is None
+            and (src_weights is None or not is_matrix(src_weights))
         ):
             # Static nonblocking calls are queued; ranks agree once per fused batch.
             arr, kind, plan, error = self._parse(x, self_weight, src_weights, dst_weights, check)
-            wrap = (None if kind is None or not (kind.torch or kind.half)
-                    else partial(wrap_like, kind=kind))  # fmt: skip
+            wrap = (
+                None
+                if kind is None or not (kind.torch or kind.half)
+                else partial(wrap_like, kind=kind)
+            )
             return self._fusion.add(arr, plan, wrap, error, check, name)
         if len(self._fusion):
             self._fusion.flush()
-        arr, kind, plan, weights = self._plan_call(x, self_weight, src_weights, dst_weights,
-                                                   check)  # fmt: skip
+        arr, kind, plan, weights = self._plan_call(x, self_weight, src_weights, dst_weights, check)
         if plan.static:  # only blocking calls get here
             return wrap_like(self._static_exchange(arr, plan, weights), kind)
-        handle = self._start_dynamic(arr, kind, plan, weights,
-                                     scale=not check and plan.exchange, name=name)  # fmt: skip
+        handle = self._start_dynamic(
+            arr, kind, plan, weights, scale=not check and plan.exchange, name=name
+        )
         return handle.wait() if blocking else handle
 
     def _start_dynamic(self, arr, kind, plan, weights, scale, name) -> Handle:
         recv = np.empty((len(plan.srcs), *arr.shape), dtype=arr.dtype)
         # recv[k, ...]: a view even for 0-d values (recv[k] would be a read-only scalar)
-        reqs = [self.p2p_comm.Irecv(recv[k, ...], source=int(j))
-                for k, j in enumerate(plan.srcs)]  # fmt: skip
+        reqs = [self.p2p_comm.Irecv(recv[k, ...], source=int(j)) for k, j in enumerate(plan.srcs)]
         keep = []
-        for j, s in zip(plan.dsts, plan.send_weights if scale else [1.0] * len(plan.dsts),
-                        strict=True):  # fmt: skip
+        for j, s in zip(
+            plan.dsts, plan.send_weights if scale else [1.0] * len(plan.dsts), strict=True
+        ):
             buf = arr if s == 1.0 else np.multiply(arr, arr.dtype.type(s))
             keep.append(buf)
             reqs.append(self.p2p_comm.Isend(buf, dest=int(j)))
@@ -321,8 +361,9 @@ class NeighborOps:
                 out = combine(arr, plan, recv, weights)
             return wrap_like(out, kind)
 
-        return self.handles.start("neighbor_allreduce", finish,
-                                  partial(MPI.Request.Testall, reqs), name)  # fmt: skip
+        return self.handles.start(
+            "neighbor_allreduce", finish, partial(MPI.Request.Testall, reqs), name
+        )
 
     # -- fusion ---------------------------------------------------------------------------
     def _send_batch(self, entries: list, total: int, layout: int | None, error) -> None:
@@ -351,8 +392,9 @@ class NeighborOps:
             self._wait_overlapped(data, agreement)
             settle(self.transport, flags, None, describe, posted=True)
 
-        _core.FusedBatch(entries, send, recv, data, wait, partial(_done, data, agreement),
-                         _timeline.running)  # fmt: skip
+        _core.FusedBatch(
+            entries, send, recv, data, wait, partial(_done, data, agreement), _timeline.running
+        )
 
     # -- neighbor_allgather ---------------------------------------------------------------
     def neighbor_allgather(self, x, src_ranks=None, dst_ranks=None, name=None):
@@ -373,9 +415,13 @@ class NeighborOps:
         except (TypeError, ValueError) as exc:
             error = LocalError(exc)
         arr, kind = self._checked(
-            "neighbor_allgather", x, averaging=False, shape_of=lambda a: a.shape[1:],
-            extra=(src_ranks is None,), error=error,
-        )  # fmt: skip
+            "neighbor_allgather",
+            x,
+            averaging=False,
+            shape_of=lambda a: a.shape[1:],
+            extra=(src_ranks is None,),
+            error=error,
+        )
         arr = arr.reshape(1) if arr.ndim == 0 else arr
         if srcs is None:
             srcs = np.asarray(self._static.srcs)
@@ -391,8 +437,10 @@ class NeighborOps:
             reqs = [comm.Ineighbor_allgatherv(arr, [out, (rows * per_row, displs)])]
         else:
             starts = np.concatenate([[0], np.cumsum(rows)])
-            reqs = [self.p2p_comm.Irecv(out[starts[k] : starts[k + 1]], source=int(j))
-                    for k, j in enumerate(srcs)]  # fmt: skip
+            reqs = [
+                self.p2p_comm.Irecv(out[starts[k] : starts[k + 1]], source=int(j))
+                for k, j in enumerate(srcs)
+            ]
             reqs += [self.p2p_comm.Isend(arr, dest=int(j)) for j in dsts]
 
         def finish() -> Any:
@@ -400,8 +448,9 @@ class NeighborOps:
                 MPI.Request.Waitall(reqs)
             return wrap_like(out, kind)
 
-        return self.handles.start("neighbor_allgather", finish,
-                                  lambda: MPI.Request.Testall(reqs), name)  # fmt: skip
+        return self.handles.start(
+            "neighbor_allgather", finish, lambda: MPI.Request.Testall(reqs), name
+        )
 
     def _neighbor_rows(self, mine: int, srcs, dsts, graph_comm) -> np.ndarray:
         """Return the first-dimension length of each source's value (they may differ)."""

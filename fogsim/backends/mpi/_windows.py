@@ -114,8 +114,9 @@ class _Window:
                 continue
             pause = _BACKOFF_START
             while True:
-                self.mutex.Compare_and_swap([one, MPI.INT64_T], [zero, MPI.INT64_T],
-                                            [got, MPI.INT64_T], r, 0)  # fmt: skip
+                self.mutex.Compare_and_swap(
+                    [one, MPI.INT64_T], [zero, MPI.INT64_T], [got, MPI.INT64_T], r, 0
+                )
                 self.mutex.Flush(r)
                 if got[0] == 0:
                     break
@@ -236,8 +237,9 @@ class MpiWindowOps:
         srcs = np.asarray(topo.in_neighbors(self._rank), dtype=np.int64)
         dsts = np.asarray(topo.out_neighbors(self._rank), dtype=np.int64)
         remote_slot = {int(j): topo.in_neighbors(int(j)).index(self._rank) for j in dsts}
-        self._windows[name] = _Window(self.comm, name, x, raw, fmt, srcs, dsts, remote_slot,
-                                      zero_init)  # fmt: skip
+        self._windows[name] = _Window(
+            self.comm, name, x, raw, fmt, srcs, dsts, remote_slot, zero_init
+        )
         self.comm.Barrier()  # every window is initialized before anyone writes to it
         return True
 
@@ -325,17 +327,27 @@ class MpiWindowOps:
         return True
 
     # -- update -------------------------------------------------------------------------
-    def win_update(self, name, self_weight=None, neighbor_weights=None, reset=False,
-                   clone=False, require_mutex=False):  # fmt: skip
+    def win_update(
+        self,
+        name,
+        self_weight=None,
+        neighbor_weights=None,
+        reset=False,
+        clone=False,
+        require_mutex=False,
+    ):
         win = self._window(name, "win_update")
         if not check_update_args(self_weight, neighbor_weights, reset, clone, require_mutex):
             plan = self._static
-            sw, pairs = plan.self_weight, list(zip(plan.srcs.tolist(), plan.weights.tolist(),
-                                                   strict=True))  # fmt: skip
+            sw, pairs = (
+                plan.self_weight,
+                list(zip(plan.srcs.tolist(), plan.weights.tolist(), strict=True)),
+            )
         else:
             sw = scalar_weight(self_weight, "self_weight")
-            pairs = self._partners(neighbor_weights, win.srcs, "neighbor_weights", "win_update",
-                                   "in-neighbor")  # fmt: skip
+            pairs = self._partners(
+                neighbor_weights, win.srcs, "neighbor_weights", "win_update", "in-neighbor"
+            )
         return self._update(win, sw, pairs, reset, clone, require_mutex)
 
     def win_update_then_collect(self, name: str, require_mutex: bool = True) -> Any:
@@ -344,8 +356,9 @@ class MpiWindowOps:
         pairs = [(int(j), 1.0) for j in win.srcs]
         return self._update(win, 1.0, pairs, True, False, require_mutex)
 
-    def _update(self, win: _Window, sw: float, pairs, reset: bool, clone: bool,
-                require_mutex: bool) -> Any:  # fmt: skip
+    def _update(
+        self, win: _Window, sw: float, pairs, reset: bool, clone: bool, require_mutex: bool
+    ) -> Any:
         me = self._rank
         slots = np.array([1 + win.slot_of[j] for j, _ in pairs], dtype=np.int64)
         weights = np.array([w for _, w in pairs], dtype=np.float64)
@@ -366,8 +379,9 @@ class MpiWindowOps:
                 win.pwin.Flush(me)
             zero_count = np.zeros(1, np.int64)
             for k in slots.tolist():
-                win.version.Accumulate([zero_count, MPI.INT64_T], me, (k - 1, 1, MPI.INT64_T),
-                                       op=MPI.REPLACE)  # fmt: skip
+                win.version.Accumulate(
+                    [zero_count, MPI.INT64_T], me, (k - 1, 1, MPI.INT64_T), op=MPI.REPLACE
+                )
             win.version.Flush(me)
             if self._with_p:
                 win.p = p

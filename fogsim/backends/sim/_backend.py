@@ -167,8 +167,9 @@ class SimBackend(SimWindowOps, Backend):
         return wrap_like(arr.copy(), kind)
 
     # -- helpers --------------------------------------------------------------------------
-    def _stacked(self, x: Any, op: str, averaging: bool,
-                 adds: bool | None = None) -> tuple[np.ndarray, Kind]:  # fmt: skip
+    def _stacked(
+        self, x: Any, op: str, averaging: bool, adds: bool | None = None
+    ) -> tuple[np.ndarray, Kind]:
         """Return the stacked value of ``x`` and how it came in, checked for ``op``.
 
         An op that ``adds`` values (default: one that averages) gets float16 as float32,
@@ -313,9 +314,14 @@ class SimBackend(SimWindowOps, Backend):
         return np.divide(total, k, out=total)
 
     def hierarchical_neighbor_allreduce(
-        self, x: Any, self_weight: Any = None, src_machine_weights: Any = None,
-        dst_machine_weights: Any = None, enable_topo_check: bool = True, name: str | None = None,
-    ) -> Any:  # fmt: skip
+        self,
+        x: Any,
+        self_weight: Any = None,
+        src_machine_weights: Any = None,
+        dst_machine_weights: Any = None,
+        enable_topo_check: bool = True,
+        name: str | None = None,
+    ) -> Any:
         _arrays.check_name(name)
         if not isinstance(enable_topo_check, bool):
             raise TypeError("enable_topo_check must be a bool")
@@ -326,12 +332,13 @@ class SimBackend(SimWindowOps, Backend):
         if self._machine_plan is None or self._machine_plan_of is not topo:
             self._machine_plan = static_plan(topo, self._machine_weighted)
             self._machine_plan_of = topo
-        args = (_roots(self_weight, self._n, k, "self_weight"),
-                _roots(src_machine_weights, self._n, k, "src_machine_weights"),
-                _roots(dst_machine_weights, self._n, k, "dst_machine_weights"))  # fmt: skip
+        args = (
+            _roots(self_weight, self._n, k, "self_weight"),
+            _roots(src_machine_weights, self._n, k, "src_machine_weights"),
+            _roots(dst_machine_weights, self._n, k, "dst_machine_weights"),
+        )
         with machine_words():
-            plan = resolve_plan(machines, topo, self._machine_weighted, self._machine_plan,
-                                *args)  # fmt: skip
+            plan = resolve_plan(machines, topo, self._machine_weighted, self._machine_plan, *args)
         mean = np.ascontiguousarray(self._machine_mean(arr).reshape(machines, -1))
         mixed = np.empty_like(mean)
         if mean.shape[1]:
@@ -339,8 +346,11 @@ class SimBackend(SimWindowOps, Backend):
         out = self._pool.empty(arr.shape, arr.dtype)
         out.reshape(machines, k, -1)[...] = mixed[:, None, :]
         if self._cost is not None:
-            self._charge("hierarchical_neighbor_allreduce", arr,
-                         machine_topology=_plan_topology(plan, machines))  # fmt: skip
+            self._charge(
+                "hierarchical_neighbor_allreduce",
+                arr,
+                machine_topology=_plan_topology(plan, machines),
+            )
         return wrap_like(out, kind)
 
     def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
@@ -359,8 +369,11 @@ class SimBackend(SimWindowOps, Backend):
         _arrays.check_name(name)
         if not isinstance(average, bool):
             raise TypeError(f"average must be a bool, got {type(average).__name__}")
-        factors = (default_factors(self._n, self._local) if factors is None
-                   else check_factors(factors, self._n))  # fmt: skip
+        factors = (
+            default_factors(self._n, self._local)
+            if factors is None
+            else check_factors(factors, self._n)
+        )
         arr, kind = self._stacked(x, "allreduce", averaging=average, adds=True)
         total = staged_sum(arr, factors)
         out = self._pool.empty(arr.shape, arr.dtype)

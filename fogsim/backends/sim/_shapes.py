@@ -90,8 +90,14 @@ class ShapeGuard:
         self._sites[key] = (last, per)
         # s, then (n, *s) twice in a row: the value grew an agent axis and kept it (a loop over
         # a model's parameters changes shape at every call and does not repeat one this way)
-        if (per == last and older is not None and per and per[0] == self._n
-                and per[1:] == older and key not in self._warned_sites):  # fmt: skip
+        if (
+            per == last
+            and older is not None
+            and per
+            and per[0] == self._n
+            and per[1:] == older
+            and key not in self._warned_sites
+        ):
             self._warned_sites.add(key)
             self._seen.add((self._n, *per))  # one warning for this value, not two
             where = f"{frame.f_code.co_filename}:{frame.f_lineno}"

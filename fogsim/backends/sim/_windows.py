@@ -51,8 +51,16 @@ class SimWindow:
     attributes are the working arrays of :class:`SimWindowOps`, which alone changes them.
     """
 
-    def __init__(self, name: str, obj: Any, raw: np.ndarray, fmt: WindowFormat,
-                 topo: Topology, default: Topology, zero_init: bool) -> None:  # fmt: skip
+    def __init__(
+        self,
+        name: str,
+        obj: Any,
+        raw: np.ndarray,
+        fmt: WindowFormat,
+        topo: Topology,
+        default: Topology,
+        zero_init: bool,
+    ) -> None:
         n = raw.shape[0]
         self.name, self.obj, self.fmt = name, obj, fmt
         self.dtype, self.shape = fmt.dtype, raw.shape  # dtype: what buffers hold
@@ -284,8 +292,9 @@ class SimWindowOps:
             return
         for d in np.unique(delays[keep & (delays > 0)]).tolist():
             sel = keep & (delays == d)
-            win.enqueue(self._round + d, kind, edges[sel], vals[sel],
-                        None if pvals is None else pvals[sel])  # fmt: skip
+            win.enqueue(
+                self._round + d, kind, edges[sel], vals[sel], None if pvals is None else pvals[sel]
+            )
 
     def _barrier_windows(self) -> None:
         """Land every message in flight (in send order); all agents act until the round ends.
@@ -335,8 +344,9 @@ class SimWindowOps:
         return self._push("win_put", _PUT, x, name, self_weight, dst_weights, require_mutex)
 
     def win_accumulate(self, x, name, self_weight=None, dst_weights=None, require_mutex=False):
-        return self._push("win_accumulate", _ACCUMULATE, x, name, self_weight, dst_weights,
-                          require_mutex)  # fmt: skip
+        return self._push(
+            "win_accumulate", _ACCUMULATE, x, name, self_weight, dst_weights, require_mutex
+        )
 
     def _push(self, op, kind, x, name, self_weight, dst_weights, require_mutex) -> bool:
         win = self._win(name, op)
@@ -378,15 +388,23 @@ class SimWindowOps:
         return True
 
     # -- update -------------------------------------------------------------------------------
-    def win_update(self, name, self_weight=None, neighbor_weights=None, reset=False,
-                   clone=False, require_mutex=False):  # fmt: skip
+    def win_update(
+        self,
+        name,
+        self_weight=None,
+        neighbor_weights=None,
+        reset=False,
+        clone=False,
+        require_mutex=False,
+    ):
         win = self._win(name, "win_update")
         if not check_update_args(self_weight, neighbor_weights, reset, clone, require_mutex):
             sw, edges, w = win.self_weight, win.all_edges, win.weights
         else:
             sw = self_weights(self_weight, self._n)
-            edges, w = self._edges(win, neighbor_weights, "neighbor_weights", "win_update",
-                                   by_sender=False)  # fmt: skip
+            edges, w = self._edges(
+                win, neighbor_weights, "neighbor_weights", "win_update", by_sender=False
+            )
         return self._update(win, sw, edges, w, reset, clone)
 
     def win_update_then_collect(self, name: str, require_mutex: bool = True) -> Any:

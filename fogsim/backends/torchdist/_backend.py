@@ -185,8 +185,11 @@ class TorchBackend(OneAgentEach, MachineOps, NeighborOps, Backend):
         if world:  # every process makes its worlds in the same order: a common prefix
             _worlds += 1
         store = default_store() if timeout is not None else None
-        peers = None if store is None else StorePeers(store, self._rank, self._n,
-                                                      f"fogsim/stall/{_worlds}/")  # fmt: skip
+        peers = (
+            None
+            if store is None
+            else StorePeers(store, self._rank, self._n, f"fogsim/stall/{_worlds}/")
+        )
         guard = _WorkGuard(self._rank, self._n, timeout, self._settings.stall_warn_only, peers)
         if timeout is not None:
             GUARDS[id(self._transport)] = guard
@@ -207,10 +210,17 @@ class TorchBackend(OneAgentEach, MachineOps, NeighborOps, Backend):
         indptr, indices, data = topo.offdiag_csr()
         try:
             agree(
-                self._transport, fingerprint("topology", self._is_weighted, indptr.tobytes(),
-                                        indices.tobytes(), data.tobytes()),
-                None, "a different topology",
-            )  # fmt: skip
+                self._transport,
+                fingerprint(
+                    "topology",
+                    self._is_weighted,
+                    indptr.tobytes(),
+                    indices.tobytes(),
+                    data.tobytes(),
+                ),
+                None,
+                "a different topology",
+            )
         except ValueError:
             if self._agreed is not None:  # keep the world on the topology all ranks share
                 self._topology, self._is_weighted = self._agreed
@@ -243,8 +253,9 @@ class TorchBackend(OneAgentEach, MachineOps, NeighborOps, Backend):
             )
         return value
 
-    def _checked(self, op, x, averaging, summing=False, shape_of=lambda s: s, extra=(),
-                 error=None) -> Value:  # fmt: skip
+    def _checked(
+        self, op, x, averaging, summing=False, shape_of=lambda s: s, extra=(), error=None
+    ) -> Value:
         """Convert ``x`` and agree with every rank on shape, dtype and device.
 
         ``error`` is a problem already found on this rank (it is raised everywhere too).
@@ -290,8 +301,9 @@ class TorchBackend(OneAgentEach, MachineOps, NeighborOps, Backend):
         out.copy_(value.tensor)
         work = None
         if out.numel():
-            work = dist.all_reduce(out, op=dist.ReduceOp.SUM, group=self._data_group(value),
-                                   async_op=True)  # fmt: skip
+            work = dist.all_reduce(
+                out, op=dist.ReduceOp.SUM, group=self._data_group(value), async_op=True
+            )
 
         def finish() -> Any:
             if average:
@@ -315,8 +327,9 @@ class TorchBackend(OneAgentEach, MachineOps, NeighborOps, Backend):
         out.copy_(value.tensor)
         work = None
         if out.numel():
-            work = dist.broadcast(as_bytes(out), group=self._data_group(value), async_op=True,
-                                  group_src=root)  # fmt: skip
+            work = dist.broadcast(
+                as_bytes(out), group=self._data_group(value), async_op=True, group_src=root
+            )
         result = out if out_arr is None else out_arr
         return self._start("broadcast", work, lambda: value.wrap(result), name)
 
@@ -340,13 +353,17 @@ class TorchBackend(OneAgentEach, MachineOps, NeighborOps, Backend):
         work = None
         if buf.numel():
             outs = [as_bytes(part) for part in buf.unbind(0)]
-            work = dist.all_gather(outs, as_bytes(send), group=self._data_group(value),
-                                   async_op=True)  # fmt: skip
+            work = dist.all_gather(
+                outs, as_bytes(send), group=self._data_group(value), async_op=True
+            )
 
         def finish() -> Any:
             if np.all(rows == most):
-                out = buf.reshape(-1, *trailing) if buf_arr is None else buf_arr.reshape(
-                    -1, *trailing)  # fmt: skip
+                out = (
+                    buf.reshape(-1, *trailing)
+                    if buf_arr is None
+                    else buf_arr.reshape(-1, *trailing)
+                )
             elif buf_arr is not None:
                 out = np.concatenate([buf_arr[r, : rows[r]] for r in range(self._n)])
             else:
@@ -358,8 +375,9 @@ class TorchBackend(OneAgentEach, MachineOps, NeighborOps, Backend):
     def _all_rows(self, mine: int) -> np.ndarray:
         """Return every rank's first-dimension length (blocking, on the gloo group)."""
         rows = torch.empty(self._n, dtype=torch.int64)
-        dist.all_gather(list(rows.split(1)), torch.tensor([mine], dtype=torch.int64),
-                        group=self.group)  # fmt: skip
+        dist.all_gather(
+            list(rows.split(1)), torch.tensor([mine], dtype=torch.int64), group=self.group
+        )
         return rows.numpy()
 
     def barrier(self) -> None:

@@ -49,8 +49,9 @@ class MachineOps:
     _local_size: int
 
     def _init_machine_ops(self) -> None:
-        self._machine_error = layout_error(self._transport.allgather_object((self._local_size,
-                                                                 self._local_rank)))  # fmt: skip
+        self._machine_error = layout_error(
+            self._transport.allgather_object((self._local_size, self._local_rank))
+        )
         self._roots_groups: Any = _UNSET  # (gloo, NCCL) of the local ranks 0; None elsewhere
         self._machines_world: Any = None  # the local ranks 0 as one world (on first use)
 
@@ -146,8 +147,9 @@ class MachineOps:
         if self._machines_world is None:
             gloo, nccl = self._roots_groups
             rank, size = self._rank // self._local_size, self._n // self._local_size
-            self._machines_world = type(self)(local_size=1, settings=self._settings,
-                                              groups=(rank, size, gloo, nccl))  # fmt: skip
+            self._machines_world = type(self)(
+                local_size=1, settings=self._settings, groups=(rank, size, gloo, nccl)
+            )
             self._roots_groups = None  # owned by the machines' world now
         world = self._machines_world
         if world._topology is not topo or world._is_weighted != self._machine_weighted:
@@ -156,9 +158,14 @@ class MachineOps:
 
     # -- the ops --------------------------------------------------------------------------
     def hierarchical_neighbor_allreduce(
-        self, x: Any, self_weight: Any = None, src_machine_weights: Any = None,
-        dst_machine_weights: Any = None, enable_topo_check: bool = True, name: str | None = None,
-    ) -> Any:  # fmt: skip
+        self,
+        x: Any,
+        self_weight: Any = None,
+        src_machine_weights: Any = None,
+        dst_machine_weights: Any = None,
+        enable_topo_check: bool = True,
+        name: str | None = None,
+    ) -> Any:
         """Gather and average on local rank 0; exchange among machines; broadcast back."""
         op = "hierarchical_neighbor_allreduce"
         self._start_machine_op(op, name, enable_topo_check)
@@ -175,9 +182,13 @@ class MachineOps:
         out, report = None, None
         if root:  # every machine's local rank 0 runs the exchange, then tells its machine
             out, error = exchange_between_machines(
-                self._machine_world(), mean, self_weight, src_machine_weights,
-                dst_machine_weights, enable_topo_check,
-            )  # fmt: skip
+                self._machine_world(),
+                mean,
+                self_weight,
+                src_machine_weights,
+                dst_machine_weights,
+                enable_topo_check,
+            )
             if error is not None:
                 if k == 1:
                     raise error
@@ -213,8 +224,14 @@ class MachineOps:
             raise TypeError(f"average must be a bool, got {type(average).__name__}")
         self._flush()
         factors, error = self._decomposition(factors)
-        value = self._checked("allreduce-decomposed", x, averaging=average, summing=True,
-                              extra=(factors,), error=error and LocalError(error))  # fmt: skip
+        value = self._checked(
+            "allreduce-decomposed",
+            x,
+            averaging=average,
+            summing=True,
+            extra=(factors,),
+            error=error and LocalError(error),
+        )
         flat, flat_arr = value.empty((int(np.prod(value.shape, dtype=np.int64)),))
         flat.copy_(value.tensor.reshape(-1))
         buf = flat if flat_arr is None else flat_arr
@@ -227,20 +244,32 @@ class MachineOps:
             recv, recv_arr = value.empty((p, pieces[d].numel()))
             recv[d].copy_(pieces[d])
             # every member knows every piece's length: empty ones do not move
-            ops = [p2p(dist.irecv, as_bytes(recv[j]), members[j], group)
-                   for j in range(p) if j != d and recv.numel()]  # fmt: skip
-            ops += [p2p(dist.isend, as_bytes(pieces[j]), members[j], group)
-                    for j in range(p) if j != d and pieces[j].numel()]  # fmt: skip
+            ops = [
+                p2p(dist.irecv, as_bytes(recv[j]), members[j], group)
+                for j in range(p)
+                if j != d and recv.numel()
+            ]
+            ops += [
+                p2p(dist.isend, as_bytes(pieces[j]), members[j], group)
+                for j in range(p)
+                if j != d and pieces[j].numel()
+            ]
             self._p2p(ops, value.cuda, blocking=True).Wait()
             lo, hi = int(bounds[d]), int(bounds[d + 1])
             buf[lo:hi] = _sum_rows(recv if recv_arr is None else recv_arr, p)
             stages.append((members, pieces, d))
             stride *= p
         for members, pieces, d in reversed(stages):  # all-gather, into the pieces of flat
-            ops = [p2p(dist.isend, as_bytes(pieces[d]), members[j], group)
-                   for j in range(len(members)) if j != d and pieces[d].numel()]  # fmt: skip
-            ops += [p2p(dist.irecv, as_bytes(pieces[j]), members[j], group)
-                    for j in range(len(members)) if j != d and pieces[j].numel()]  # fmt: skip
+            ops = [
+                p2p(dist.isend, as_bytes(pieces[d]), members[j], group)
+                for j in range(len(members))
+                if j != d and pieces[d].numel()
+            ]
+            ops += [
+                p2p(dist.irecv, as_bytes(pieces[j]), members[j], group)
+                for j in range(len(members))
+                if j != d and pieces[j].numel()
+            ]
             self._p2p(ops, value.cuda, blocking=True).Wait()
         if average:
             buf /= self._n

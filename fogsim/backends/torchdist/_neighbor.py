@@ -81,8 +81,9 @@ class _Transfer:
         return all(work.is_completed() for work in self._works)
 
 
-def _combine_cuda(value: Value, plan: RankPlan, recv: Any, weights: np.ndarray,
-                  select: np.ndarray | None) -> Any:  # fmt: skip
+def _combine_cuda(
+    value: Value, plan: RankPlan, recv: Any, weights: np.ndarray, select: np.ndarray | None
+) -> Any:
     """``self_weight * x + sum_k w_k * y_k`` in combine_rows' order and roundings, in torch:
     summed in float64, a float32 result rounded once at the end."""
     w = np.concatenate([[plan.self_weight], weights]).astype(np.float64)
@@ -139,17 +140,31 @@ class NeighborOps:
         return _Transfer(works, self._waiter)
 
     # -- neighbor_allreduce ---------------------------------------------------------------
-    def neighbor_allreduce(self, x, self_weight=None, src_weights=None, dst_weights=None,
-                           enable_topo_check=True, name=None):  # fmt: skip
-        return self._neighbor_allreduce(x, self_weight, src_weights, dst_weights,
-                                        enable_topo_check, name, blocking=True)  # fmt: skip
+    def neighbor_allreduce(
+        self,
+        x,
+        self_weight=None,
+        src_weights=None,
+        dst_weights=None,
+        enable_topo_check=True,
+        name=None,
+    ):
+        return self._neighbor_allreduce(
+            x, self_weight, src_weights, dst_weights, enable_topo_check, name, blocking=True
+        )
 
     def neighbor_allreduce_nonblocking(
-        self, x, self_weight=None, src_weights=None, dst_weights=None,
-        enable_topo_check=True, name=None,
-    ):  # fmt: skip
-        return self._neighbor_allreduce(x, self_weight, src_weights, dst_weights,
-                                        enable_topo_check, name, blocking=False)  # fmt: skip
+        self,
+        x,
+        self_weight=None,
+        src_weights=None,
+        dst_weights=None,
+        enable_topo_check=True,
+        name=None,
+    ):
+        return self._neighbor_allreduce(
+            x, self_weight, src_weights, dst_weights, enable_topo_check, name, blocking=False
+        )
 
     def _parse(self, x, self_weight, src_weights, dst_weights, check):
         """Return (value, plan, error) from this rank's arguments alone.
@@ -162,33 +177,47 @@ class NeighborOps:
             if self_weight is None and src_weights is None and dst_weights is None:
                 plan = self._static
             else:
-                plan = rank_plan(self._n, self._rank, self._topology, self._static,
-                                 self_weight, src_weights, dst_weights)  # fmt: skip
+                plan = rank_plan(
+                    self._n,
+                    self._rank,
+                    self._topology,
+                    self._static,
+                    self_weight,
+                    src_weights,
+                    dst_weights,
+                )
         except (TypeError, ValueError) as exc:
             if not check:
                 raise
             return None, None, LocalError(exc)
         return value, plan, None
 
-    def _neighbor_allreduce(self, x, self_weight, src_weights, dst_weights, check, name,
-                            blocking):  # fmt: skip
+    def _neighbor_allreduce(self, x, self_weight, src_weights, dst_weights, check, name, blocking):
         """Blocking: return the result. Nonblocking: return a handle (static calls queue)."""
         _arrays.check_name(name)
         if check is not True and check is not False:
             raise TypeError("enable_topo_check must be a bool")
         value, plan, error = self._parse(x, self_weight, src_weights, dst_weights, check)
         exchange = dst_weights is not None and not is_matrix(src_weights)
-        if (not blocking and self.nccl_group is None and dst_weights is None
-                and not is_matrix(src_weights)):  # fmt: skip
+        if (
+            not blocking
+            and self.nccl_group is None
+            and dst_weights is None
+            and not is_matrix(src_weights)
+        ):
             # Static nonblocking calls are queued; ranks agree once per fused batch.
-            wrap = (None if value is None or (value.kind == "numpy" and value.half is None)
-                    else value.wrap)  # fmt: skip
+            wrap = (
+                None
+                if value is None or (value.kind == "numpy" and value.half is None)
+                else value.wrap
+            )
             arr = None if value is None else value.arr
             return self._fusion.add(arr, plan, wrap, error, check, name)
         self._flush()
         weights = self._agree_call(value, plan, error, check, exchange)
-        handle = self._exchange_data(value, plan, weights, scale=not check and plan.exchange,
-                                     name=name, blocking=blocking)  # fmt: skip
+        handle = self._exchange_data(
+            value, plan, weights, scale=not check and plan.exchange, name=name, blocking=blocking
+        )
         return handle.wait() if blocking else handle
 
     def _agree_call(self, value, plan, error, check, exchange) -> np.ndarray:
@@ -220,13 +249,25 @@ class NeighborOps:
             if len(self._fingerprints) >= _FP_CACHE_SIZE:
                 self._fingerprints.clear()
             fp = self._fingerprints[key] = fingerprint(
-                "neighbor_allreduce", value.dtype.str, value.shape, plan.fingerprint,
-                plan.static, exchange, value.cuda,
-            )  # fmt: skip
+                "neighbor_allreduce",
+                value.dtype.str,
+                value.shape,
+                plan.fingerprint,
+                plan.static,
+                exchange,
+                value.cuda,
+            )
         return fp
 
-    def _exchange_data(self, value: Value, plan: RankPlan, weights: np.ndarray, scale: bool,
-                       name: str | None, blocking: bool):  # fmt: skip
+    def _exchange_data(
+        self,
+        value: Value,
+        plan: RankPlan,
+        weights: np.ndarray,
+        scale: bool,
+        name: str | None,
+        blocking: bool,
+    ):
         """Start the transfers of one call; return a handle whose wait() combines."""
         srcs = self._static.srcs if plan.static else plan.srcs
         dsts = self._static_dsts if plan.static else plan.dsts
@@ -248,8 +289,15 @@ class NeighborOps:
             with _timeline.phase("COMPUTE_AVERAGE"):
                 if recv_arr is None:
                     return value.wrap(_combine_cuda(value, plan, recv, weights, select))
-                out = _core.combine_rows(np.empty_like(value.arr), plan.self_weight, value.arr,
-                                         weights, recv_arr, 0, select)  # fmt: skip
+                out = _core.combine_rows(
+                    np.empty_like(value.arr),
+                    plan.self_weight,
+                    value.arr,
+                    weights,
+                    recv_arr,
+                    0,
+                    select,
+                )
             return value.wrap(out)
 
         return self.handles.start("neighbor_allreduce", finish, transfer.Test, name)
@@ -281,8 +329,15 @@ class NeighborOps:
         rt, st = torch.from_numpy(recv), torch.from_numpy(send)
         ops = [p2p(dist.irecv, rt[k], j, self.group) for k, j in enumerate(srcs)]
         ops += [p2p(dist.isend, st, j, self.group) for j in dsts]
-        _core.FusedBatch(entries, send, recv, self._p2p(ops if total else [], False, False),
-                         None, None, _timeline.running)  # fmt: skip
+        _core.FusedBatch(
+            entries,
+            send,
+            recv,
+            self._p2p(ops if total else [], False, False),
+            None,
+            None,
+            _timeline.running,
+        )
 
     # -- neighbor_allgather ---------------------------------------------------------------
     def neighbor_allgather(self, x, src_ranks=None, dst_ranks=None, name=None):
@@ -306,9 +361,13 @@ class NeighborOps:
         except (TypeError, ValueError) as exc:
             error = LocalError(exc)
         value = self._checked(
-            "neighbor_allgather", x, averaging=False, shape_of=lambda s: s[1:],
-            extra=(src_ranks is None,), error=error,
-        )  # fmt: skip
+            "neighbor_allgather",
+            x,
+            averaging=False,
+            shape_of=lambda s: s[1:],
+            extra=(src_ranks is None,),
+            error=error,
+        )
         if value.shape == ():
             value = value.reshaped((1,))
         if srcs is None:
@@ -321,8 +380,11 @@ class NeighborOps:
         group = self.nccl_group if value.cuda else self.group
         ops = []
         if out.numel():  # every rank knows whether anything moves: the row counts agree
-            ops = [p2p(dist.irecv, as_bytes(out[starts[k] : starts[k + 1]]), j, group)
-                   for k, j in enumerate(srcs) if rows[k]]  # fmt: skip
+            ops = [
+                p2p(dist.irecv, as_bytes(out[starts[k] : starts[k + 1]]), j, group)
+                for k, j in enumerate(srcs)
+                if rows[k]
+            ]
         if value.nbytes:
             ops += [p2p(dist.isend, as_bytes(value.tensor), j, group) for j in dsts]
         transfer = self._p2p(ops, value.cuda, blocking)
@@ -332,5 +394,3 @@ class NeighborOps:
             return value.wrap(out if out_arr is None else out_arr)
 
         return self.handles.start("neighbor_allgather", finish, transfer.Test, name)
-
-

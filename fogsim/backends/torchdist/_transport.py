@@ -77,12 +77,14 @@ class TorchTransport:
         self.group, self.size, self.rank = group, size, rank
 
     def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> _TorchRequest:
-        return _TorchRequest(dist.isend(_bytes(buf), group=self.group, tag=tag,
-                                        group_dst=int(dest)))  # fmt: skip
+        return _TorchRequest(
+            dist.isend(_bytes(buf), group=self.group, tag=tag, group_dst=int(dest))
+        )
 
     def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> _TorchRequest:
-        return _TorchRequest(dist.irecv(_bytes(buf), group=self.group, tag=tag,
-                                        group_src=int(source)))  # fmt: skip
+        return _TorchRequest(
+            dist.irecv(_bytes(buf), group=self.group, tag=tag, group_src=int(source))
+        )
 
     def iallreduce_max(self, flags: np.ndarray) -> _TorchRequest:
         # Every rank sends its flags to every rank, and each takes the maximum itself:
@@ -90,8 +92,9 @@ class TorchTransport:
         # cores), its all-to-all of the same bytes one exchange (BENCHMARKS.md).
         send = np.tile(flags, (self.size, 1))
         blocks = np.empty_like(send)
-        work = dist.all_to_all_single(torch.from_numpy(blocks), torch.from_numpy(send),
-                                      group=self.group, async_op=True)  # fmt: skip
+        work = dist.all_to_all_single(
+            torch.from_numpy(blocks), torch.from_numpy(send), group=self.group, async_op=True
+        )
         return _GatheredMax(work, blocks, flags)
 
     def allgather_object(self, obj: Any) -> list[Any]:

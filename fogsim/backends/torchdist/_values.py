@@ -18,8 +18,16 @@ from ... import _arrays
 __all__ = ["SUMMABLE", "Value", "as_value", "torch_dtype"]
 
 # dtypes torch.distributed's gloo can sum (it refuses int16 and the wide unsigned ones).
-_SUMMABLE_TYPES = (np.bool_, np.int8, np.uint8, np.int32, np.int64, np.float16, np.float32,
-                   np.float64)  # fmt: skip
+_SUMMABLE_TYPES = (
+    np.bool_,
+    np.int8,
+    np.uint8,
+    np.int32,
+    np.int64,
+    np.float16,
+    np.float32,
+    np.float64,
+)
 SUMMABLE = frozenset(np.dtype(t) for t in _SUMMABLE_TYPES)
 _NUMPY, _CPU, _CUDA = "numpy", "cpu", "cuda"
 
@@ -33,8 +41,9 @@ class Value:
 
     __slots__ = ("tensor", "arr", "kind", "dtype", "shape", "half")
 
-    def __init__(self, tensor: Any, arr: np.ndarray | None, kind: str, dtype: np.dtype,
-                 half: Any = None) -> None:  # fmt: skip
+    def __init__(
+        self, tensor: Any, arr: np.ndarray | None, kind: str, dtype: np.dtype, half: Any = None
+    ) -> None:
         self.tensor, self.arr, self.kind, self.dtype = tensor, arr, kind, dtype
         self.shape = tuple(tensor.shape)
         self.half = half
@@ -66,8 +75,9 @@ class Value:
         """Return ``out`` (numpy on CPU, a tensor on CUDA) as the type ``x`` came in."""
         if self.half is not None and self.kind != _CUDA:
             # the one rounding code of every backend (fogsim._arrays.wrap_like)
-            return _arrays.wrap_like(out, _arrays.Kind(self.kind == _CPU, None,
-                                                       str(self.half).split(".")[-1]))
+            return _arrays.wrap_like(
+                out, _arrays.Kind(self.kind == _CPU, None, str(self.half).split(".")[-1])
+            )
         if self.half is not None:
             out = out.to(self.half)
         if self.kind == _NUMPY:

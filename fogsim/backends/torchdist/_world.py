@@ -110,8 +110,9 @@ def start(settings: _settings.Settings) -> tuple[int, int]:
     if ep.how == "env":
         dist.init_process_group(backend, init_method="env://")
     elif ep.how == "tcp":
-        dist.init_process_group(backend, init_method=f"tcp://{ep.addr}:{ep.port}",
-                                rank=ep.rank, world_size=ep.size)  # fmt: skip
+        dist.init_process_group(
+            backend, init_method=f"tcp://{ep.addr}:{ep.port}", rank=ep.rank, world_size=ep.size
+        )
     else:
         store = _store(ep) if ep.how == "store" else _store_over_mpi(ep)
         dist.init_process_group(backend, store=store, rank=ep.rank, world_size=ep.size)
@@ -123,8 +124,9 @@ def start(settings: _settings.Settings) -> tuple[int, int]:
 def _store(ep: Endpoint) -> Any:
     import torch.distributed as dist
 
-    return dist.TCPStore(ep.addr, 0, ep.size, is_master=True, wait_for_workers=False,
-                         timeout=_STORE_TIMEOUT)  # fmt: skip
+    return dist.TCPStore(
+        ep.addr, 0, ep.size, is_master=True, wait_for_workers=False, timeout=_STORE_TIMEOUT
+    )
 
 
 def _store_over_mpi(ep: Endpoint) -> Any:
@@ -143,8 +145,9 @@ def _store_over_mpi(ep: Endpoint) -> Any:
     if ep.rank == 0:
         addr = ep.addr if ep.addr is not None else _LOCALHOST if len(set(hosts)) == 1 else hosts[0]
         try:
-            store = dist.TCPStore(addr, 0, ep.size, is_master=True, wait_for_workers=False,
-                                  timeout=_STORE_TIMEOUT)  # fmt: skip
+            store = dist.TCPStore(
+                addr, 0, ep.size, is_master=True, wait_for_workers=False, timeout=_STORE_TIMEOUT
+            )
             where = (addr, store.port)
         except Exception as exc:  # noqa: BLE001 - told to every rank below
             where = f"{type(exc).__name__}: {exc}"

@@ -99,8 +99,10 @@ def _nodes_per_machine() -> int | None:
     except ValueError:
         value = 0
     if value < 1:
-        raise ValueError(f"BLUEFOG_NODES_PER_MACHINE must be a positive integer (ranks per "
-                         f"machine), got {text!r}")  # fmt: skip
+        raise ValueError(
+            f"BLUEFOG_NODES_PER_MACHINE must be a positive integer (ranks per "
+            f"machine), got {text!r}"
+        )
     return value
 
 
@@ -144,9 +146,13 @@ def set_topology(topology: Any = None, is_weighted: bool = False) -> bool:
     if topology is None:
         topology = ExponentialTwoGraph(fogsim.size())  # BlueFog's weights, 1/(K+1)
     if fogsim.win_names():
-        warnings.warn("set_topology: the topology cannot change while windows exist "
-                      f"({', '.join(fogsim.win_names())}); free them with win_free first. "
-                      "The topology stays as it was.", RuntimeWarning, stacklevel=2)  # fmt: skip
+        warnings.warn(
+            "set_topology: the topology cannot change while windows exist "
+            f"({', '.join(fogsim.win_names())}); free them with win_free first. "
+            "The topology stays as it was.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         return False
     fogsim.set_topology(topology, is_weighted=is_weighted, check_weights=False)  # as BlueFog
     return True
@@ -223,9 +229,13 @@ def hierarchical_neighbor_allreduce(
     """
     _blocking("hierarchical_neighbor_allreduce", tensor, name)
     return fogsim.hierarchical_neighbor_allreduce(
-        tensor, _float_scalar(self_weight), _float_weights(src_machine_weights),
-        _float_weights(dst_machine_weights), enable_topo_check, name,
-    )  # fmt: skip
+        tensor,
+        _float_scalar(self_weight),
+        _float_weights(src_machine_weights),
+        _float_weights(dst_machine_weights),
+        enable_topo_check,
+        name,
+    )
 
 
 def hierarchical_neighbor_allreduce_nonblocking(
@@ -239,10 +249,18 @@ def hierarchical_neighbor_allreduce_nonblocking(
     """Start :func:`hierarchical_neighbor_allreduce`; return a handle for :func:`synchronize`."""
     op = "hierarchical_neighbor_allreduce_nonblocking"
     _errors.check_tensor(op, tensor)
-    return _errors.started(op, name, lambda: fogsim.hierarchical_neighbor_allreduce_nonblocking(
-        tensor, _float_scalar(self_weight), _float_weights(src_machine_weights),
-        _float_weights(dst_machine_weights), enable_topo_check, name,
-    ))  # fmt: skip
+    return _errors.started(
+        op,
+        name,
+        lambda: fogsim.hierarchical_neighbor_allreduce_nonblocking(
+            tensor,
+            _float_scalar(self_weight),
+            _float_weights(src_machine_weights),
+            _float_weights(dst_machine_weights),
+            enable_topo_check,
+            name,
+        ),
+    )
 
 
 # -- collective ops -----------------------------------------------------------------------
@@ -266,8 +284,13 @@ def allreduce_nonblocking(
     op = "allreduce_nonblocking"
     _errors.check_tensor(op, tensor)
     _errors.check_average(op, tensor, average)
-    return _errors.started(op, name, lambda: fogsim.allreduce_nonblocking(
-        tensor, average, name, is_hierarchical_local=is_hierarchical_local))  # fmt: skip
+    return _errors.started(
+        op,
+        name,
+        lambda: fogsim.allreduce_nonblocking(
+            tensor, average, name, is_hierarchical_local=is_hierarchical_local
+        ),
+    )
 
 
 def allreduce_(
@@ -296,8 +319,9 @@ def allgather(tensor: Any, name: str | None = None) -> Any:
 def allgather_nonblocking(tensor: Any, name: str | None = None) -> fogsim.Handle:
     """Start :func:`allgather`; return a handle for :func:`synchronize`."""
     _errors.check_tensor("allgather_nonblocking", tensor)
-    return _errors.started("allgather_nonblocking", name,
-                           lambda: fogsim.allgather_nonblocking(tensor, name))  # fmt: skip
+    return _errors.started(
+        "allgather_nonblocking", name, lambda: fogsim.allgather_nonblocking(tensor, name)
+    )
 
 
 def broadcast(tensor: Any, root_rank: int, name: str | None = None) -> Any:
@@ -309,6 +333,7 @@ def broadcast(tensor: Any, root_rank: int, name: str | None = None) -> Any:
 def broadcast_nonblocking(tensor: Any, root_rank: int, name: str | None = None) -> fogsim.Handle:
     """Start :func:`broadcast`; return a handle for :func:`synchronize`."""
     _errors.check_tensor("broadcast_nonblocking", tensor)
+
     def start() -> fogsim.Handle:
         return fogsim.broadcast_nonblocking(tensor, root_rank, name)
 
@@ -354,7 +379,8 @@ def neighbor_allreduce(
     the simulator.
     """
     src_weights, dst_weights = _legacy_weights(
-        "neighbor_allreduce", src_weights, dst_weights, neighbor_weights, send_neighbors)
+        "neighbor_allreduce", src_weights, dst_weights, neighbor_weights, send_neighbors
+    )
     _blocking("neighbor_allreduce", tensor, name)
     _errors.check_weights("neighbor_allreduce", self_weight, src_weights, "src_weights")
     return fogsim.neighbor_allreduce(
@@ -384,19 +410,24 @@ def neighbor_allreduce_nonblocking(
     Takes the same arguments, the deprecated ``neighbor_weights``/``send_neighbors`` too.
     """
     op = "neighbor_allreduce_nonblocking"
-    src_weights, dst_weights = _legacy_weights(op, src_weights, dst_weights, neighbor_weights,
-                                               send_neighbors)  # fmt: skip
+    src_weights, dst_weights = _legacy_weights(
+        op, src_weights, dst_weights, neighbor_weights, send_neighbors
+    )
     _errors.check_tensor(op, tensor)
     _errors.check_weights(op, self_weight, src_weights, "src_weights")
-    return _errors.started(op, name, lambda: fogsim.neighbor_allreduce_nonblocking(
-        tensor,
-        _float_scalar(self_weight),
-        _float_weights(src_weights),
-        _float_weights(dst_weights),
-        enable_topo_check,
+    return _errors.started(
+        op,
         name,
-        check_weights=False,  # BlueFog uses weights as given, without a word
-    ))
+        lambda: fogsim.neighbor_allreduce_nonblocking(
+            tensor,
+            _float_scalar(self_weight),
+            _float_weights(src_weights),
+            _float_weights(dst_weights),
+            enable_topo_check,
+            name,
+            check_weights=False,  # BlueFog uses weights as given, without a word
+        ),
+    )
 
 
 def neighbor_allgather(
@@ -415,8 +446,11 @@ def neighbor_allgather(
     may differ in length. ``enable_topo_check`` is accepted for BlueFog scripts; fogsim
     always checks the match.
     """
-    return synchronize(neighbor_allgather_nonblocking(
-        tensor, src_ranks, dst_ranks, name, enable_topo_check=enable_topo_check))
+    return synchronize(
+        neighbor_allgather_nonblocking(
+            tensor, src_ranks, dst_ranks, name, enable_topo_check=enable_topo_check
+        )
+    )
 
 
 def neighbor_allgather_nonblocking(
@@ -436,12 +470,14 @@ def neighbor_allgather_nonblocking(
     op = "neighbor_allgather_nonblocking"
     _check_bool(enable_topo_check, "enable_topo_check")
     _errors.check_tensor(op, tensor)
-    return _errors.started(op, name, lambda: _start_neighbor_allgather(tensor, src_ranks,
-                                                                      dst_ranks, name))
+    return _errors.started(
+        op, name, lambda: _start_neighbor_allgather(tensor, src_ranks, dst_ranks, name)
+    )
 
 
-def _start_neighbor_allgather(tensor: Any, src_ranks: Any, dst_ranks: Any,
-                              name: str | None) -> fogsim.Handle:  # fmt: skip
+def _start_neighbor_allgather(
+    tensor: Any, src_ranks: Any, dst_ranks: Any, name: str | None
+) -> fogsim.Handle:
     handle = fogsim.neighbor_allgather_nonblocking(tensor, src_ranks, dst_ranks, name)
     if src_ranks is None:
         return handle
@@ -491,33 +527,42 @@ def poll(handle: fogsim.Handle) -> bool:
 
 
 # -- helpers ------------------------------------------------------------------------------
-def _legacy_weights(op: str, src_weights: Any, dst_weights: Any, neighbor_weights: Any,
-                    send_neighbors: Any) -> tuple[Any, Any]:  # fmt: skip
+def _legacy_weights(
+    op: str, src_weights: Any, dst_weights: Any, neighbor_weights: Any, send_neighbors: Any
+) -> tuple[Any, Any]:
     """Return ``(src_weights, dst_weights)`` given BlueFog's earlier keywords, with a warning.
 
     ``neighbor_weights`` is ``src_weights``; ``send_neighbors``, a list of ranks, is
     ``dst_weights`` with weight 1.0 each (what BlueFog 0.2 did with it).
     """
-    for old, new, value, current in (("neighbor_weights", "src_weights", neighbor_weights,
-                                      src_weights),
-                                     ("send_neighbors", "dst_weights", send_neighbors,
-                                      dst_weights)):  # fmt: skip
+    for old, new, value, current in (
+        ("neighbor_weights", "src_weights", neighbor_weights, src_weights),
+        ("send_neighbors", "dst_weights", send_neighbors, dst_weights),
+    ):
         if value is None:
             continue
         if current is not None:
             raise TypeError(f"{op}: pass {new} or the deprecated {old}, not both")
-        warnings.warn(f"{op}: {old} is deprecated (BlueFog renamed it); use {new}",
-                      DeprecationWarning, stacklevel=3)  # fmt: skip
+        warnings.warn(
+            f"{op}: {old} is deprecated (BlueFog renamed it); use {new}",
+            DeprecationWarning,
+            stacklevel=3,
+        )
     if send_neighbors is not None:
         send_neighbors = _rank_list(op, send_neighbors)
-    return (src_weights if neighbor_weights is None else neighbor_weights,
-            dst_weights if send_neighbors is None else send_neighbors)  # fmt: skip
+    return (
+        src_weights if neighbor_weights is None else neighbor_weights,
+        dst_weights if send_neighbors is None else send_neighbors,
+    )
 
 
 def _rank_list(op: str, ranks: Any) -> list[Any]:
     """Return ``send_neighbors`` as a list of int ranks, or raise TypeError saying what it is."""
-    if isinstance(ranks, Mapping) or isinstance(ranks, str | bytes) or not hasattr(
-            ranks, "__iter__"):  # fmt: skip
+    if (
+        isinstance(ranks, Mapping)
+        or isinstance(ranks, str | bytes)
+        or not hasattr(ranks, "__iter__")
+    ):
         raise TypeError(
             f"{op}: send_neighbors must be a list of ranks, got {type(ranks).__name__} "
             "(for weights per destination use dst_weights={rank: weight})"

@@ -105,8 +105,9 @@ def fusion_threshold(environ: Mapping[str, str] | None = None) -> int | None:
     except ValueError:
         value = -1
     if value < 0:
-        raise ValueError(f"BLUEFOG_FUSION_THRESHOLD must be a number of bytes >= 0 (0: no "
-                         f"fusion), got {text!r}")  # fmt: skip
+        raise ValueError(
+            f"BLUEFOG_FUSION_THRESHOLD must be a number of bytes >= 0 (0: no fusion), got {text!r}"
+        )
     return value
 
 
@@ -120,13 +121,16 @@ def timeline_prefix(environ: Mapping[str, str] | None = None) -> str | None:
         return None
     prefix = env["BLUEFOG_TIMELINE"].strip()
     if not prefix:
-        raise ValueError("BLUEFOG_TIMELINE must be a file prefix (rank r writes "
-                         "PREFIX<r>.json), got an empty value")  # fmt: skip
+        raise ValueError(
+            "BLUEFOG_TIMELINE must be a file prefix (rank r writes "
+            "PREFIX<r>.json), got an empty value"
+        )
     return prefix
 
 
-def notice_no_effect(environ: Mapping[str, str] | None = None, rank: Any = 0,
-                     out: Any = None) -> list[str]:  # fmt: skip
+def notice_no_effect(
+    environ: Mapping[str, str] | None = None, rank: Any = 0, out: Any = None
+) -> list[str]:
     """Print one line per set variable of :data:`NO_EFFECT` not noticed yet in this process
     (to ``out``, default stderr; on rank 0 only: other ranks print nothing); return them."""
     env = _environ(environ)
@@ -134,8 +138,11 @@ def notice_no_effect(environ: Mapping[str, str] | None = None, rank: Any = 0,
     _noticed.update(names)
     if not isinstance(rank, int) or rank == 0:  # simulation: rank is every agent's
         for name in names:
-            print(f"fogsim: {name} is set but has no effect in fogsim ({NO_EFFECT[name]})",
-                  file=out or sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"fogsim: {name} is set but has no effect in fogsim ({NO_EFFECT[name]})",
+                file=out or sys.stderr,
+                flush=True,
+            )
     return names
 
 

@@ -72,8 +72,17 @@ class NameInFlight(ValueError):
 
 #: torch dtypes BlueFog has kernels for (``mpi_lib``'s per-type functions), plus bfloat16,
 #: which fogsim computes in float32 (BlueFog itself lacks it).
-_TORCH_DTYPES = ("uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32",
-                 "float64")  # fmt: skip
+_TORCH_DTYPES = (
+    "uint8",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+)
 _NUMPY_KINDS = "uif"
 
 
@@ -95,8 +104,9 @@ def check_tensor(op: str, tensor: Any) -> None:
             f"{', '.join(_TORCH_DTYPES)})"
         )
     if not tensor.is_contiguous():
-        raise UnsupportedTensor(f"{op}: tensor is required to be contiguous; pass "
-                                "tensor.contiguous()")  # fmt: skip
+        raise UnsupportedTensor(
+            f"{op}: tensor is required to be contiguous; pass tensor.contiguous()"
+        )
 
 
 def check_average(op: str, tensor: Any, average: bool) -> None:
@@ -128,11 +138,15 @@ def check_weights(op: str, self_weight: Any, weights: Any, keyword: str) -> None
     if not isinstance(fogsim.rank(), numbers.Integral):
         return
     if not isinstance(weights, dict):
-        raise BadWeights(f"{op}: {keyword} has to be a dictionary from (in-)neighbor rank to "
-                         f"weight, got {type(weights).__name__}")  # fmt: skip
+        raise BadWeights(
+            f"{op}: {keyword} has to be a dictionary from (in-)neighbor rank to "
+            f"weight, got {type(weights).__name__}"
+        )
     if not isinstance(self_weight, float | np.floating):
-        raise BadWeights(f"{op}: self_weight has to be a float, got {self_weight!r} "
-                         f"({type(self_weight).__name__})")  # fmt: skip
+        raise BadWeights(
+            f"{op}: self_weight has to be a float, got {self_weight!r} "
+            f"({type(self_weight).__name__})"
+        )
 
 
 class _Names(threading.local):

@@ -155,8 +155,10 @@ def allreduce_parameters(params: Any) -> None:
         items = [p if isinstance(p, tuple) else (None, p) for p in params]
     else:
         raise ValueError(f"invalid params of type: {type(params).__name__}")
-    handles = [fogsim.allreduce_nonblocking(_detached(t), True, None if k is None else
-                                            f"allreduce.{k}") for k, t in items]  # fmt: skip
+    handles = [
+        fogsim.allreduce_nonblocking(_detached(t), True, None if k is None else f"allreduce.{k}")
+        for k, t in items
+    ]
     for (_, t), handle in zip(items, handles, strict=True):
         result = fogsim.wait(handle)
         if isinstance(t, np.ndarray):

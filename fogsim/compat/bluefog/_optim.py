@@ -32,7 +32,8 @@ def DistributedAdaptThenCombineOptimizer(
 ) -> Any:
     """Adapt then combine: :class:`fogsim.optim.DistributedAdaptThenCombineOptimizer`."""
     return _optim.DistributedAdaptThenCombineOptimizer(
-        optimizer, model, communication_type, num_steps_per_communication)
+        optimizer, model, communication_type, num_steps_per_communication
+    )
 
 
 def DistributedAdaptWithCombineOptimizer(
@@ -43,21 +44,26 @@ def DistributedAdaptWithCombineOptimizer(
 ) -> Any:
     """Adapt with combine: :class:`fogsim.optim.DistributedAdaptWithCombineOptimizer`."""
     return _optim.DistributedAdaptWithCombineOptimizer(
-        optimizer, model, communication_type, num_steps_per_communication)
+        optimizer, model, communication_type, num_steps_per_communication
+    )
 
 
-def DistributedAllreduceOptimizer(optimizer: Any, model: Any,
-                                  num_steps_per_communication: int = 1) -> Any:
+def DistributedAllreduceOptimizer(
+    optimizer: Any, model: Any, num_steps_per_communication: int = 1
+) -> Any:
     """BlueFog's older name: adapt with combine over ``allreduce``."""
     return DistributedAdaptWithCombineOptimizer(
-        optimizer, model, CommunicationType.allreduce, num_steps_per_communication)
+        optimizer, model, CommunicationType.allreduce, num_steps_per_communication
+    )
 
 
-def DistributedNeighborAllreduceOptimizer(optimizer: Any, model: Any,
-                                          num_steps_per_communication: int = 1) -> Any:
+def DistributedNeighborAllreduceOptimizer(
+    optimizer: Any, model: Any, num_steps_per_communication: int = 1
+) -> Any:
     """BlueFog's older name: adapt with combine over ``neighbor_allreduce``."""
     return DistributedAdaptWithCombineOptimizer(
-        optimizer, model, CommunicationType.neighbor_allreduce, num_steps_per_communication)
+        optimizer, model, CommunicationType.neighbor_allreduce, num_steps_per_communication
+    )
 
 
 def DistributedHierarchicalNeighborAllreduceOptimizer(
@@ -65,34 +71,45 @@ def DistributedHierarchicalNeighborAllreduceOptimizer(
 ) -> Any:
     """BlueFog's older name: adapt with combine over ``hierarchical_neighbor_allreduce``."""
     return DistributedAdaptWithCombineOptimizer(
-        optimizer, model, CommunicationType.hierarchical_neighbor_allreduce,
-        num_steps_per_communication)
+        optimizer,
+        model,
+        CommunicationType.hierarchical_neighbor_allreduce,
+        num_steps_per_communication,
+    )
 
 
-def DistributedGradientAllreduceOptimizer(optimizer: Any, model: Any,
-                                          num_steps_per_communication: int = 1) -> Any:
+def DistributedGradientAllreduceOptimizer(
+    optimizer: Any, model: Any, num_steps_per_communication: int = 1
+) -> Any:
     """Average the gradients over all agents (Horovod style): fogsim.optim's wrapper."""
     return _optim.DistributedGradientAllreduceOptimizer(
-        optimizer, model, None, num_steps_per_communication)
+        optimizer, model, None, num_steps_per_communication
+    )
 
 
-def DistributedPushSumOptimizer(optimizer: Any, model: Any,
-                                num_steps_per_communication: int = 1) -> Any:
+def DistributedPushSumOptimizer(
+    optimizer: Any, model: Any, num_steps_per_communication: int = 1
+) -> Any:
     """Push-sum over window accumulates: :class:`fogsim.optim.DistributedPushSumOptimizer`."""
-    return _optim.DistributedPushSumOptimizer(optimizer, model, None,
-                                              num_steps_per_communication)
+    return _optim.DistributedPushSumOptimizer(optimizer, model, None, num_steps_per_communication)
 
 
-def DistributedWinPutOptimizer(optimizer: Any, model: Any, num_steps_per_communication: int = 1,
-                               window_prefix: str | None = None) -> Any:
+def DistributedWinPutOptimizer(
+    optimizer: Any,
+    model: Any,
+    num_steps_per_communication: int = 1,
+    window_prefix: str | None = None,
+) -> Any:
     """Average over ``win_put`` windows: :class:`fogsim.optim.DistributedWinPutOptimizer`."""
     kwargs = {} if window_prefix is None else {"window_prefix": window_prefix}
-    return _optim.DistributedWinPutOptimizer(optimizer, model, None,
-                                             num_steps_per_communication, **kwargs)
+    return _optim.DistributedWinPutOptimizer(
+        optimizer, model, None, num_steps_per_communication, **kwargs
+    )
 
 
-def DistributedPullGetOptimizer(optimizer: Any, model: Any,
-                                num_steps_per_communication: int = 1) -> Any:
+def DistributedPullGetOptimizer(
+    optimizer: Any, model: Any, num_steps_per_communication: int = 1
+) -> Any:
     """BlueFog pulls the neighbors' parameters with ``win_get``; fogsim has no pull-get
     wrapper and uses :func:`DistributedWinPutOptimizer` (the same neighbor average, the
     values pushed by their owners instead of fetched)."""

@@ -42,15 +42,19 @@ def src_order_stacked(result: Any, tensor: Any, src_ranks: Any) -> Any:
     shape = tuple(getattr(tensor, "shape", ()))
     block = shape[1] if len(shape) > 1 else 1
     orders = [[int(r) for r in ranks] for ranks in src_ranks]
-    index = [_src_permutation(order, np.full(len(order), block, dtype=np.int64))
-             for order in orders]  # fmt: skip
+    index = [
+        _src_permutation(order, np.full(len(order), block, dtype=np.int64)) for order in orders
+    ]
     if all(i is None for i in index):
         return result
-    full = [np.arange(len(o) * block) if i is None else i
-            for o, i in zip(orders, index, strict=True)]  # fmt: skip
+    full = [
+        np.arange(len(o) * block) if i is None else i for o, i in zip(orders, index, strict=True)
+    ]
     if isinstance(result, list):
-        return [r if i is None else _take_rows(r, f)
-                for r, i, f in zip(result, index, full, strict=True)]  # fmt: skip
+        return [
+            r if i is None else _take_rows(r, f)
+            for r, i, f in zip(result, index, full, strict=True)
+        ]
     agents = np.arange(len(full))[:, None]
     table = np.stack(full)
     if isinstance(result, np.ndarray):

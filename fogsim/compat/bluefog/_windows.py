@@ -67,8 +67,9 @@ def win_put(
 ) -> bool:
     """Put ``dst_weights[j] * tensor`` into the buffers at the out-neighbors ``j``."""
     _errors.check_tensor("win_put", tensor)
-    return fogsim.win_put(tensor, name, _float_scalar(self_weight), _float_weights(dst_weights),
-                          require_mutex)  # fmt: skip
+    return fogsim.win_put(
+        tensor, name, _float_scalar(self_weight), _float_weights(dst_weights), require_mutex
+    )
 
 
 def win_put_nonblocking(
@@ -80,8 +81,9 @@ def win_put_nonblocking(
 ) -> fogsim.Handle:
     """Start :func:`win_put`; return a handle for :func:`win_wait`."""
     _errors.check_tensor("win_put_nonblocking", tensor)
-    return fogsim.win_put_nonblocking(tensor, name, _float_scalar(self_weight),
-                                      _float_weights(dst_weights), require_mutex)  # fmt: skip
+    return fogsim.win_put_nonblocking(
+        tensor, name, _float_scalar(self_weight), _float_weights(dst_weights), require_mutex
+    )
 
 
 def win_accumulate(
@@ -93,8 +95,9 @@ def win_accumulate(
 ) -> bool:
     """Add ``dst_weights[j] * tensor`` to the buffers at the out-neighbors ``j``."""
     _errors.check_tensor("win_accumulate", tensor)
-    return fogsim.win_accumulate(tensor, name, _float_scalar(self_weight),
-                                 _float_weights(dst_weights), require_mutex)  # fmt: skip
+    return fogsim.win_accumulate(
+        tensor, name, _float_scalar(self_weight), _float_weights(dst_weights), require_mutex
+    )
 
 
 def win_accumulate_nonblocking(
@@ -106,9 +109,9 @@ def win_accumulate_nonblocking(
 ) -> fogsim.Handle:
     """Start :func:`win_accumulate`; return a handle for :func:`win_wait`."""
     _errors.check_tensor("win_accumulate_nonblocking", tensor)
-    return fogsim.win_accumulate_nonblocking(tensor, name, _float_scalar(self_weight),
-                                             _float_weights(dst_weights),
-                                             require_mutex)  # fmt: skip
+    return fogsim.win_accumulate_nonblocking(
+        tensor, name, _float_scalar(self_weight), _float_weights(dst_weights), require_mutex
+    )
 
 
 def win_get(name: str, src_weights: Any = None, require_mutex: bool = False) -> bool:
@@ -139,8 +142,14 @@ def win_update(
     """
     _known_window("win_update", name)
     _errors.check_weights("win_update", self_weight, neighbor_weights, "neighbor_weights")
-    return fogsim.win_update(name, _float_scalar(self_weight), _float_weights(neighbor_weights),
-                             reset, clone, require_mutex)  # fmt: skip
+    return fogsim.win_update(
+        name,
+        _float_scalar(self_weight),
+        _float_weights(neighbor_weights),
+        reset,
+        clone,
+        require_mutex,
+    )
 
 
 def win_update_then_collect(name: str, require_mutex: bool = True) -> Any:
@@ -200,5 +209,6 @@ def _known_window(op: str, name: str | None) -> None:
     """Raise :class:`~._errors.UnknownWindow` unless a window ``name`` exists (None: all)."""
     if name is not None and isinstance(name, str) and name not in fogsim.win_names():
         names = ", ".join(map(repr, fogsim.win_names())) or "none"
-        raise _errors.UnknownWindow(f"{op}: no window named {name!r} (windows: {names}); "
-                                    "create it with win_create first")  # fmt: skip
+        raise _errors.UnknownWindow(
+            f"{op}: no window named {name!r} (windows: {names}); create it with win_create first"
+        )
