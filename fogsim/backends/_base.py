@@ -19,7 +19,7 @@ from .._arrays import check_name
 from .._handles import Handle
 from ..topology import Topology, as_topology
 
-__all__ = ["Backend", "OneAgentEach", "launched_size"]
+__all__ = ["Backend", "NoWindows", "OneAgentEach", "WindowPart", "launched_size"]
 
 
 def launched_size(size: Any, n: int, rank: int, launcher: str) -> None:
@@ -45,13 +45,126 @@ def launched_size(size: Any, n: int, rank: int, launcher: str) -> None:
         )
 
 
+class WindowPart(abc.ABC):
+    """The part of a backend that runs the one-sided window ops (see :func:`fogsim.win_create`).
+
+    Each runtime has its own (``SimWindowOps``, ``MpiWindowOps``, ``SpmdWindowOps``), built
+    in the backend's constructor from what it needs; :class:`Backend` forwards the public
+    window ops to it, with the public functions' arguments (the ``*_nonblocking`` twins
+    run the blocking op and return a completed handle).
+    """
+
+    @abc.abstractmethod
+    def win_create(self, x: Any, name: str, zero_init: bool) -> bool: ...
+    @abc.abstractmethod
+    def win_free(self, name: str | None) -> bool: ...
+    @abc.abstractmethod
+    def win_names(self) -> list[str]: ...
+    @abc.abstractmethod
+    def win_put(
+        self, x: Any, name: str, self_weight: Any, dst_weights: Any, require_mutex: bool
+    ) -> bool: ...
+    @abc.abstractmethod
+    def win_accumulate(
+        self, x: Any, name: str, self_weight: Any, dst_weights: Any, require_mutex: bool
+    ) -> bool: ...
+    @abc.abstractmethod
+    def win_get(self, name: str, src_weights: Any, require_mutex: bool) -> bool: ...
+    @abc.abstractmethod
+    def win_update(
+        self,
+        name: str,
+        self_weight: Any,
+        neighbor_weights: Any,
+        reset: bool,
+        clone: bool,
+        require_mutex: bool,
+    ) -> Any: ...
+    @abc.abstractmethod
+    def win_update_then_collect(self, name: str, require_mutex: bool) -> Any: ...
+    @abc.abstractmethod
+    def win_mutex(self, name: str, for_self: bool, ranks: Any) -> Any: ...
+    @abc.abstractmethod
+    def get_win_version(self, name: str) -> Any: ...
+    @abc.abstractmethod
+    def win_associated_p(self, name: str) -> Any: ...
+    @abc.abstractmethod
+    def set_win_ops_with_associated_p(self, enabled: bool) -> None: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Free what the part holds (the backend is closing)."""
+
+
+class NoWindows(WindowPart):
+    """The window part of a runtime without one-sided ops: every op refuses, naming it."""
+
+    def __init__(self, backend: str) -> None:
+        self._backend = backend
+
+    def _refuse(self, op: str) -> Any:
+        raise ValueError(f"{op}: the {self._backend} backend has no window ops")
+
+    def win_names(self) -> list[str]:
+        return []
+
+    def win_create(self, x: Any, name: str, zero_init: bool) -> bool:
+        return self._refuse("win_create")
+
+    def win_free(self, name: str | None) -> bool:
+        return self._refuse("win_free")
+
+    def win_put(
+        self, x: Any, name: str, self_weight: Any, dst_weights: Any, require_mutex: bool
+    ) -> bool:
+        return self._refuse("win_put")
+
+    def win_accumulate(
+        self, x: Any, name: str, self_weight: Any, dst_weights: Any, require_mutex: bool
+    ) -> bool:
+        return self._refuse("win_accumulate")
+
+    def win_get(self, name: str, src_weights: Any, require_mutex: bool) -> bool:
+        return self._refuse("win_get")
+
+    def win_update(
+        self,
+        name: str,
+        self_weight: Any,
+        neighbor_weights: Any,
+        reset: bool,
+        clone: bool,
+        require_mutex: bool,
+    ) -> Any:
+        return self._refuse("win_update")
+
+    def win_update_then_collect(self, name: str, require_mutex: bool) -> Any:
+        return self._refuse("win_update_then_collect")
+
+    def win_mutex(self, name: str, for_self: bool, ranks: Any) -> Any:
+        return self._refuse("win_mutex")
+
+    def get_win_version(self, name: str) -> Any:
+        return self._refuse("get_win_version")
+
+    def win_associated_p(self, name: str) -> Any:
+        return self._refuse("win_associated_p")
+
+    def set_win_ops_with_associated_p(self, enabled: bool) -> None:
+        self._refuse("set_win_ops_with_associated_p")
+
+
 class Backend(abc.ABC):
     """Base class of the backends (see the module docstring)."""
 
     #: Registered name, e.g. ``"sim"``.
     name: ClassVar[str]
 
+    #: The part that runs the one-sided window ops (:class:`NoWindows` where the runtime
+    #: has none); each backend builds its own in its constructor.
+    windows: WindowPart
+
     def __init__(self) -> None:
+        self.windows = NoWindows(self.name)
         self._topology: Topology | None = None
         self._is_weighted = False
         self._machine_topology: Topology | None = None  # default made on first use
@@ -385,83 +498,109 @@ class Backend(abc.ABC):
         self.barrier()
         return Handle.completed("barrier", None)
 
-    # -- one-sided window ops (see fogsim.win_create); runtimes without them refuse -------
-    def _no_windows(self, op: str) -> Any:
-        raise ValueError(f"{op}: the {self.name} backend has no window ops")
-
+    # -- one-sided window ops (see fogsim.win_create), run by the ``windows`` part --------
     def win_create(self, x: Any, name: str, zero_init: bool = False) -> bool:
         """Create the window ``name`` for ``x`` (collective)."""
-        return self._no_windows("win_create")
+        return self.windows.win_create(x, name, zero_init)
 
     def win_free(self, name: str | None = None) -> bool:
         """Free the window ``name``, or all windows (collective)."""
-        return self._no_windows("win_free")
+        return self.windows.win_free(name)
 
     def win_names(self) -> list[str]:
         """Return the names of the existing windows in creation order."""
-        return []
+        return self.windows.win_names()
 
-    def win_put(self, x, name, self_weight=None, dst_weights=None, require_mutex=False):
+    def win_put(
+        self,
+        x: Any,
+        name: str,
+        self_weight: Any = None,
+        dst_weights: Any = None,
+        require_mutex: bool = False,
+    ) -> bool:
         """Write weighted ``x`` into the out-neighbors' buffers; scale ``x`` in place."""
-        return self._no_windows("win_put")
+        return self.windows.win_put(x, name, self_weight, dst_weights, require_mutex)
 
-    def win_accumulate(self, x, name, self_weight=None, dst_weights=None, require_mutex=False):
+    def win_accumulate(
+        self,
+        x: Any,
+        name: str,
+        self_weight: Any = None,
+        dst_weights: Any = None,
+        require_mutex: bool = False,
+    ) -> bool:
         """Add weighted ``x`` to the out-neighbors' buffers; scale ``x`` in place."""
-        return self._no_windows("win_accumulate")
+        return self.windows.win_accumulate(x, name, self_weight, dst_weights, require_mutex)
 
-    def win_get(self, name, src_weights=None, require_mutex=False):
+    def win_get(self, name: str, src_weights: Any = None, require_mutex: bool = False) -> bool:
         """Fetch the in-neighbors' exposed values into this agent's buffers."""
-        return self._no_windows("win_get")
+        return self.windows.win_get(name, src_weights, require_mutex)
 
     def win_update(
         self,
-        name,
-        self_weight=None,
-        neighbor_weights=None,
-        reset=False,
-        clone=False,
-        require_mutex=False,
-    ):
+        name: str,
+        self_weight: Any = None,
+        neighbor_weights: Any = None,
+        reset: bool = False,
+        clone: bool = False,
+        require_mutex: bool = False,
+    ) -> Any:
         """Combine the registered value with the buffers."""
-        return self._no_windows("win_update")
+        return self.windows.win_update(
+            name, self_weight, neighbor_weights, reset, clone, require_mutex
+        )
 
     def win_update_then_collect(self, name: str, require_mutex: bool = True) -> Any:
         """Add every buffer to the registered value and zero the buffers."""
-        return self._no_windows("win_update_then_collect")
+        return self.windows.win_update_then_collect(name, require_mutex)
 
-    def win_mutex(self, name: str, for_self: bool = False, ranks: Any = None):
+    def win_mutex(self, name: str, for_self: bool = False, ranks: Any = None) -> Any:
         """Context manager holding window mutexes."""
-        return self._no_windows("win_mutex")
+        return self.windows.win_mutex(name, for_self, ranks)
 
     def get_win_version(self, name: str) -> Any:
         """Return the per in-neighbor write counts since the last update."""
-        return self._no_windows("get_win_version")
+        return self.windows.get_win_version(name)
 
     def win_associated_p(self, name: str) -> Any:
         """Return the push-sum weight carried by the window."""
-        return self._no_windows("win_associated_p")
+        return self.windows.win_associated_p(name)
 
     def set_win_ops_with_associated_p(self, enabled: bool) -> None:
         """Switch whether window ops carry the push-sum weight."""
-        self._no_windows("set_win_ops_with_associated_p")
+        self.windows.set_win_ops_with_associated_p(enabled)
 
     def win_put_nonblocking(
-        self, x, name, self_weight=None, dst_weights=None, require_mutex=False
+        self,
+        x: Any,
+        name: str,
+        self_weight: Any = None,
+        dst_weights: Any = None,
+        require_mutex: bool = False,
     ) -> Handle:
         """Start :meth:`win_put` and return a :class:`Handle`."""
         result = self.win_put(x, name, self_weight, dst_weights, require_mutex)
         return Handle.completed("win_put", result, name)
 
     def win_accumulate_nonblocking(
-        self, x, name, self_weight=None, dst_weights=None, require_mutex=False
+        self,
+        x: Any,
+        name: str,
+        self_weight: Any = None,
+        dst_weights: Any = None,
+        require_mutex: bool = False,
     ) -> Handle:
         """Start :meth:`win_accumulate` and return a :class:`Handle`."""
         result = self.win_accumulate(x, name, self_weight, dst_weights, require_mutex)
         return Handle.completed("win_accumulate", result, name)
 
-    def win_get_nonblocking(self, name, src_weights=None, require_mutex=False) -> Handle:
+    def win_get_nonblocking(
+        self, name: str, src_weights: Any = None, require_mutex: bool = False
+    ) -> Handle:
         """Start :meth:`win_get` and return a :class:`Handle`."""
-        return Handle.completed("win_get", self.win_get(name, src_weights, require_mutex), name)
+        result = self.win_get(name, src_weights, require_mutex)
+        return Handle.completed("win_get", result, name)
 
     def set_asynchrony(self, activation: str = "all", **options: Any) -> None:
         """Model asynchrony (simulators); real runtimes check the arguments, then ignore them.
@@ -473,10 +612,10 @@ class Backend(abc.ABC):
         Asynchrony(self.size_int, activation, **options)
 
 
-class OneAgentEach:
-    """``size``, ``rank``, ``local``, ``vmap`` and ``is_main_process`` of a backend whose
-    processes (or threads) are one agent each, with the world's size in ``_n`` and its int
-    rank in ``_rank`` (MPI, torch, SPMD)."""
+class OneAgentEach(Backend):
+    """Base class of the backends whose processes (or threads) are one agent each (MPI,
+    torch, SPMD): ``size``, ``rank``, ``local``, ``vmap`` and ``is_main_process`` from the
+    world's size ``_n`` and this agent's int rank ``_rank``, which the constructor sets."""
 
     _n: int
     _rank: int
