@@ -62,6 +62,22 @@ def exercise(t: Transport) -> list[str]:
         q.wait()
     if not (np.all(ga == 1.0 + left) and np.all(gb == -1.0 - left)):
         bad.append(f"tags mixed up: {ga} {gb}")
+    # one batch: a buffer to each side, one from each side, in several dtypes
+    for dtype in (np.float64, np.float32, np.int32):
+        to_right, to_left = np.full(5, 3 * r + 1, dtype), np.full(5, 3 * r + 2, dtype)
+        from_left, from_right = np.empty(5, dtype), np.empty(5, dtype)
+        batch = t.exchange(
+            [(to_right, right), (to_left, left)], [(from_left, left), (from_right, right)], tag=5
+        )
+        if not isinstance(batch, Request):
+            bad.append("exchange's request lacks test()/wait()")
+        batch.wait()
+        if not batch.test():
+            bad.append("a waited exchange does not test complete")
+        # with 2 ranks left is right: the two messages from it arrive in the order sent
+        if not (np.all(from_left == 3 * left + 1) and np.all(from_right == 3 * right + 2)):
+            bad.append(f"exchange of {np.dtype(dtype)}: {from_left} {from_right}")
+    t.exchange([], [], tag=5).wait()  # an empty batch completes
     # small collectives
     flags = np.array([r, -r, 7, r % 2], dtype=np.int64)
     t.iallreduce_max(flags).wait()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -134,6 +134,17 @@ class InProcessTransport:
         if not buf.flags.c_contiguous:
             raise ValueError("irecv needs a C-contiguous buffer to write into")
         return _Pending(self.world, lambda: self.world.take(int(source), self.rank, tag, buf))
+
+    def exchange(
+        self,
+        sends: Sequence[tuple[np.ndarray, int]],
+        recvs: Sequence[tuple[np.ndarray, int]],
+        tag: int = 0,
+    ) -> _Pending:
+        for buf, dest in sends:
+            self.isend(buf, dest, tag)
+        pending = [self.irecv(buf, source, tag) for buf, source in recvs]
+        return _Pending(self.world, lambda: all(q.test() for q in pending))
 
     def _start(self, kind: str, value: Any) -> tuple[str, int]:
         key = (kind, self._seq[kind])

@@ -8,6 +8,7 @@ streams) stays in the backend that has it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -47,6 +48,22 @@ class Transport(Protocol):
 
     def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> Request:
         """Start receiving a message from rank ``source`` into ``buf`` (same byte size)."""
+        ...
+
+    def exchange(
+        self,
+        sends: Sequence[tuple[Any, int]],
+        recvs: Sequence[tuple[Any, int]],
+        tag: int = 0,
+    ) -> Request:
+        """Start one batch of point-to-point messages: each ``(buf, dest)`` of ``sends``
+        goes to rank ``dest``, each ``(buf, source)`` of ``recvs`` is filled from rank
+        ``source``; return one request for the whole batch (the neighbor ops' data path).
+
+        Buffers are those :meth:`isend`/:meth:`irecv` take; a transport may take more (the
+        torch transport also takes tensors on their device). Every buffer must live until
+        the request completes.
+        """
         ...
 
     def iallreduce_max(self, flags: np.ndarray) -> Request:

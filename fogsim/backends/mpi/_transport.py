@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,21 @@ class _MpiRequest:
         self.req.Wait()
 
 
+class _MpiBatch:
+    """Several mpi4py requests as one :class:`~fogsim.backends._runtime.Request`."""
+
+    __slots__ = ("reqs", "_mpi")
+
+    def __init__(self, reqs: list[Any], mpi: Any) -> None:
+        self.reqs, self._mpi = reqs, mpi
+
+    def test(self) -> bool:
+        return bool(self._mpi.Request.Testall(self.reqs))
+
+    def wait(self) -> None:
+        self._mpi.Request.Waitall(self.reqs)
+
+
 class MpiTransport:
     """Point-to-point and small collectives on the communicator ``comm`` (``mpi``: the
     ``mpi4py.MPI`` module, passed in so that importing this module needs no MPI)."""
@@ -37,6 +53,17 @@ class MpiTransport:
 
     def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> _MpiRequest:
         return _MpiRequest(self.comm.Irecv(buf, source=source, tag=tag))
+
+    def exchange(
+        self,
+        sends: Sequence[tuple[np.ndarray, int]],
+        recvs: Sequence[tuple[np.ndarray, int]],
+        tag: int = 0,
+    ) -> _MpiBatch:
+        comm = self.comm
+        reqs = [comm.Irecv(buf, source=source, tag=tag) for buf, source in recvs]
+        reqs += [comm.Isend(buf, dest=dest, tag=tag) for buf, dest in sends]
+        return _MpiBatch(reqs, self._mpi)
 
     def iallreduce_max(self, flags: np.ndarray) -> _MpiRequest:
         return _MpiRequest(self.comm.Iallreduce(self._mpi.IN_PLACE, flags, op=self._mpi.MAX))

@@ -7,6 +7,7 @@ through ``dist.isend``/``dist.irecv`` on the group given.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -70,6 +71,27 @@ def _bytes(buf: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(buf.reshape(-1).view(np.uint8))
 
 
+def _wire(buf: Any) -> torch.Tensor:
+    """What travels for ``buf``: a tensor as is (on its device), an array's bytes."""
+    return buf if isinstance(buf, torch.Tensor) else _bytes(buf)
+
+
+class _TorchBatch:
+    """The works of one ``batch_isend_irecv`` as one :class:`~fogsim.backends._runtime.Request`."""
+
+    __slots__ = ("works",)
+
+    def __init__(self, works: list[Any]) -> None:
+        self.works = works
+
+    def test(self) -> bool:
+        return all(w.is_completed() for w in self.works)
+
+    def wait(self) -> None:
+        for w in self.works:
+            w.wait()
+
+
 class TorchTransport:
     """Point-to-point and small collectives among the ``size`` ranks of ``group``."""
 
@@ -85,6 +107,26 @@ class TorchTransport:
         return _TorchRequest(
             dist.irecv(_bytes(buf), group=self.group, tag=tag, group_src=int(source))
         )
+
+    def exchange(
+        self,
+        sends: Sequence[tuple[Any, int]],
+        recvs: Sequence[tuple[Any, int]],
+        tag: int = 0,
+    ) -> _TorchBatch:
+        """One ``batch_isend_irecv`` (NCCL groups it; gloo runs the pairs as they come).
+
+        Tensors travel as they are, on their device; numpy arrays as their bytes.
+        """
+        ops = [
+            dist.P2POp(dist.irecv, _wire(buf), group=self.group, tag=tag, group_peer=int(src))
+            for buf, src in recvs
+        ]
+        ops += [
+            dist.P2POp(dist.isend, _wire(buf), group=self.group, tag=tag, group_peer=int(dst))
+            for buf, dst in sends
+        ]
+        return _TorchBatch(dist.batch_isend_irecv(ops) if ops else [])
 
     def iallreduce_max(self, flags: np.ndarray) -> _TorchRequest:
         # Every rank sends its flags to every rank, and each takes the maximum itself:
