@@ -18,15 +18,17 @@ from mpi4py import MPI
 from ... import _arrays, _settings
 from ... import timeline as _timeline
 from ..._arrays import Kind, to_numpy, wrap_like
-from ..._handles import Handle
+from ..._handles import Handle, HandleTable
 from ..._stall import Guard
 from ...hierarchy._decomposed import digits, piece_bounds
 from ...hierarchy._machines import layout_error
 from .._base import Backend, OneAgentEach, launched_size
 from .._runtime.agree import GUARDS, LocalError, agree, fingerprint
-from .._runtime.plan import static_rank_plan
+from .._runtime.forward import NeighborForwarding
+from .._runtime.neighbor import NeighborOps
+from .._runtime.plan import RankPlan
 from .._weights import exchange_between_machines
-from ._neighbor import NeighborOps
+from ._neighbor import MpiDataPath
 from ._peers import MPIPeers
 from ._transport import MpiTransport
 from ._windows import MpiWindowOps
@@ -34,7 +36,7 @@ from ._windows import MpiWindowOps
 __all__ = ["MPIBackend"]
 
 
-class MPIBackend(OneAgentEach, NeighborOps, MpiWindowOps, Backend):
+class MPIBackend(OneAgentEach, NeighborForwarding, MpiWindowOps, Backend):
     """One agent per MPI process (see the module docstring)."""
 
     name = "mpi"
@@ -66,10 +68,14 @@ class MPIBackend(OneAgentEach, NeighborOps, MpiWindowOps, Backend):
         self._machines: Any = None  # the local ranks 0 as one world of machines (on use)
         self._roots_comm: Any = None
         self._stage_comms: dict[tuple[int, ...], list[Any]] = {}
-        self.graph_comm: Any = None
-        self._static: Any = None
-        self._fusion_threshold = self._settings.fusion_threshold
-        self._init_neighbor_ops()
+        self.handles = HandleTable()
+        self.neighbors = NeighborOps(
+            self.transport,
+            MpiDataPath(self.comm, self._value, self.stall),
+            self.handles,
+            self.stall,
+            self._settings.fusion_threshold,
+        )
         self._init_window_ops()
 
     def _stall_guard(self, world: bool) -> Guard:
@@ -110,7 +116,7 @@ class MPIBackend(OneAgentEach, NeighborOps, MpiWindowOps, Backend):
 
     def close(self) -> None:
         self._drain()
-        self._close_neighbor_ops()
+        self.neighbors.close()
         self._free_windows()
         if self._machines is not None:
             self._machines.close()
@@ -122,38 +128,20 @@ class MPIBackend(OneAgentEach, NeighborOps, MpiWindowOps, Backend):
         self._roots_comm = None
         if GUARDS.pop(id(self.transport), None) is not None:
             self.stall.peers.close()
-        for comm in (self.graph_comm, self.local_comm, self.comm):
+        for comm in (self.local_comm, self.comm):
             if comm is not None and comm != MPI.COMM_NULL:
                 comm.Free()
-        self.graph_comm = self.local_comm = self.comm = None
+        self.local_comm = self.comm = None
 
     # -- topology -------------------------------------------------------------------------
     def _on_topology(self) -> None:
-        topo = self._topology
-        indptr, indices, data = topo.offdiag_csr()
-        agree(
-            self.transport,
-            fingerprint(
-                "topology", self._is_weighted, indptr.tobytes(), indices.tobytes(), data.tobytes()
-            ),
-            None,
-            "a different topology",
-        )
-        self._drain()
-        if self.graph_comm is not None:
-            self.graph_comm.Free()
-        self._static = self._fusion.static_plan = static_rank_plan(
-            topo, self._is_weighted, self._rank
-        )
-        self.graph_comm = self.comm.Create_dist_graph_adjacent(
-            topo.in_neighbors(self._rank), topo.out_neighbors(self._rank), reorder=False
-        )
+        assert self._topology is not None
+        self.neighbors.on_topology(self._topology, self._is_weighted)
 
-    def in_neighbor_ranks(self) -> list[int]:
-        return self._topology.in_neighbors(self._rank)
-
-    def out_neighbor_ranks(self) -> list[int]:
-        return self._topology.out_neighbors(self._rank)
+    @property
+    def _static(self) -> RankPlan:
+        """This rank's plan on the static topology (the window ops' default weights)."""
+        return self.neighbors.static
 
     # -- agent-local data -----------------------------------------------------------------
     def global_view(self, x: Any) -> Any:

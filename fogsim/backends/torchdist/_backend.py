@@ -23,14 +23,15 @@ import torch.distributed as dist
 
 from ... import _arrays, _settings
 from ... import timeline as _timeline
-from ..._handles import Handle
+from ..._handles import Handle, HandleTable
 from ..._stall import Guard, StallError, State, where
 from .._base import Backend, OneAgentEach, launched_size
 from .._runtime.agree import GUARDS, LocalError, agree, fingerprint
-from .._runtime.plan import static_rank_plan
+from .._runtime.forward import NeighborForwarding
+from .._runtime.neighbor import NeighborOps
 from . import _world
 from ._machines import MachineOps
-from ._neighbor import NeighborOps, as_bytes
+from ._neighbor import TorchDataPath, _Transfer, as_bytes
 from ._peers import StorePeers, default_store
 from ._transport import TorchTransport, _TorchRequest
 from ._values import Value, as_value
@@ -98,7 +99,7 @@ class _WorkGuard(Guard):
                 print(message, file=sys.stderr, flush=True)
 
 
-class TorchBackend(OneAgentEach, MachineOps, NeighborOps, Backend):
+class TorchBackend(OneAgentEach, MachineOps, NeighborForwarding, Backend):
     """One agent per process over torch.distributed (see the module docstring)."""
 
     name = "torch"
@@ -138,8 +139,11 @@ class TorchBackend(OneAgentEach, MachineOps, NeighborOps, Backend):
             raise
         if self.nccl_group is not None and groups is None:
             torch.cuda.set_device(self._local_rank % torch.cuda.device_count())
-        self._fusion_threshold = self._settings.fusion_threshold
-        self._init_neighbor_ops()
+        self.handles = HandleTable()
+        self._path = TorchDataPath(self._transport, self.nccl_group, self._value)
+        self.neighbors = NeighborOps(
+            self._transport, self._path, self.handles, self.stall, self._settings.fusion_threshold
+        )
 
     def _machines(self, local_size: int | None) -> tuple[int, int]:
         """Return (local rank, local size): by host name, or emulated blocks of local_size."""
@@ -164,7 +168,7 @@ class TorchBackend(OneAgentEach, MachineOps, NeighborOps, Backend):
     def close(self) -> None:
         error = None
         try:
-            self._fusion.flush()
+            self.neighbors.flush()
         except (TypeError, ValueError) as exc:
             error = exc
         while len(self.handles):  # complete every handle, even past one that fails
@@ -172,7 +176,7 @@ class TorchBackend(OneAgentEach, MachineOps, NeighborOps, Backend):
                 self.handles.drain()
             except Exception as exc:  # noqa: BLE001 - re-raised once the world is closed
                 error = error or exc
-        self._close_neighbor_ops()
+        self.neighbors.close()
         self._close_machine_ops()
         self._destroy_groups()
         if error is not None:
@@ -207,34 +211,18 @@ class TorchBackend(OneAgentEach, MachineOps, NeighborOps, Backend):
     # -- topology -------------------------------------------------------------------------
     def _on_topology(self) -> None:
         topo = self._topology
-        indptr, indices, data = topo.offdiag_csr()
+        assert topo is not None
         try:
-            agree(
-                self._transport,
-                fingerprint(
-                    "topology",
-                    self._is_weighted,
-                    indptr.tobytes(),
-                    indices.tobytes(),
-                    data.tobytes(),
-                ),
-                None,
-                "a different topology",
-            )
+            self.neighbors.on_topology(topo, self._is_weighted)
         except ValueError:
             if self._agreed is not None:  # keep the world on the topology all ranks share
                 self._topology, self._is_weighted = self._agreed
             raise
         self._agreed = (topo, self._is_weighted)
-        self._drain()
-        self._static = static_rank_plan(topo, self._is_weighted, self._rank)
-        self._static_dsts = np.asarray(topo.out_neighbors(self._rank), dtype=np.int64)
 
-    def in_neighbor_ranks(self) -> list[int]:
-        return self._topology.in_neighbors(self._rank)
-
-    def out_neighbor_ranks(self) -> list[int]:
-        return self._topology.out_neighbors(self._rank)
+    def _p2p(self, ops: list, cuda: bool, blocking: bool) -> _Transfer:
+        """Start the ``dist.P2POp`` list ``ops`` as one batch (every rank calls this)."""
+        return self._path.p2p_ops(ops, cuda, blocking)
 
     # -- agent-local data -----------------------------------------------------------------
     def global_view(self, x: Any) -> Any:

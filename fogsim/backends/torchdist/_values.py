@@ -53,12 +53,39 @@ class Value:
         return self.kind == _CUDA
 
     @property
+    def device(self) -> bool:
+        return self.kind == _CUDA
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """What the ranks agree on beyond dtype and shape: the device (CPU values agree
+        with numpy arrays, whatever each rank passed)."""
+        return ("cuda",) if self.kind == _CUDA else ()
+
+    @property
+    def data(self) -> Any:
+        return self.tensor
+
+    @property
+    def fusion_wrap(self) -> Any:
+        return None if self.kind == _NUMPY and self.half is None else self.wrap
+
+    @property
     def nbytes(self) -> int:
         return self.tensor.numel() * self.tensor.element_size()
 
-    def describe(self) -> str:
+    def describe(self, shape: tuple[int, ...] | None = None) -> str:
         where = " on cuda" if self.cuda else ""
-        return f"{self.dtype} {self.shape}{where}"
+        return f"{self.dtype} {self.shape if shape is None else shape}{where}"
+
+    def scaled(self, s: float) -> Any:
+        """Return ``x`` to send, times the sender's weight (numpy's rounding on CPU)."""
+        if s == 1.0:
+            return self.tensor
+        if self.arr is not None:
+            return torch.from_numpy(np.multiply(self.arr, self.dtype.type(s)))
+        factor = torch.from_numpy(np.array(s, dtype=self.dtype)).to(self.tensor.device)
+        return self.tensor * factor
 
     def reshaped(self, shape: tuple[int, ...]) -> Value:
         arr = None if self.arr is None else self.arr.reshape(shape)

@@ -1,0 +1,74 @@
+"""The neighbor ops of a backend built on the runtime's :class:`~.neighbor.NeighborOps`.
+
+The MPI and torch backends hold one such part each (``self.neighbors``, built in their
+constructors) and answer the public neighbor ops with it; :class:`NeighborForwarding`
+writes that forwarding once, with the flush and drain their other ops need before a
+collective.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..._handles import Handle, HandleTable
+from .._base import Backend
+from .neighbor import NeighborOps
+
+__all__ = ["NeighborForwarding"]
+
+
+class NeighborForwarding(Backend):
+    """A :class:`~fogsim.backends._base.Backend` whose neighbor ops are ``neighbors``."""
+
+    neighbors: NeighborOps
+    handles: HandleTable
+
+    def _flush(self) -> None:
+        """Send the queued nonblocking calls now (collective: all ranks flush alike)."""
+        self.neighbors.flush()
+
+    def _drain(self) -> None:
+        """Send the queue and complete every handle in flight."""
+        self.neighbors.drain()
+
+    def neighbor_allreduce(
+        self,
+        x: Any,
+        self_weight: Any = None,
+        src_weights: Any = None,
+        dst_weights: Any = None,
+        enable_topo_check: bool = True,
+        name: str | None = None,
+    ) -> Any:
+        return self.neighbors.neighbor_allreduce(
+            x, self_weight, src_weights, dst_weights, enable_topo_check, name
+        )
+
+    def neighbor_allreduce_nonblocking(
+        self,
+        x: Any,
+        self_weight: Any = None,
+        src_weights: Any = None,
+        dst_weights: Any = None,
+        enable_topo_check: bool = True,
+        name: str | None = None,
+    ) -> Handle:
+        return self.neighbors.neighbor_allreduce_nonblocking(
+            x, self_weight, src_weights, dst_weights, enable_topo_check, name
+        )
+
+    def neighbor_allgather(
+        self, x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
+    ) -> Any:
+        return self.neighbors.neighbor_allgather(x, src_ranks, dst_ranks, name)
+
+    def neighbor_allgather_nonblocking(
+        self, x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
+    ) -> Handle:
+        return self.neighbors.neighbor_allgather_nonblocking(x, src_ranks, dst_ranks, name)
+
+    def in_neighbor_ranks(self) -> list[int]:
+        return self.load_topology().in_neighbors(self.neighbors.rank)
+
+    def out_neighbor_ranks(self) -> list[int]:
+        return self.load_topology().out_neighbors(self.neighbors.rank)

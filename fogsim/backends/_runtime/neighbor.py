@@ -1,0 +1,492 @@
+"""The neighbor ops, written once: parse, agree, exchange send tables, transfer, combine.
+
+:class:`NeighborOps` is a part of the MPI and torch backends. A call is parsed into this
+rank's :class:`~.plan.RankPlan`, the ranks agree on a fingerprint of it
+(:func:`~.agree.agree`; dynamic calls with weight dicts also exchange send tables), the
+data move through the runtime's :class:`~.datapath.DataPath` and the received rows are
+combined in ascending source order (``_core.combine_rows``, the simulator's bits).
+
+Small nonblocking static calls are queued and fused (``_core.FusionQueue``): their bytes
+are packed into one buffer, sent in one transfer when any of them is waited on (or the
+buffer fills, or another op needs the ordering), and unpacked into their owners byte for
+byte. Every rank flushes at the same points of the program, since the triggers are ops,
+never timing.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from ... import _arrays, _core
+from ... import timeline as _timeline
+from ..._handles import Handle, HandleTable
+from ..._stall import Guard
+from ...topology import Topology
+from .._weights import is_matrix
+from .agree import REPAIRS, LocalError, agree, fingerprint, fused_terms, settle, start_agree
+from .datapath import DataPath, Value
+from .exchange import check_pairs, exchange_send_tables, neighbor_rows
+from .plan import RankPlan, rank_plan, rank_weights, static_rank_plan
+from .transport import Request, Transport
+
+__all__ = ["NeighborOps"]
+
+_FP_CACHE_SIZE = 1024  # (dtype, shape, device, plan) fingerprints remembered per world
+_FLOATS = (np.dtype(np.float64), np.dtype(np.float32))
+
+
+def _plain(x: Any, self_weight: Any, src_weights: Any, dst_weights: Any, name: Any) -> bool:
+    """Whether a call is the common case: a float numpy array and the topology's weights
+    (a name only labels the call on the timeline)."""
+    return (
+        type(x) is np.ndarray
+        and self_weight is None
+        and src_weights is None
+        and dst_weights is None
+        and (name is None or type(name) is str)
+        and x.dtype in _FLOATS
+        and x.flags.c_contiguous
+    )
+
+
+def _describe(arr: np.ndarray) -> str:
+    return f"{arr.dtype} {arr.shape} in neighbor_allreduce"
+
+
+def _done(data: Request, agreement: Request) -> bool:
+    """Whether a transfer and the agreement started beside it are both complete."""
+    return agreement.test() and data.test()
+
+
+class _Batch:
+    """A :class:`~.transport.Request` spelled as :class:`fogsim._core.FusedBatch` calls it."""
+
+    __slots__ = ("Test", "Wait")
+
+    def __init__(self, req: Request) -> None:
+        self.Test, self.Wait = req.test, req.wait
+
+
+class NeighborOps:
+    """``neighbor_allreduce`` and ``neighbor_allgather`` of one world (see the module doc).
+
+    ``transport`` carries the agreements and small exchanges, ``path`` the data;
+    ``handles`` is the world's handle table, ``stall`` its stall guard.
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        path: DataPath,
+        handles: HandleTable,
+        stall: Guard,
+        fusion_threshold: int,
+    ) -> None:
+        self.transport, self.path, self.handles, self.stall = transport, path, handles, stall
+        self.rank, self.size = transport.rank, transport.size
+        self.topology: Topology | None = None
+        self.static: RankPlan = RankPlan(1.0, np.empty(0, np.int64), np.empty(0))
+        self.static_dsts: np.ndarray = np.empty(0, np.int64)
+        self._fusion = _core.FusionQueue(fusion_threshold, self._send_batch, handles)
+        self._fingerprints: dict[tuple, int] = {}
+        if path.overlaps:
+            REPAIRS[id(transport)] = path.repair
+
+    def on_topology(self, topology: Topology, is_weighted: bool) -> None:
+        """Agree on ``topology`` with every rank (else raise on all), complete what is in
+        flight, then use it for static calls."""
+        indptr, indices, data = topology.offdiag_csr()
+        fp = fingerprint(
+            "topology", is_weighted, indptr.tobytes(), indices.tobytes(), data.tobytes()
+        )
+        agree(self.transport, fp, None, "a different topology")
+        self.drain()
+        self.topology = topology
+        self.static = self._fusion.static_plan = static_rank_plan(topology, is_weighted, self.rank)
+        self.static_dsts = np.asarray(topology.out_neighbors(self.rank), dtype=np.int64)
+        self.path.on_topology(topology, self.static.srcs, self.static_dsts)
+
+    def flush(self) -> None:
+        """Send the queued nonblocking calls now (collective: all ranks flush alike)."""
+        self._fusion.flush()
+
+    def drain(self) -> None:
+        """Send the queue and complete every handle in flight."""
+        self._fusion.flush()
+        self.handles.drain()
+
+    def close(self) -> None:
+        REPAIRS.pop(id(self.transport), None)
+        self.path.close()
+
+    # -- neighbor_allreduce ---------------------------------------------------------------
+    def neighbor_allreduce(
+        self,
+        x: Any,
+        self_weight: Any = None,
+        src_weights: Any = None,
+        dst_weights: Any = None,
+        enable_topo_check: bool = True,
+        name: str | None = None,
+    ) -> Any:
+        """Return ``x_i <- w_ii x_i + sum_j w_ij x_j`` over this rank's in-neighbors."""
+        if _plain(x, self_weight, src_weights, dst_weights, name) and (
+            enable_topo_check is True or enable_topo_check is False
+        ):  # the common case: the static topology's weights on a numpy array
+            if len(self._fusion):
+                self._fusion.flush()
+            plan = self.static
+            if enable_topo_check:
+                fp = self._fingerprint(x.dtype, x.shape, (), plan, False)
+                if self.path.overlaps:
+                    return self._checked_static_exchange(x, plan, fp)
+                agree(self.transport, fp, None, partial(_describe, x))
+            return self._static_exchange(x, plan, plan.weights)
+        return self._neighbor_allreduce(
+            x, self_weight, src_weights, dst_weights, enable_topo_check, name, blocking=True
+        )
+
+    def neighbor_allreduce_nonblocking(
+        self,
+        x: Any,
+        self_weight: Any = None,
+        src_weights: Any = None,
+        dst_weights: Any = None,
+        enable_topo_check: bool = True,
+        name: str | None = None,
+    ) -> Handle:
+        """Start :meth:`neighbor_allreduce`; return its handle."""
+        if (
+            self_weight is None
+            and src_weights is None
+            and dst_weights is None
+            and name is None
+            and enable_topo_check is True
+            and self.path.fuses
+        ):
+            # the common case, straight to the queue: ranks agree once per fused batch
+            handle = self._fusion.add_static(x)
+            if handle is not None:
+                return handle
+        return self._neighbor_allreduce(
+            x, self_weight, src_weights, dst_weights, enable_topo_check, name, blocking=False
+        )
+
+    def _static_exchange(self, arr: np.ndarray, plan: RankPlan, weights: np.ndarray) -> Any:
+        """Blocking: every in-neighbor's ``arr`` over the static topology, combined."""
+        recv = np.empty((len(self.static.srcs), *arr.shape), dtype=arr.dtype)
+        tl = _timeline.active
+        if tl is None:
+            self.path.static_allgather(arr, recv)
+            return _combine(arr, plan, recv, weights, plan.select)
+        t = tl.clock_ns()
+        self.path.static_allgather(arr, recv)
+        t = tl.since("COMMUNICATE", t)
+        out = _combine(arr, plan, recv, weights, plan.select)
+        tl.since("COMPUTE_AVERAGE", t)
+        return out
+
+    def _checked_static_exchange(self, arr: np.ndarray, plan: RankPlan, fp: int) -> Any:
+        """:meth:`_static_exchange` with the agreement on shapes and dtypes travelling
+        while the data do (the topology was agreed by ``set_topology``): on a mismatch
+        the received bytes are discarded and every rank raises the agreed error. Only
+        where the path truncates a larger message quietly (:attr:`DataPath.overlaps`),
+        else the agreement comes first. A rank that meets this call with another op
+        completes the transfer for it once the agreement failed (``agree.REPAIRS``).
+        On a running timeline: COMMUNICATE (the agreement and the data travel together),
+        NEGOTIATE (the agreement's outcome), COMPUTE_AVERAGE."""
+        tl = _timeline.active
+        t = 0 if tl is None else tl.clock_ns()
+        flags, agreement = start_agree(self.transport, fp, None, posted=True)
+        recv = np.empty((len(self.static.srcs), *arr.shape), dtype=arr.dtype)
+        self._wait_overlapped(self.path.start_static(arr, recv, True), agreement)
+        if tl is None:
+            settle(self.transport, flags, None, partial(_describe, arr), posted=True)
+            return _combine(arr, plan, recv, plan.weights, plan.select)
+        t = tl.since("COMMUNICATE", t)
+        try:
+            settle(self.transport, flags, None, partial(_describe, arr), posted=True)
+        finally:
+            t = tl.since("NEGOTIATE", t)
+        out = _combine(arr, plan, recv, plan.weights, plan.select)
+        tl.since("COMPUTE_AVERAGE", t)
+        return out
+
+    def _wait_overlapped(self, data: Request, agreement: Request) -> None:
+        """Wait for a transfer, then for the agreement started beside it."""
+        self.stall.wait(data.test, data.wait)
+        self.stall.wait(agreement.test, agreement.wait)
+
+    def _parse(
+        self, x: Any, self_weight: Any, src_weights: Any, dst_weights: Any, check: bool
+    ) -> tuple[Value | None, RankPlan | None, LocalError | None]:
+        """Return (value, plan, error) from this rank's arguments alone.
+
+        With the check on, a bad argument is returned as ``error`` so that every rank
+        can raise it together; with it off it is raised here.
+        """
+        try:
+            value = self.path.value(x, "neighbor_allreduce", True)
+            if self_weight is None and src_weights is None and dst_weights is None:
+                plan = self.static
+            else:
+                assert self.topology is not None
+                plan = rank_plan(
+                    self.size,
+                    self.rank,
+                    self.topology,
+                    self.static,
+                    self_weight,
+                    src_weights,
+                    dst_weights,
+                )
+        except (TypeError, ValueError) as exc:
+            if not check:
+                raise
+            return None, None, LocalError(exc)
+        return value, plan, None
+
+    def _neighbor_allreduce(
+        self,
+        x: Any,
+        self_weight: Any,
+        src_weights: Any,
+        dst_weights: Any,
+        check: Any,
+        name: Any,
+        blocking: bool,
+    ) -> Any:
+        """Blocking: return the result. Nonblocking: return a handle (static calls queue)."""
+        _arrays.check_name(name)
+        if check is not True and check is not False:
+            raise TypeError("enable_topo_check must be a bool")
+        value, plan, error = self._parse(x, self_weight, src_weights, dst_weights, check)
+        if not blocking and self.path.fuses and dst_weights is None and not is_matrix(src_weights):
+            # Static nonblocking calls are queued; ranks agree once per fused batch.
+            if value is None:
+                return self._fusion.add(None, plan, None, error, check, name)
+            return self._fusion.add(value.arr, plan, value.fusion_wrap, error, check, name)
+        if len(self._fusion):
+            self._fusion.flush()
+        exchange = dst_weights is not None and not is_matrix(src_weights)
+        weights = self._agree_call(value, plan, error, check, exchange)
+        assert value is not None and plan is not None  # else the agreement raised
+        if plan.static and blocking and value.arr is not None:
+            return value.wrap(self._static_exchange(value.arr, plan, weights))
+        handle = self._start(value, plan, weights, not check and plan.exchange, name, blocking)
+        return handle.wait() if blocking else handle
+
+    def _agree_call(
+        self,
+        value: Value | None,
+        plan: RankPlan | None,
+        error: LocalError | None,
+        check: bool,
+        exchange: bool,
+    ) -> np.ndarray:
+        """Return the combine weights once every rank agreed, else raise on all.
+
+        One reduction settles shapes, dtypes, devices, the kind of call and local argument
+        errors; a dynamic call with weight dicts then exchanges who sends to whom (one
+        all-to-all) and agrees once more on the outcome.
+        """
+        if not check:
+            assert plan is not None  # a bad argument raised in _parse
+            return plan.weights
+        if error is None:
+            assert value is not None and plan is not None
+            fp = self._fingerprint(value.dtype, value.shape, value.key, plan, exchange)
+            describe: Any = f"{value.describe(value.shape)} in neighbor_allreduce"
+        else:
+            fp, describe = 0, "an invalid argument"
+        agree(self.transport, fp, error, describe)
+        assert plan is not None
+        if not exchange:
+            return plan.weights
+        weights, mismatch = exchange_send_tables(self.transport, plan)
+        agree(self.transport, 0, mismatch, "")
+        assert weights is not None
+        return weights
+
+    def _fingerprint(
+        self, dtype: np.dtype, shape: tuple, key: tuple, plan: RankPlan, exchange: bool
+    ) -> int:
+        """Return the fingerprint of a call's dtype, shape, device and plan (cached)."""
+        cache_key = (dtype, shape, key, plan.fingerprint, plan.static, exchange)
+        fp = self._fingerprints.get(cache_key)
+        if fp is None:
+            if len(self._fingerprints) >= _FP_CACHE_SIZE:
+                self._fingerprints.clear()
+            fp = self._fingerprints[cache_key] = fingerprint(
+                "neighbor_allreduce",
+                dtype.str,
+                shape,
+                plan.fingerprint,
+                plan.static,
+                exchange,
+                *key,
+            )
+        return fp
+
+    def _start(
+        self,
+        value: Value,
+        plan: RankPlan,
+        weights: np.ndarray,
+        scale: bool,
+        name: str | None,
+        blocking: bool,
+    ) -> Handle:
+        """Start the transfers of one call; return a handle whose wait() combines."""
+        srcs = self.static.srcs if plan.static else plan.srcs
+        dsts = self.static_dsts if plan.static else plan.dsts
+        recv, recv_arr = value.empty((len(srcs), *value.shape))
+        # recv[k, ...]: a view even for 0-d values (recv[k] would be a read-only scalar)
+        recvs = [(recv[k, ...], int(j)) for k, j in enumerate(srcs)]
+        if scale:
+            assert plan.send_weights is not None
+            weighted = zip(dsts, plan.send_weights, strict=True)
+            sends = [(value.scaled(s), int(j)) for j, s in weighted]
+        else:
+            sends = [(value.data, int(j)) for j in dsts]
+        req = self.path.start(sends, recvs, value.device, blocking)
+        select = plan.select if plan.static else None
+
+        def finish() -> Any:
+            with _timeline.phase("COMMUNICATE"):
+                req.wait()
+            sends.clear()  # the scaled send buffers were held until here
+            with _timeline.phase("COMPUTE_AVERAGE"):
+                if recv_arr is None:
+                    out = self.path.combine_device(value, plan, recv, weights, select)
+                else:
+                    assert value.arr is not None
+                    out = _combine(value.arr, plan, recv_arr, weights, select)
+            return value.wrap(out)
+
+        return self.handles.start("neighbor_allreduce", finish, req.test, name)
+
+    # -- fusion ---------------------------------------------------------------------------
+    def _send_batch(
+        self, entries: list, total: int, layout: int | None, error: LocalError | None
+    ) -> None:
+        """Agree on the queued calls (``layout``: see :class:`fogsim._core.FusionQueue`),
+        pack them and start one static transfer. Where the path truncates a larger
+        message quietly, the agreement travels beside the data, as in
+        :meth:`_checked_static_exchange`, and the first wait settles it."""
+        overlap = layout is not None and error is None and self.path.overlaps
+        if layout is not None:
+            fp, describe = fused_terms(layout, error, entries)
+            if overlap:
+                flags, agreement = start_agree(self.transport, fp, None, posted=True)
+            else:
+                # refused: the queue makes every call of the batch raise it, not only this one
+                agree(self.transport, fp, error, describe)
+        with _timeline.phase("ALLOCATE"):
+            send = np.empty(total, dtype=np.uint8)
+            recv = np.empty((len(self.static.srcs), total), np.uint8)
+        with _timeline.phase("FUSION_COPY_IN"):
+            _core.pack(send, [e.arr for e in entries], [e.offset for e in entries])
+        data = self.path.start_static(send, recv, overlap)
+        if not overlap:
+            wait = self.path.batch_wait
+            _core.FusedBatch(entries, send, recv, _Batch(data), wait, None, _timeline.running)
+            return
+
+        def settle_batch(test: Any, block: Any) -> None:
+            self._wait_overlapped(data, agreement)
+            settle(self.transport, flags, None, describe, posted=True)
+
+        _core.FusedBatch(
+            entries,
+            send,
+            recv,
+            _Batch(data),
+            settle_batch,
+            partial(_done, data, agreement),
+            _timeline.running,
+        )
+
+    # -- neighbor_allgather ---------------------------------------------------------------
+    def neighbor_allgather(
+        self, x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
+    ) -> Any:
+        """Return the in-neighbors' values concatenated along the first axis."""
+        return self.neighbor_allgather_nonblocking(x, src_ranks, dst_ranks, name, True).wait()
+
+    def neighbor_allgather_nonblocking(
+        self,
+        x: Any,
+        src_ranks: Any = None,
+        dst_ranks: Any = None,
+        name: str | None = None,
+        blocking: bool = False,
+    ) -> Handle:
+        """Start :meth:`neighbor_allgather`; return its handle."""
+        _arrays.check_name(name)
+        self.flush()
+        error, srcs, dsts = None, None, None
+        try:
+            if (src_ranks is None) != (dst_ranks is None):
+                raise ValueError(
+                    "neighbor_allgather needs both src_ranks and dst_ranks, or neither"
+                )
+            if src_ranks is not None:
+                srcs, _ = rank_weights(src_ranks, self.size, self.rank, "src_ranks")
+                dsts, _ = rank_weights(dst_ranks, self.size, self.rank, "dst_ranks")
+        except (TypeError, ValueError) as exc:
+            error = LocalError(exc)
+        value = self._checked(src_ranks is None, x, error)
+        if value.shape == ():
+            value = value.reshaped((1,))
+        if srcs is None or dsts is None:
+            srcs, dsts = self.static.srcs, self.static_dsts
+        else:
+            check_pairs(self.transport, srcs, dsts)
+        rows = neighbor_rows(self.transport, value.shape[0], srcs, dsts)
+        out, out_arr = value.empty((int(rows.sum()), *value.shape[1:]))
+        starts = np.concatenate([[0], np.cumsum(rows)])
+        recvs = [(out[starts[k] : starts[k + 1]], int(j)) for k, j in enumerate(srcs)]
+        sends = [(value.data, int(j)) for j in dsts]
+        req = self.path.start(sends, recvs, value.device, blocking)
+
+        def finish() -> Any:
+            with _timeline.phase("COMMUNICATE"):
+                req.wait()
+            return value.wrap(out if out_arr is None else out_arr)
+
+        return self.handles.start("neighbor_allgather", finish, req.test, name)
+
+    def _checked(self, static: bool, x: Any, error: LocalError | None) -> Value:
+        """Convert ``x`` and agree with every rank on dtype, trailing shape and device.
+
+        ``error`` is a problem already found on this rank (it is raised everywhere too).
+        """
+        op = "neighbor_allgather"
+        value, fp, describe = None, 0, "an invalid argument"
+        try:
+            value = self.path.value(x, op, False)
+            if error is None:
+                trailing = value.shape[1:]
+                fp = fingerprint(op, value.dtype.str, trailing, static, *value.key)
+                describe = value.describe(trailing)
+        except (TypeError, ValueError) as exc:
+            error = error or LocalError(exc)
+        agree(self.transport, fp, error, f"{describe} in {op}")
+        assert value is not None  # else the agreement raised
+        return value
+
+
+def _combine(
+    arr: np.ndarray,
+    plan: RankPlan,
+    recv: np.ndarray,
+    weights: np.ndarray,
+    select: np.ndarray | None,
+) -> np.ndarray:
+    """Return ``self_weight * arr + sum_k weights[k] * y_k`` in ascending source order,
+    ``y_k`` row ``select[k]`` (``k`` without select) of ``recv``."""
+    return _core.combine_rows(np.empty_like(arr), plan.self_weight, arr, weights, recv, 0, select)
