@@ -6,11 +6,9 @@ rank's :class:`~.plan.RankPlan`, the ranks agree on a fingerprint of it
 data move through the runtime's :class:`~.datapath.DataPath` and the received rows are
 combined in ascending source order (``_core.combine_rows``, the simulator's bits).
 
-Small nonblocking static calls are queued and fused (``_core.FusionQueue``): their bytes
-are packed into one buffer, sent in one transfer when any of them is waited on (or the
-buffer fills, or another op needs the ordering), and unpacked into their owners byte for
-byte. Every rank flushes at the same points of the program, since the triggers are ops,
-never timing.
+Static calls (the topology's weights, or weight dicts on its edges) move through
+:class:`~.static.StaticTransfers`, small nonblocking ones fused; dynamic calls and
+``neighbor_allgather`` through :meth:`~.datapath.DataPath.start`.
 """
 
 from __future__ import annotations
@@ -26,11 +24,12 @@ from ..._handles import Handle, HandleTable
 from ..._stall import Guard
 from ...topology import Topology
 from .._weights import is_matrix
-from .agree import REPAIRS, LocalError, agree, fingerprint, fused_terms, settle, start_agree
+from .agree import REPAIRS, LocalError, agree, fingerprint
 from .datapath import DataPath, Value
 from .exchange import check_pairs, exchange_send_tables, neighbor_rows
 from .plan import RankPlan, rank_plan, rank_weights, static_rank_plan
-from .transport import Request, Transport
+from .static import StaticTransfers, combine, describe_array
+from .transport import Transport
 
 __all__ = ["NeighborOps"]
 
@@ -50,24 +49,6 @@ def _plain(x: Any, self_weight: Any, src_weights: Any, dst_weights: Any, name: A
         and x.dtype in _FLOATS
         and x.flags.c_contiguous
     )
-
-
-def _describe(arr: np.ndarray) -> str:
-    return f"{arr.dtype} {arr.shape} in neighbor_allreduce"
-
-
-def _done(data: Request, agreement: Request) -> bool:
-    """Whether a transfer and the agreement started beside it are both complete."""
-    return agreement.test() and data.test()
-
-
-class _Batch:
-    """A :class:`~.transport.Request` spelled as :class:`fogsim._core.FusedBatch` calls it."""
-
-    __slots__ = ("Test", "Wait")
-
-    def __init__(self, req: Request) -> None:
-        self.Test, self.Wait = req.test, req.wait
 
 
 class NeighborOps:
@@ -90,7 +71,8 @@ class NeighborOps:
         self.topology: Topology | None = None
         self.static: RankPlan = RankPlan(1.0, np.empty(0, np.int64), np.empty(0))
         self.static_dsts: np.ndarray = np.empty(0, np.int64)
-        self._fusion = _core.FusionQueue(fusion_threshold, self._send_batch, handles)
+        self._transfers = StaticTransfers(transport, path, stall)
+        self._fusion = _core.FusionQueue(fusion_threshold, self._transfers.send_batch, handles)
         self._fingerprints: dict[tuple, int] = {}
         if path.overlaps:
             REPAIRS[id(transport)] = path.repair
@@ -142,9 +124,9 @@ class NeighborOps:
             if enable_topo_check:
                 fp = self._fingerprint(x.dtype, x.shape, (), plan, False)
                 if self.path.overlaps:
-                    return self._checked_static_exchange(x, plan, fp)
-                agree(self.transport, fp, None, partial(_describe, x))
-            return self._static_exchange(x, plan, plan.weights)
+                    return self._transfers.checked_exchange(x, plan, fp)
+                agree(self.transport, fp, None, partial(describe_array, x))
+            return self._transfers.exchange(x, plan, plan.weights)
         return self._neighbor_allreduce(
             x, self_weight, src_weights, dst_weights, enable_topo_check, name, blocking=True
         )
@@ -174,51 +156,6 @@ class NeighborOps:
         return self._neighbor_allreduce(
             x, self_weight, src_weights, dst_weights, enable_topo_check, name, blocking=False
         )
-
-    def _static_exchange(self, arr: np.ndarray, plan: RankPlan, weights: np.ndarray) -> Any:
-        """Blocking: every in-neighbor's ``arr`` over the static topology, combined."""
-        recv = np.empty((len(self.static.srcs), *arr.shape), dtype=arr.dtype)
-        tl = _timeline.active
-        if tl is None:
-            self.path.static_allgather(arr, recv)
-            return _combine(arr, plan, recv, weights, plan.select)
-        t = tl.clock_ns()
-        self.path.static_allgather(arr, recv)
-        t = tl.since("COMMUNICATE", t)
-        out = _combine(arr, plan, recv, weights, plan.select)
-        tl.since("COMPUTE_AVERAGE", t)
-        return out
-
-    def _checked_static_exchange(self, arr: np.ndarray, plan: RankPlan, fp: int) -> Any:
-        """:meth:`_static_exchange` with the agreement on shapes and dtypes travelling
-        while the data do (the topology was agreed by ``set_topology``): on a mismatch
-        the received bytes are discarded and every rank raises the agreed error. Only
-        where the path truncates a larger message quietly (:attr:`DataPath.overlaps`),
-        else the agreement comes first. A rank that meets this call with another op
-        completes the transfer for it once the agreement failed (``agree.REPAIRS``).
-        On a running timeline: COMMUNICATE (the agreement and the data travel together),
-        NEGOTIATE (the agreement's outcome), COMPUTE_AVERAGE."""
-        tl = _timeline.active
-        t = 0 if tl is None else tl.clock_ns()
-        flags, agreement = start_agree(self.transport, fp, None, posted=True)
-        recv = np.empty((len(self.static.srcs), *arr.shape), dtype=arr.dtype)
-        self._wait_overlapped(self.path.start_static(arr, recv, True), agreement)
-        if tl is None:
-            settle(self.transport, flags, None, partial(_describe, arr), posted=True)
-            return _combine(arr, plan, recv, plan.weights, plan.select)
-        t = tl.since("COMMUNICATE", t)
-        try:
-            settle(self.transport, flags, None, partial(_describe, arr), posted=True)
-        finally:
-            t = tl.since("NEGOTIATE", t)
-        out = _combine(arr, plan, recv, plan.weights, plan.select)
-        tl.since("COMPUTE_AVERAGE", t)
-        return out
-
-    def _wait_overlapped(self, data: Request, agreement: Request) -> None:
-        """Wait for a transfer, then for the agreement started beside it."""
-        self.stall.wait(data.test, data.wait)
-        self.stall.wait(agreement.test, agreement.wait)
 
     def _parse(
         self, x: Any, self_weight: Any, src_weights: Any, dst_weights: Any, check: bool
@@ -275,7 +212,7 @@ class NeighborOps:
         weights = self._agree_call(value, plan, error, check, exchange)
         assert value is not None and plan is not None  # else the agreement raised
         if plan.static and blocking and value.arr is not None:
-            return value.wrap(self._static_exchange(value.arr, plan, weights))
+            return value.wrap(self._transfers.exchange(value.arr, plan, weights))
         handle = self._start(value, plan, weights, not check and plan.exchange, name, blocking)
         return handle.wait() if blocking else handle
 
@@ -364,51 +301,10 @@ class NeighborOps:
                     out = self.path.combine_device(value, plan, recv, weights, select)
                 else:
                     assert value.arr is not None
-                    out = _combine(value.arr, plan, recv_arr, weights, select)
+                    out = combine(value.arr, plan, recv_arr, weights, select)
             return value.wrap(out)
 
         return self.handles.start("neighbor_allreduce", finish, req.test, name)
-
-    # -- fusion ---------------------------------------------------------------------------
-    def _send_batch(
-        self, entries: list, total: int, layout: int | None, error: LocalError | None
-    ) -> None:
-        """Agree on the queued calls (``layout``: see :class:`fogsim._core.FusionQueue`),
-        pack them and start one static transfer. Where the path truncates a larger
-        message quietly, the agreement travels beside the data, as in
-        :meth:`_checked_static_exchange`, and the first wait settles it."""
-        overlap = layout is not None and error is None and self.path.overlaps
-        if layout is not None:
-            fp, describe = fused_terms(layout, error, entries)
-            if overlap:
-                flags, agreement = start_agree(self.transport, fp, None, posted=True)
-            else:
-                # refused: the queue makes every call of the batch raise it, not only this one
-                agree(self.transport, fp, error, describe)
-        with _timeline.phase("ALLOCATE"):
-            send = np.empty(total, dtype=np.uint8)
-            recv = np.empty((len(self.static.srcs), total), np.uint8)
-        with _timeline.phase("FUSION_COPY_IN"):
-            _core.pack(send, [e.arr for e in entries], [e.offset for e in entries])
-        data = self.path.start_static(send, recv, overlap)
-        if not overlap:
-            wait = self.path.batch_wait
-            _core.FusedBatch(entries, send, recv, _Batch(data), wait, None, _timeline.running)
-            return
-
-        def settle_batch(test: Any, block: Any) -> None:
-            self._wait_overlapped(data, agreement)
-            settle(self.transport, flags, None, describe, posted=True)
-
-        _core.FusedBatch(
-            entries,
-            send,
-            recv,
-            _Batch(data),
-            settle_batch,
-            partial(_done, data, agreement),
-            _timeline.running,
-        )
 
     # -- neighbor_allgather ---------------------------------------------------------------
     def neighbor_allgather(
@@ -478,15 +374,3 @@ class NeighborOps:
         agree(self.transport, fp, error, f"{describe} in {op}")
         assert value is not None  # else the agreement raised
         return value
-
-
-def _combine(
-    arr: np.ndarray,
-    plan: RankPlan,
-    recv: np.ndarray,
-    weights: np.ndarray,
-    select: np.ndarray | None,
-) -> np.ndarray:
-    """Return ``self_weight * arr + sum_k weights[k] * y_k`` in ascending source order,
-    ``y_k`` row ``select[k]`` (``k`` without select) of ``recv``."""
-    return _core.combine_rows(np.empty_like(arr), plan.self_weight, arr, weights, recv, 0, select)

@@ -1,0 +1,149 @@
+"""Transfers over the static topology: blocking, overlapped with their agreement, fused.
+
+Every rank sends its value to each out-neighbor of the topology set by ``set_topology``
+and receives one row per in-neighbor (:meth:`~.datapath.DataPath.start_static`). Small
+nonblocking calls are fused (``_core.FusionQueue``): their bytes are packed into one
+buffer, sent in one transfer when any of them is waited on (or the buffer fills, or
+another op needs the ordering), and unpacked into their owners byte for byte. Where the
+data path truncates a larger message quietly, the agreement on a call travels beside its
+data, and a mismatch discards what arrived (every rank then raises the agreed error).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from ... import _core
+from ... import timeline as _timeline
+from ..._stall import Guard
+from .agree import LocalError, agree, fused_terms, settle, start_agree
+from .datapath import DataPath
+from .plan import RankPlan
+from .transport import Request, Transport
+
+__all__ = ["StaticTransfers", "combine", "describe_array"]
+
+
+def combine(
+    arr: np.ndarray,
+    plan: RankPlan,
+    recv: np.ndarray,
+    weights: np.ndarray,
+    select: np.ndarray | None,
+) -> np.ndarray:
+    """Return ``self_weight * arr + sum_k weights[k] * y_k`` in ascending source order,
+    ``y_k`` row ``select[k]`` (``k`` without select) of ``recv``."""
+    return _core.combine_rows(np.empty_like(arr), plan.self_weight, arr, weights, recv, 0, select)
+
+
+def describe_array(arr: np.ndarray) -> str:
+    """Say what a rank passed to ``neighbor_allreduce`` (for a disagreement's message)."""
+    return f"{arr.dtype} {arr.shape} in neighbor_allreduce"
+
+
+def _done(data: Request, agreement: Request) -> bool:
+    """Whether a transfer and the agreement started beside it are both complete."""
+    return agreement.test() and data.test()
+
+
+class _Batch:
+    """A :class:`~.transport.Request` spelled as :class:`fogsim._core.FusedBatch` calls it."""
+
+    __slots__ = ("Test", "Wait")
+
+    def __init__(self, req: Request) -> None:
+        self.Test, self.Wait = req.test, req.wait
+
+
+class StaticTransfers:
+    """The static topology's transfers of one world, over ``path`` (see the module doc);
+    ``transport`` carries the agreements, ``stall`` waits."""
+
+    def __init__(self, transport: Transport, path: DataPath, stall: Guard) -> None:
+        self.transport, self.path, self.stall = transport, path, stall
+
+    def exchange(self, arr: np.ndarray, plan: RankPlan, weights: np.ndarray) -> np.ndarray:
+        """Blocking: every in-neighbor's ``arr``, combined (agreed before)."""
+        recv = np.empty((len(self.path.srcs), *arr.shape), dtype=arr.dtype)
+        tl = _timeline.active
+        if tl is None:
+            self.path.static_allgather(arr, recv)
+            return combine(arr, plan, recv, weights, plan.select)
+        t = tl.clock_ns()
+        self.path.static_allgather(arr, recv)
+        t = tl.since("COMMUNICATE", t)
+        out = combine(arr, plan, recv, weights, plan.select)
+        tl.since("COMPUTE_AVERAGE", t)
+        return out
+
+    def checked_exchange(self, arr: np.ndarray, plan: RankPlan, fp: int) -> np.ndarray:
+        """:meth:`exchange` with the agreement on the call (fingerprint ``fp``) travelling
+        while the data do (the topology was agreed by ``set_topology``). Only where the
+        path truncates a larger message quietly (:attr:`DataPath.overlaps`), else the
+        agreement comes first. A rank that meets this call with another op completes the
+        transfer for it once the agreement failed (``agree.REPAIRS``). On a running
+        timeline: COMMUNICATE (the agreement and the data travel together), NEGOTIATE (the
+        agreement's outcome), COMPUTE_AVERAGE."""
+        tl = _timeline.active
+        t = 0 if tl is None else tl.clock_ns()
+        flags, agreement = start_agree(self.transport, fp, None, posted=True)
+        recv = np.empty((len(self.path.srcs), *arr.shape), dtype=arr.dtype)
+        self._wait_overlapped(self.path.start_static(arr, recv, True), agreement)
+        if tl is None:
+            settle(self.transport, flags, None, partial(describe_array, arr), posted=True)
+            return combine(arr, plan, recv, plan.weights, plan.select)
+        t = tl.since("COMMUNICATE", t)
+        try:
+            settle(self.transport, flags, None, partial(describe_array, arr), posted=True)
+        finally:
+            t = tl.since("NEGOTIATE", t)
+        out = combine(arr, plan, recv, plan.weights, plan.select)
+        tl.since("COMPUTE_AVERAGE", t)
+        return out
+
+    def _wait_overlapped(self, data: Request, agreement: Request) -> None:
+        """Wait for a transfer, then for the agreement started beside it."""
+        self.stall.wait(data.test, data.wait)
+        self.stall.wait(agreement.test, agreement.wait)
+
+    def send_batch(
+        self, entries: list, total: int, layout: int | None, error: LocalError | None
+    ) -> None:
+        """Agree on the queued calls (``layout``: see :class:`fogsim._core.FusionQueue`),
+        pack them and start one transfer; overlapped as in :meth:`checked_exchange` where
+        the path allows it (the first wait then settles the agreement)."""
+        overlap = layout is not None and error is None and self.path.overlaps
+        if layout is not None:
+            fp, describe = fused_terms(layout, error, entries)
+            if overlap:
+                flags, agreement = start_agree(self.transport, fp, None, posted=True)
+            else:
+                # refused: the queue makes every call of the batch raise it, not only this one
+                agree(self.transport, fp, error, describe)
+        with _timeline.phase("ALLOCATE"):
+            send = np.empty(total, dtype=np.uint8)
+            recv = np.empty((len(self.path.srcs), total), np.uint8)
+        with _timeline.phase("FUSION_COPY_IN"):
+            _core.pack(send, [e.arr for e in entries], [e.offset for e in entries])
+        data = self.path.start_static(send, recv, overlap)
+        if not overlap:
+            wait = self.path.batch_wait
+            _core.FusedBatch(entries, send, recv, _Batch(data), wait, None, _timeline.running)
+            return
+
+        def settle_batch(test: Any, block: Any) -> None:
+            self._wait_overlapped(data, agreement)
+            settle(self.transport, flags, None, describe, posted=True)
+
+        _core.FusedBatch(
+            entries,
+            send,
+            recv,
+            _Batch(data),
+            settle_batch,
+            partial(_done, data, agreement),
+            _timeline.running,
+        )
