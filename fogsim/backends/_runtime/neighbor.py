@@ -74,6 +74,7 @@ class NeighborOps:
         self._transfers = StaticTransfers(transport, path, stall)
         self._fusion = _core.FusionQueue(fusion_threshold, self._transfers.send_batch, handles)
         self._fingerprints: dict[tuple, int] = {}
+        self._fuses, self._overlaps = path.fuses, path.overlaps  # read on every call
         if path.overlaps:
             REPAIRS[id(transport)] = path.repair
 
@@ -123,7 +124,7 @@ class NeighborOps:
             plan = self.static
             if enable_topo_check:
                 fp = self._fingerprint(x.dtype, x.shape, (), plan, False)
-                if self.path.overlaps:
+                if self._overlaps:
                     return self._transfers.checked_exchange(x, plan, fp)
                 agree(self.transport, fp, None, partial(describe_array, x))
             return self._transfers.exchange(x, plan, plan.weights)
@@ -147,7 +148,7 @@ class NeighborOps:
             and dst_weights is None
             and name is None
             and enable_topo_check is True
-            and self.path.fuses
+            and self._fuses
         ):
             # the common case, straight to the queue: ranks agree once per fused batch
             handle = self._fusion.add_static(x)
@@ -201,7 +202,7 @@ class NeighborOps:
         if check is not True and check is not False:
             raise TypeError("enable_topo_check must be a bool")
         value, plan, error = self._parse(x, self_weight, src_weights, dst_weights, check)
-        if not blocking and self.path.fuses and dst_weights is None and not is_matrix(src_weights):
+        if not blocking and self._fuses and dst_weights is None and not is_matrix(src_weights):
             # Static nonblocking calls are queued; ranks agree once per fused batch.
             if value is None:
                 return self._fusion.add(None, plan, None, error, check, name)
