@@ -13,6 +13,11 @@ bytes and combine. This package holds the parts that do not depend on how bytes 
 * :mod:`.plan` -- one rank's plan of a ``neighbor_allreduce`` call and the send tables;
 * :mod:`.exchange` -- the small exchanges of a dynamic call (send tables, the pair check of
   ``neighbor_allgather``, the lengths of blocks that may differ);
+* :mod:`.neighbor` -- the neighbor ops (:class:`~.neighbor.NeighborOps`, a part each
+  backend builds in its constructor; :mod:`.forward` answers a backend's public neighbor
+  ops with it), over :mod:`.static` (the static topology's transfers and tensor fusion)
+  and a :class:`~.datapath.DataPath`, what a runtime supplies (its values, how their bytes
+  move);
 * :mod:`.inprocess` -- a transport between threads of one process, for tests: it shows
   what a transport must provide, and runs the protocol without a launcher.
 
