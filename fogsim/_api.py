@@ -15,6 +15,7 @@ from . import timeline as _timeline
 from ._context import Context
 from ._handles import Handle
 from ._routing import Call, public_op
+from .backends import Backend
 from .topology import Topology
 
 __all__ = [
@@ -60,7 +61,7 @@ __all__ = [
 ]
 
 
-def _backend():
+def _backend() -> Backend:
     return _context.current().backend
 
 
@@ -150,7 +151,9 @@ def local(fn: Callable[[int], Any]) -> Any:
     return _backend().local(fn)
 
 
-def vmap(fn: Callable[..., Any], in_axes: int | None | Sequence[int | None] = 0):
+def vmap(
+    fn: Callable[..., Any], in_axes: int | None | Sequence[int | None] = 0
+) -> Callable[..., Any]:
     """Return ``fn`` applied agent by agent.
 
     In simulation the returned function splits each argument with ``in_axes`` 0 along the
@@ -159,7 +162,8 @@ def vmap(fn: Callable[..., Any], in_axes: int | None | Sequence[int | None] = 0)
     written with batch-friendly operations (``A @ x``, reductions over trailing axes)
     needs no ``vmap``.
     """
-    return _backend().vmap(fn, in_axes)
+    mapped: Callable[..., Any] = _backend().vmap(fn, in_axes)
+    return mapped
 
 
 def is_main_process() -> bool:

@@ -34,13 +34,16 @@ import contextlib
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, ParamSpec, Protocol, TypeVar, cast
 
 from . import _context
 from . import timeline as _timeline
 from ._handles import Handle
 
-__all__ = ["Call", "public_op"]
+__all__ = ["Call", "PublicOp", "public_op"]
+
+P = ParamSpec("P")
+R = TypeVar("R", covariant=True)
 
 
 class Call(NamedTuple):
@@ -53,20 +56,28 @@ class Call(NamedTuple):
     eager: bool = False  # the twin runs ``method`` now and returns a completed handle
 
 
+class PublicOp(Protocol, Generic[P, R]):
+    """A public op as callers see it: the declared signature, and its twin if it has one."""
+
+    nonblocking: Callable[P, Handle]
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R: ...
+
+
 def public_op(
     label: str,
     *,
     twin: bool = True,
     twin_doc: str | None = None,
     twin_track: str | None = None,
-) -> Callable[[Callable[..., Any]], Any]:
+) -> Callable[[Callable[P, R]], PublicOp[P, R]]:
     """Return the decorator that makes a declared op public (see the module docstring).
 
     ``twin_doc`` replaces the twin's generated docstring; ``twin_track`` names the twin's
     span when the call gives no ``name`` (default ``enqueue_<op>``).
     """
 
-    def decorate(spec: Callable[..., Any]) -> Any:
+    def decorate(spec: Callable[P, R]) -> PublicOp[P, R]:
         signature = inspect.signature(spec)
         params = list(signature.parameters)
         where = params.index("name") if "name" in params else None
@@ -82,7 +93,7 @@ def public_op(
             )
             nonblocking.__signature__ = signature.replace(return_annotation="Handle")
             op.nonblocking = nonblocking
-        return op
+        return cast(PublicOp[P, R], op)
 
     return decorate
 
