@@ -136,18 +136,18 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "fusion-entry-bytes-shifted",
         "compiled fusion: a float64 tensor after the first is read 8 bytes early",
-        "fogsim/_core/_fusion.pxi",
+        "fogsim/_core/_fusion.pyx",
         "<const double*>(<const char*>rv.buf + e.offset),",
         "<const double*>(<const char*>rv.buf + e.offset - (8 if e.offset else 0)),",
-        ("tests/test_core_dispatch.py",),
+        ("tests/test_core_fusion.py",),
     ),
     Mutation(
         "handle-second-wait-not-refused",
         "compiled handles: waiting on a released handle does not raise",
-        "fogsim/_core/_dispatch.pyx",
+        "fogsim/_core/_handles.pyx",
         "        if self._released:\n            raise ValueError(",
         "        if False:\n            raise ValueError(",
-        ("tests/test_core_dispatch.py",),
+        ("tests/test_core_handles.py",),
     ),
     Mutation(
         "sim-win-put-applied-twice",
@@ -270,7 +270,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "timeline-op-span-never-closed",
         "compiled trace recorder: an op's end event is never written",
-        "fogsim/_core/_trace.pxi",
+        "fogsim/_core/_trace.pyx",
         '        self.add(b"E", tid, t, -1, -1, 0)\n',
         "        pass\n",
         ("tests/test_timeline.py",),
