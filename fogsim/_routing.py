@@ -25,7 +25,9 @@ With ``twin=True`` (the default) it also builds the ``*_nonblocking`` twin: the 
 the span ``ENQUEUE_<label>``, and the backend's ``<method>_nonblocking``, which returns a
 :class:`~fogsim.Handle` (a :class:`Call` with ``eager=True`` instead runs the blocking
 method under its own label and returns a completed handle). Adding an op is one declaration
-here and one method per backend.
+here and one method per backend. The functions that only read or set the world's state
+(``size()``, ``set_topology()``, ``win_names()``, ...) call the backend directly and open
+no span; ``wait()`` and ``poll()`` act on a handle, not on the backend.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ and record their timeline span under the call's name (or the op's own)."""
 from __future__ import annotations
 
 import inspect
+import warnings
 
 import numpy as np
 import pytest
@@ -101,10 +102,14 @@ def test_variants_and_checks_are_routed_too(world, tmp_path):
     np.testing.assert_array_equal(fs.wait(handle), fs.allreduce(x, is_hierarchical_local=True))
     fs.allreduce(x, algorithm="decomposed", factors=(2, 2))
     fs.wait(fs.allreduce_nonblocking(x))
-    w = np.full((4, 4), 0.5)  # columns sum to 2: meant here
-    np.testing.assert_allclose(
-        fs.neighbor_allreduce(x, src_weights=w, check_weights=False), 4 * x.mean(0) * 0.5 + 0 * x
-    )
+    w = np.full((4, 4), 0.5)  # columns sum to 2: meant here, so no WeightWarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = fs.neighbor_allreduce(x, src_weights=w, check_weights=False)
+        fs.wait(fs.neighbor_allreduce_nonblocking(x, src_weights=w, check_weights=False))
+    np.testing.assert_allclose(y, np.broadcast_to(0.5 * x.sum(0), x.shape))
+    with pytest.warns(fs.WeightWarning):
+        fs.neighbor_allreduce(x, src_weights=w)
     fs.wait(fs.neighbor_allreduce_nonblocking(x, name="n"))
     with pytest.raises(TypeError, match="check_weights must be a bool"):
         fs.neighbor_allreduce(x, check_weights=1)
