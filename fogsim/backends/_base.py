@@ -19,7 +19,7 @@ from .._arrays import check_name
 from .._handles import Handle
 from ..topology import Topology, as_topology
 
-__all__ = ["Backend", "NoWindows", "OneAgentEach", "WindowPart", "launched_size"]
+__all__ = ["Backend", "NoWindows", "OneAgentEach", "WindowPart", "check_rank", "launched_size"]
 
 
 def launched_size(size: Any, n: int, rank: int, launcher: str) -> None:
@@ -43,6 +43,16 @@ def launched_size(size: Any, n: int, rank: int, launcher: str) -> None:
             file=sys.stderr,
             flush=True,
         )
+
+
+def check_rank(value: Any, n: int, argname: str) -> int:
+    """Return ``value`` as a rank of a world of ``n`` agents, or raise naming ``argname``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{argname} must be an integer rank, got {type(value).__name__}")
+    rank = int(value)
+    if not 0 <= rank < n:
+        raise ValueError(f"{argname}={value} is out of range for {n} agents")
+    return rank
 
 
 class WindowPart(abc.ABC):
@@ -194,11 +204,7 @@ class Backend(abc.ABC):
 
     def check_rank(self, value: Any, argname: str) -> int:
         """Return ``value`` as a rank in range, or raise naming ``argname``."""
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TypeError(f"{argname} must be an integer rank, got {type(value).__name__}")
-        if not 0 <= value < self.size_int:
-            raise ValueError(f"{argname}={value} is out of range for {self.size_int} agents")
-        return int(value)
+        return check_rank(value, self.size_int, argname)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources held by the backend."""
