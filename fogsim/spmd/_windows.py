@@ -22,8 +22,13 @@ from typing import Any
 import numpy as np
 
 from .._arrays import to_numpy
-from ..backends._base import WindowPart
-from ..backends._windows import WindowFormat, check_flag, check_update_args, window_view
+from ..backends._windows import (
+    WindowFormat,
+    WindowPart,
+    check_flag,
+    check_update_args,
+    window_view,
+)
 from ..backends.sim import SimBackend
 from ._collect import agree, label, per_agent_weights, rows, self_weights
 from ._errors import disagreement

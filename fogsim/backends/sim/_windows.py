@@ -29,9 +29,9 @@ import numpy as np
 from ..._arrays import is_tensor
 from ..._asynchrony import Asynchrony
 from ...topology import Topology, as_topology
-from .._base import WindowPart, check_rank
+from .._base import check_rank
 from .._weights import is_matrix
-from .._windows import check_flag, check_update_args, window_view
+from .._windows import WindowPart, check_flag, check_update_args, window_view
 from ._plan import rank_rows, self_weights, slot_add
 from ._window import ACCUMULATE, GET, PUT, SimWindow
 
