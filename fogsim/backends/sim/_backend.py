@@ -422,7 +422,7 @@ class SimBackend(Backend):
         """
         self.windows.barrier()
 
-    # -- simulator-only window features (reached through Context.simulator) ---------------
+    # -- window inspection, modelled asynchrony -------------------------------------------
     def window(self, name: str) -> SimWindow:
         """Return the window ``name``'s state, for every agent (read-only views)."""
         return self.windows.window(name)
