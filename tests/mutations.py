@@ -81,8 +81,8 @@ MUTATIONS: list[Mutation] = [
         "plan-weights-transposed",
         "simulator combines with W^T instead of W for non-circulant topologies",
         "fogsim/backends/sim/_plan.py",
-        "    return CsrPlan(sw, *topo.offdiag_csr())\n",
-        "    return CsrPlan(sw, *transpose(*topo.offdiag_csr(), topo.size))\n",
+        "    return CsrPlan(sw, *topo.offdiag_csr(), pattern=topo)\n",
+        "    return CsrPlan(sw, *transpose(*topo.offdiag_csr(), topo.size), pattern=topo)\n",
         ("tests/test_sim_ops.py",),
     ),
     Mutation(
@@ -153,10 +153,10 @@ MUTATIONS: list[Mutation] = [
         "sim-win-put-applied-twice",
         "simulator: win_put sends (and scales by self_weight) twice",
         "fogsim/backends/sim/_windows.py",
-        '        return self._push("win_put", _PUT, x, name, self_weight, dst_weights, '
+        '        return self._push("win_put", PUT, x, name, self_weight, dst_weights, '
         "require_mutex)\n",
-        '        self._push("win_put", _PUT, x, name, self_weight, dst_weights, require_mutex)\n'
-        '        return self._push("win_put", _PUT, x, name, self_weight, dst_weights, '
+        '        self._push("win_put", PUT, x, name, self_weight, dst_weights, require_mutex)\n'
+        '        return self._push("win_put", PUT, x, name, self_weight, dst_weights, '
         "require_mutex)\n",
         ("tests/test_sim_windows.py",),
     ),
