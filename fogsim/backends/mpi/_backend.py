@@ -101,10 +101,10 @@ class MPIBackend(OneAgentEach, NeighborOps, Backend):
 
     # -- world ----------------------------------------------------------------------------
     def local_size(self) -> int:
-        return self.machines.local_size()
+        return self.machines.local_size
 
     def local_rank(self) -> int:
-        return self.machines.local_rank()
+        return self.machines.local_rank
 
     def close(self) -> None:
         self._drain()

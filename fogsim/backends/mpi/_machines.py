@@ -66,8 +66,10 @@ class MpiMachineOps:
             new_world,
         )
         self.local_comm = self._split(local_size)
+        self.local_size = int(self.local_comm.Get_size())
+        self.local_rank = int(self.local_comm.Get_rank())
         self.error = layout_error(  # why the machine-level ops cannot run here, or None
-            comm.allgather((self.local_comm.Get_size(), self.local_comm.Get_rank()))
+            comm.allgather((self.local_size, self.local_rank))
         )
         self._world: Backend | None = None  # the local ranks 0 as one world (on use)
         self._roots_comm: Any = None
@@ -82,12 +84,6 @@ class MpiMachineOps:
                 "emulated machines must all hold the same number of processes"
             )
         return self._comm.Split(color=self._rank // local_size, key=self._rank)
-
-    def local_size(self) -> int:
-        return int(self.local_comm.Get_size())
-
-    def local_rank(self) -> int:
-        return int(self.local_comm.Get_rank())
 
     def check(self, op: str) -> None:
         """Raise a ValueError naming ``op`` when the machines are not alike."""
