@@ -197,7 +197,7 @@ MUTATIONS: list[Mutation] = [
         "mpi-push-sum-p-not-sent",
         "MPI windows: push-sum's associated weight p is not put to the neighbor",
         "fogsim/backends/mpi/_windows.py",
-        "                    win.pwin.Accumulate(pbuf, j, (1 + slot, 1, MPI.DOUBLE), op=how)\n",
+        "                    win.pwin.accumulate(pbuf, j, 1 + slot, replace)\n",
         "                    pass\n",
         (DUAL, "-k", "test_mpi and push_sum and 2]"),
     ),
@@ -212,7 +212,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "mpi-hierarchical-skips-machine-step",
         "MPI: hierarchical_neighbor_allreduce skips the exchange between machines",
-        "fogsim/backends/mpi/_backend.py",
+        "fogsim/backends/mpi/_machines.py",
         "            out, error = exchange_between_machines(\n"
         "                self._machine_world(),\n"
         "                mean,\n"
@@ -227,7 +227,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "mpi-decomposed-drops-a-stage",
         "MPI: the decomposed all-reduce skips the all-gather of its first stage",
-        "fogsim/backends/mpi/_backend.py",
+        "fogsim/backends/mpi/_machines.py",
         "        for comm, bounds in zip(reversed(comms), reversed(stages), strict=True):",
         "        for comm, bounds in zip(reversed(comms[1:]), reversed(stages[1:]), strict=True):",
         ("tests/test_hierarchy_mpi.py",),
