@@ -46,7 +46,7 @@ import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -84,7 +84,8 @@ INFINIBAND_100G = MappingProxyType({"alpha": 5e-6, "bandwidth": 12.5e9})
 
 
 def _check_n(n: Any) -> float:
-    if isinstance(n, bool) or not isinstance(n, numbers.Real) or not n >= 0:
+    # numbers.Real is no static numeric type (python/mypy#3186): compare it as the float it is
+    if isinstance(n, bool) or not isinstance(n, numbers.Real) or not cast(float, n) >= 0:
         raise ValueError(f"n (bytes) must be a number >= 0, got {n!r}")
     return float(n)
 
