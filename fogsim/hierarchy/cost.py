@@ -448,7 +448,7 @@ class CostMeter:
         self.per_op: dict[str, float] = {}
         self.calls: dict[str, int] = {}
         self.iterations: list[float] = []
-        self._cache: dict[tuple, tuple[float, list]] = {}
+        self._cache: dict[tuple[Any, ...], tuple[float, list[Any]]] = {}
 
     def record(self, op: str, nbytes: float, **info: Any) -> float:
         """Charge one op (arguments of :meth:`CostModel.op_time`); return its seconds."""
@@ -530,7 +530,7 @@ def scaling_table(
     intra: Any = None,
     inter: Any = None,
     kind: str = "fat_tree",
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Return seconds per op on :meth:`Network.cluster` for each machine count.
 
     Each row holds ``gpus`` and the time of every curve of :func:`plot_allreduce_scaling`:
