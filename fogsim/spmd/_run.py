@@ -198,9 +198,9 @@ def run(
         _random.stop()
     if errors:
         rank = min(errors, key=lambda r: (isinstance(errors[r], SpmdAborted), r))
-        exc = errors[rank]
-        exc.add_note(f"fogsim.spmd: raised by agent {rank} of {n}")
-        raise exc
+        error = errors[rank]
+        error.add_note(f"fogsim.spmd: raised by agent {rank} of {n}")
+        raise error
     return results
 
 
