@@ -19,11 +19,11 @@ extensions = [
         f"fogsim._core.{name}",
         [f"fogsim/_core/{name}.pyx"],
         extra_compile_args=compile_args,
-        # _dispatch reads arrays through numpy's C API (fusion's per-tensor fast path)
+        # _fusion reads arrays through numpy's C API (its per-tensor fast path)
         include_dirs=[numpy.get_include()],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     )
-    for name in ("_kernels", "_dispatch")
+    for name in ("_kernels", "_handles", "_fusion", "_trace")
 ]
 
 setup(ext_modules=cythonize(extensions, compiler_directives={"language_level": 3}))

@@ -14,7 +14,8 @@ from . import _context, _weightcheck
 from . import timeline as _timeline
 from ._context import Context
 from ._handles import Handle
-from ._routing import public_op
+from ._routing import Call, public_op
+from .backends import Backend
 from .topology import Topology
 
 __all__ = [
@@ -60,7 +61,7 @@ __all__ = [
 ]
 
 
-def _backend():
+def _backend() -> Backend:
     return _context.current().backend
 
 
@@ -150,7 +151,9 @@ def local(fn: Callable[[int], Any]) -> Any:
     return _backend().local(fn)
 
 
-def vmap(fn: Callable[..., Any], in_axes: int | None | Sequence[int | None] = 0):
+def vmap(
+    fn: Callable[..., Any], in_axes: int | None | Sequence[int | None] = 0
+) -> Callable[..., Any]:
     """Return ``fn`` applied agent by agent.
 
     In simulation the returned function splits each argument with ``in_axes`` 0 along the
@@ -159,7 +162,8 @@ def vmap(fn: Callable[..., Any], in_axes: int | None | Sequence[int | None] = 0)
     written with batch-friendly operations (``A @ x``, reductions over trailing axes)
     needs no ``vmap``.
     """
-    return _backend().vmap(fn, in_axes)
+    mapped: Callable[..., Any] = _backend().vmap(fn, in_axes)
+    return mapped
 
 
 def is_main_process() -> bool:
@@ -290,6 +294,14 @@ def _allreduce_variant(is_hierarchical_local: Any, algorithm: Any, factors: Any)
     return "decomposed" if decomposed else None
 
 
+@public_op(
+    "ALLREDUCE",
+    twin_doc="""Start :func:`allreduce` and return a handle for :func:`wait` / :func:`poll`.
+
+    The machine-local and decomposed variants run when called (the handle is complete).
+    """,
+    twin_track="allreduce",
+)
 def allreduce(
     x: Any,
     average: bool = True,
@@ -312,23 +324,24 @@ def allreduce(
     bit-identical between the simulator and the runtimes.
     """
     variant = _allreduce_variant(is_hierarchical_local, algorithm, factors)
-    tl = _timeline.active
-    if tl is None:
-        return _allreduce(variant, x, average, name, factors)
-    with tl.op(
-        "ALLREDUCE" if variant is None else f"ALLREDUCE_{variant.upper()}", name or "allreduce"
-    ):
-        return _allreduce(variant, x, average, name, factors)
-
-
-def _allreduce(variant: str | None, x: Any, average: bool, name: Any, factors: Any) -> Any:
     if variant is None:
-        return _backend().allreduce(x, average, name)
-    if variant == "local":
-        return _backend().local_allreduce(x, average, name)
-    return _backend().decomposed_allreduce(x, average, name, factors)
+        return (x, average, name)
+    if variant == "local":  # the variants run when called, also from the twin
+        return Call("local_allreduce", (x, average, name), "ALLREDUCE_LOCAL", eager=True)
+    return Call(
+        "decomposed_allreduce", (x, average, name, factors), "ALLREDUCE_DECOMPOSED", eager=True
+    )
 
 
+allreduce_nonblocking = allreduce.nonblocking
+
+
+@public_op(
+    "NEIGHBOR_ALLREDUCE",
+    twin_doc=(
+        "Start :func:`neighbor_allreduce` and return a handle for :func:`wait` / :func:`poll`."
+    ),
+)
 def neighbor_allreduce(
     x: Any,
     self_weight: Any = None,
@@ -362,86 +375,13 @@ def neighbor_allreduce(
     meant, e.g. push-sum's). The simulator checks the whole matrix; distributed, a matrix
     is checked whole and dicts by this rank's row alone (see :mod:`fogsim._weightcheck`).
     """
+    args = (x, self_weight, src_weights, dst_weights, enable_topo_check, name)
     if check_weights is not True:  # True: the hot path
-        with _weightcheck.checks(check_weights):
-            return neighbor_allreduce(
-                x, self_weight, src_weights, dst_weights, enable_topo_check, name
-            )
-    tl = _timeline.active
-    if tl is None:
-        return _backend().neighbor_allreduce(
-            x, self_weight, src_weights, dst_weights, enable_topo_check, name
-        )
-    # the hottest ops open their span without the ``with`` object (about 0.2 us less)
-    tid = tl.op_begin("NEIGHBOR_ALLREDUCE", name or "neighbor_allreduce")
-    try:
-        return _backend().neighbor_allreduce(
-            x, self_weight, src_weights, dst_weights, enable_topo_check, name
-        )
-    finally:
-        tl.op_end(tid)
+        return Call("neighbor_allreduce", args, context=_weightcheck.checks(check_weights))
+    return args
 
 
-# -- nonblocking twins --------------------------------------------------------------------
-def allreduce_nonblocking(
-    x: Any,
-    average: bool = True,
-    name: str | None = None,
-    *,
-    is_hierarchical_local: bool = False,
-    algorithm: str | None = None,
-    factors: Sequence[int] | None = None,
-) -> Handle:
-    """Start :func:`allreduce` and return a handle for :func:`wait` / :func:`poll`.
-
-    The machine-local and decomposed variants run when called (the handle is complete).
-    """
-    variant = _allreduce_variant(is_hierarchical_local, algorithm, factors)
-    if variant is None:
-        tl = _timeline.active
-        if tl is None:
-            return _backend().allreduce_nonblocking(x, average, name)
-        with tl.op("ENQUEUE_ALLREDUCE", name or "allreduce"):
-            return _backend().allreduce_nonblocking(x, average, name)
-    result = allreduce(
-        x,
-        average,
-        name,
-        is_hierarchical_local=is_hierarchical_local,
-        algorithm=algorithm,
-        factors=factors,
-    )
-    return Handle.completed("allreduce", result, name)
-
-
-def neighbor_allreduce_nonblocking(
-    x: Any,
-    self_weight: Any = None,
-    src_weights: Any = None,
-    dst_weights: Any = None,
-    enable_topo_check: bool = True,
-    name: str | None = None,
-    *,
-    check_weights: bool = True,
-) -> Handle:
-    """Start :func:`neighbor_allreduce` and return a handle for :func:`wait` / :func:`poll`."""
-    if check_weights is not True:  # True: the hot path
-        with _weightcheck.checks(check_weights):
-            return neighbor_allreduce_nonblocking(
-                x, self_weight, src_weights, dst_weights, enable_topo_check, name
-            )
-    tl = _timeline.active
-    if tl is None:
-        return _backend().neighbor_allreduce_nonblocking(
-            x, self_weight, src_weights, dst_weights, enable_topo_check, name
-        )
-    tid = tl.op_begin("ENQUEUE_NEIGHBOR_ALLREDUCE", name or "enqueue_neighbor_allreduce")
-    try:
-        return _backend().neighbor_allreduce_nonblocking(
-            x, self_weight, src_weights, dst_weights, enable_topo_check, name
-        )
-    finally:
-        tl.op_end(tid)
+neighbor_allreduce_nonblocking = neighbor_allreduce.nonblocking
 
 
 # -- ops routed by fogsim._routing (their _nonblocking twins too) --------------------------

@@ -1,3 +1,5 @@
+# mypy: disable-error-code="empty-body"
+# (a declared op's body only checks arguments; fogsim._routing calls the backend for it)
 """The public one-sided window ops; each dispatches to the backend of the current context.
 
 Split from :mod:`fogsim._api` (same conventions: in simulation, agent-local values and
@@ -6,6 +8,7 @@ per-agent arguments are stacked along a leading agent axis).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from ._api import _backend, poll, wait
@@ -144,13 +147,16 @@ def win_update_then_collect(name: str, require_mutex: bool = True) -> Any:
     """
 
 
-def win_mutex(name: str, for_self: bool = False, ranks: Any = None):
+def win_mutex(
+    name: str, for_self: bool = False, ranks: Any = None
+) -> contextlib.AbstractContextManager[Any]:
     """Context manager holding the window mutexes of ``ranks`` (default: out-neighbors).
 
     With ``for_self`` it holds this agent's own mutex instead. Mutexes are taken in
     ascending rank order, so two agents locking overlapping sets cannot deadlock.
     """
-    return _backend().win_mutex(name, for_self, ranks)
+    mutexes: contextlib.AbstractContextManager[Any] = _backend().win_mutex(name, for_self, ranks)
+    return mutexes
 
 
 def get_win_version(name: str) -> Any:

@@ -91,7 +91,7 @@ def to_numpy(x: Any, argname: str = "x", *, allow_cuda: bool = False) -> tuple[n
     )
 
 
-def _ragged_message(x: list | tuple, argname: str, exc: ValueError) -> str:
+def _ragged_message(x: list[Any] | tuple[Any, ...], argname: str, exc: ValueError) -> str:
     """Say which entries of a ragged sequence differ in shape (stacked agents, usually)."""
     shapes = []
     for item in x:

@@ -32,10 +32,10 @@ _STREAM = 0x6173796E
 def _real(value: Any, argname: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{argname} must be a real number, got {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{argname} must be finite, got {value}")
-    return value
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{argname} must be finite, got {number}")
+    return number
 
 
 def _int(value: Any, argname: str) -> int:

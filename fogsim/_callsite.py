@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import os
 import sys
+from types import FrameType
 
 __all__ = ["call_site", "user_frame", "user_stacklevel"]
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
-def user_frame(depth: int = 1):
+def user_frame(depth: int = 1) -> FrameType | None:
     """The innermost frame, from ``depth`` frames above the caller, outside fogsim."""
-    frame = sys._getframe(depth + 1)
+    frame: FrameType | None = sys._getframe(depth + 1)
     while frame is not None and (
         frame.f_code.co_filename.startswith(_PACKAGE)
         or frame.f_code.co_filename.endswith("threading.py")
@@ -32,7 +33,8 @@ def call_site() -> str:
 
 def user_stacklevel() -> int:
     """The ``stacklevel`` that makes a warning issued by the caller point at the user's line."""
-    frame, level = sys._getframe(1), 1
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
         frame, level = frame.f_back, level + 1
     return level

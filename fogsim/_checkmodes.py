@@ -98,7 +98,7 @@ class _Recorder:
         recorder = self
 
         @functools.wraps(method)
-        def recorded(backend, x, *args, **kwargs):
+        def recorded(backend: Any, x: Any, *args: Any, **kwargs: Any) -> Any:
             depth = getattr(recorder._depth, "value", 0)
             recorder._depth.value = depth + 1
             try:
@@ -245,7 +245,10 @@ def compare(sim: list[_Record], spmd: list[_Record], size: int) -> tuple[int, st
 
 
 def check_modes(
-    script: str | os.PathLike, size: int, argv: list[str] | tuple = (), timeout: float | None = 600
+    script: str | os.PathLike[str],
+    size: int,
+    argv: list[str] | tuple[str, ...] = (),
+    timeout: float | None = 600,
 ) -> ModeReport:
     """Run ``script`` simulated and as ``size`` SPMD agents; return where the ops differ.
 

@@ -9,16 +9,38 @@ several simulated worlds side by side and per-agent threads can each see their o
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from . import _settings, _weightcheck
-from .backends import create_backend
+from .backends import Backend, create_backend
+
+if TYPE_CHECKING:
+    from .topology import Topology
 
 __all__ = ["Context", "current", "set_current"]
 
 _current: Context | None = None
+
+
+class SpmdAgent(Protocol):
+    """What ``init()``, ``shutdown()`` and the SPMD backend ask of a :mod:`fogsim.spmd` agent."""
+
+    world: Any  # the run's shared rendezvous (fogsim.spmd.World)
+    rank: int
+    context: Context | None  # this agent's view of the world, once init() ran
+
+    def init(
+        self,
+        backend: str | None,
+        size: int | None,
+        topology: Any,
+        seed: int | None,
+        local_size: int | None,
+    ) -> Context: ...
+
+    def shutdown(self) -> None: ...
 
 
 class _ThreadState(threading.local):
@@ -26,7 +48,7 @@ class _ThreadState(threading.local):
 
     def __init__(self) -> None:
         self.stack: list[Context] = []
-        self.spmd_agent: Any = None  # fogsim.spmd: the agent this thread runs, if any
+        self.spmd_agent: SpmdAgent | None = None  # fogsim.spmd: the agent this thread runs, if any
 
 
 _thread = _ThreadState()
@@ -65,7 +87,7 @@ class Context:
         self.seed: int | None = None if seed is None else int(seed)
         self.rng = np.random.default_rng(self.seed)
         self.agent_rng: Any = None  # fogsim.rng(): this agent's generator(s), made on first use
-        self.backend = create_backend(
+        self.backend: Backend = create_backend(
             name.lower(),
             size=size,
             local_size=local_size if local_size is not None else self.settings.local_size,
@@ -74,7 +96,7 @@ class Context:
         self.backend.set_topology(self._default_topology() if topology is None else topology)
         self._closed = False
 
-    def _default_topology(self):
+    def _default_topology(self) -> Topology:
         from .topology import exponential_two_graph
 
         return exponential_two_graph(self.backend.size())
@@ -143,7 +165,7 @@ def peek() -> Context | None:
         return None
 
 
-def spmd_agent() -> Any:
+def spmd_agent() -> SpmdAgent | None:
     """Return the :mod:`fogsim.spmd` agent the running thread runs (None outside SPMD mode).
 
     ``init()`` and ``shutdown()`` in an agent thread start and close that agent's own view
@@ -152,7 +174,7 @@ def spmd_agent() -> Any:
     return _thread.spmd_agent
 
 
-def set_spmd_agent(agent: Any) -> None:
+def set_spmd_agent(agent: SpmdAgent | None) -> None:
     """Mark the running thread as running ``agent`` of an SPMD run (None: no longer)."""
     _thread.spmd_agent = agent
 

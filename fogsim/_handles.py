@@ -1,4 +1,4 @@
-"""Handles returned by the ``*_nonblocking`` ops (compiled in ``_core._dispatch``)."""
+"""Handles returned by the ``*_nonblocking`` ops (compiled in ``_core._handles``)."""
 
 from ._core import Handle, HandleTable
 

@@ -136,6 +136,11 @@ def _int(environ: Mapping[str, str], name: str, minimum: int) -> int | None:
     return value
 
 
+def _int_or(environ: Mapping[str, str], name: str, minimum: int, default: int) -> int:
+    value = _int(environ, name, minimum)
+    return default if value is None else value
+
+
 def load(environ: Mapping[str, str] | None = None) -> Settings:
     """Read and validate the options from ``environ`` (default: ``os.environ``)."""
     env = os.environ if environ is None else environ
@@ -153,9 +158,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         size=_int(env, "FOGSIM_SIZE", 1),
         seed=_int(env, "FOGSIM_SEED", 0),
         local_size=_int(env, "FOGSIM_LOCAL_SIZE", 1),
-        fusion_threshold=_int(env, "FOGSIM_FUSION_THRESHOLD", 0)
-        if env.get("FOGSIM_FUSION_THRESHOLD", "").strip()
-        else DEFAULT_FUSION_THRESHOLD,
+        fusion_threshold=_int_or(env, "FOGSIM_FUSION_THRESHOLD", 0, DEFAULT_FUSION_THRESHOLD),
         timeline=env.get("FOGSIM_TIMELINE", "").strip() or None,
         launcher_size=launcher_size,
         launcher_rank=launcher_rank,

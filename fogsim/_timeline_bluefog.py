@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any
+from typing import Any, Literal
 
 from .timeline import Timeline
 
@@ -169,7 +169,7 @@ class _BlueFogOp:
     def __enter__(self) -> None:
         self.tid = self.timeline._op_begin(self.name, self.track)
 
-    def __exit__(self, *exc_info: object) -> bool:
+    def __exit__(self, *exc_info: object) -> Literal[False]:
         self.timeline._op_end(self.tid)
         return False
 

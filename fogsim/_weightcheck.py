@@ -150,20 +150,20 @@ def check_sums(
     ``strict=False``: warn even in ``error`` mode.
     """
     row = _first_bad(rows)
-    if row is not None and callable(cols):
-        cols = cols()
-    col = None if row is None else _first_bad(cols)
-    if col is None:
-        if key is not None:
-            _last_ok[0] = key
-        return
-    _report(
-        f"{op}: the weights are neither row- nor column-stochastic: row {row} sums to "
-        f"{rows[row]:.17g} and column {col} to {cols[col]:.17g} (tolerance {TOLERANCE:g}); "
-        "averaging with them neither keeps a consensus (rows) nor the sum (columns), so "
-        "values grow or vanish step after step",
-        strict,
-    )
+    if row is not None:
+        col_sums = cols() if callable(cols) else cols
+        col = _first_bad(col_sums)
+        if col is not None:
+            _report(
+                f"{op}: the weights are neither row- nor column-stochastic: row {row} sums to "
+                f"{rows[row]:.17g} and column {col} to {col_sums[col]:.17g} "
+                f"(tolerance {TOLERANCE:g}); averaging with them neither keeps a consensus "
+                "(rows) nor the sum (columns), so values grow or vanish step after step",
+                strict,
+            )
+            return
+    if key is not None:
+        _last_ok[0] = key
 
 
 def checked(key: Any) -> bool:
@@ -175,9 +175,10 @@ def check_topology(op: str, topo: Any, strict: bool = True) -> None:
     """Check a :class:`fogsim.topology.Topology`'s weights."""
     if _last_ok[0] is topo:
         return
-    check_sums(
-        op, *csr_sums(topo.self_weights, *topo.offdiag_csr(), topo.size), key=topo, strict=strict
-    )
+    self_weight = topo.self_weights
+    indptr, indices, data = topo.offdiag_csr()
+    rows, cols = csr_sums(self_weight, indptr, indices, data, topo.size)
+    check_sums(op, rows, cols, key=topo, strict=strict)
 
 
 def check_row(op: str, rank: int, total: float) -> None:

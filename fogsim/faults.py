@@ -118,20 +118,25 @@ class Faults:
         dropped_weight: str = "self",
         seed: int | None = None,
     ) -> None:
-        self.n = n
-        self.link_drop = _probability(link_drop, "link_drop")
-        self.fail = _agent_map(fail, n, "fail", "step")
-        self.stragglers = _agent_map(stragglers, n, "stragglers", "delay")
+        self.n: int = n
+        self.link_drop: float = _probability(link_drop, "link_drop")
+        self.fail: dict[int, int] = _agent_map(fail, n, "fail", "step")
+        self.stragglers: dict[int, int] = _agent_map(stragglers, n, "stragglers", "delay")
         if isinstance(noise, bool) or not isinstance(noise, numbers.Real) or not noise >= 0:
             raise ValueError(f"noise must be a standard deviation >= 0, got {noise!r}")
-        self.noise = float(noise)
+        self.noise: float = float(noise)
         if dropped_weight not in _DROPPED:
             raise ValueError(f"dropped_weight must be one of {_DROPPED}, got {dropped_weight!r}")
-        self.dropped_weight = dropped_weight
-        self.rng = np.random.default_rng(seed)
-        self.step = 0
-        self._history: deque = deque(maxlen=max(self.stragglers.values(), default=0) + 1)
-        self.messages = self.unsent = self.dropped = self.delivered = self.delayed = 0
+        self.dropped_weight: str = dropped_weight
+        self.rng: np.random.Generator = np.random.default_rng(seed)
+        self.step: int = 0
+        depth = max(self.stragglers.values(), default=0) + 1
+        self._history: deque[np.ndarray] = deque(maxlen=depth)
+        self.messages: int = 0
+        self.unsent: int = 0
+        self.dropped: int = 0
+        self.delivered: int = 0
+        self.delayed: int = 0
         self.last: FaultStep | None = None
 
     def failed(self, step: int | None = None) -> np.ndarray:
@@ -150,7 +155,9 @@ class Faults:
         """
         return self._draw(W)[0]
 
-    def _draw(self, W: sp.csr_array) -> tuple[sp.csr_array, np.ndarray, np.ndarray, Any]:
+    def _draw(
+        self, W: sp.csr_array
+    ) -> tuple[sp.csr_array, sp.csr_array, np.ndarray, tuple[int, int, int]]:
         W = sp.csr_array(W, dtype=np.float64, copy=True)
         W.sum_duplicates()
         W.eliminate_zeros()  # a zero weight is no message
@@ -205,7 +212,8 @@ class Faults:
         self.delayed += int(np.count_nonzero(delay[coo.col[coo.data != 0]]))
         self.last = FaultStep(self.step, mask, down, delay, Wf)
         self.step += 1
-        return out.astype(x.dtype, copy=False)
+        result: np.ndarray = out.astype(x.dtype, copy=False)
+        return result
 
 
 def inject(

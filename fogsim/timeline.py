@@ -49,7 +49,7 @@ import os
 import queue
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = [
@@ -112,7 +112,9 @@ class Timeline:
         self._writer: threading.Thread | None = None
         self._write_error: BaseException | None = None
         # see the comment below tid()
-        self.op, self.phase, self.since = self._rec.op, self._rec.phase, self._rec.since
+        # a context manager per op span; BlueFogTimeline puts its own in (another class)
+        self.op: Callable[[str, str], contextlib.AbstractContextManager[None]] = self._rec.op
+        self.phase, self.since = self._rec.phase, self._rec.since
         self.op_begin, self.op_end = self._rec.op_begin, self._rec.op_end
         self.clock_ns = _core.trace_now_ns
         self.closed = False
@@ -412,10 +414,12 @@ def start_agent(prefix: str, rank: int, bluefog: bool = False) -> Timeline:
     """
     global active
     with _agents_lock:
-        if not isinstance(active, _AgentTimelines):
+        agents: Timeline | _AgentTimelines | None = active
+        if not isinstance(agents, _AgentTimelines):
             stop()
-            active = _AgentTimelines()
-        agents = active
+            agents = _AgentTimelines()
+            # A proxy, not a Timeline: it hands each agent thread's calls to its own Timeline.
+            active = agents  # type: ignore[assignment]
     return agents.start(prefix, rank, bluefog)
 
 

@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-from fogsim._core import _fallback, _fallback_dispatch
+from fogsim._core import _fallback, _fallback_fusion, _fallback_handles
 
 from . import environment
 
@@ -75,8 +75,16 @@ def impl(request):
 
 
 @pytest.fixture(params=["fallback", "compiled"])
-def dispatch(request):
-    """Each implementation of the dispatch module (handles, pack, combine_rows) in turn."""
+def handles(request):
+    """Each implementation of the handles module (Handle, HandleTable) in turn."""
     if request.param == "fallback":
-        return _fallback_dispatch
-    return _compiled_module("_dispatch")
+        return _fallback_handles
+    return _compiled_module("_handles")
+
+
+@pytest.fixture
+def fusion(handles):
+    """The fusion module (pack, combine_rows, FusionQueue) of ``handles``' implementation."""
+    if handles is _fallback_handles:
+        return _fallback_fusion
+    return _compiled_module("_fusion")

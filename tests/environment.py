@@ -22,7 +22,12 @@ SHARED = ROOT.parent / "shared"
 SEEDS = SHARED / "seeds"
 #: The MPI launcher of this venv (the ``mpich`` wheel puts it next to the interpreter).
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
-COMPILED_MODULES = ("fogsim._core._kernels", "fogsim._core._dispatch")
+COMPILED_MODULES = (
+    "fogsim._core._kernels",
+    "fogsim._core._handles",
+    "fogsim._core._fusion",
+    "fogsim._core._trace",
+)
 BUILD_HINT = "run: pip install -e . (or python setup.py build_ext --inplace)"
 
 #: Skip reasons allowed under CI=true: each starts with this prefix and names the hardware.

@@ -81,8 +81,8 @@ MUTATIONS: list[Mutation] = [
         "plan-weights-transposed",
         "simulator combines with W^T instead of W for non-circulant topologies",
         "fogsim/backends/sim/_plan.py",
-        "    return CsrPlan(sw, *topo.offdiag_csr())\n",
-        "    return CsrPlan(sw, *transpose(*topo.offdiag_csr(), topo.size))\n",
+        "    return CsrPlan(sw, *topo.offdiag_csr(), pattern=topo)\n",
+        "    return CsrPlan(sw, *transpose(*topo.offdiag_csr(), topo.size), pattern=topo)\n",
         ("tests/test_sim_ops.py",),
     ),
     Mutation(
@@ -136,27 +136,27 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "fusion-entry-bytes-shifted",
         "compiled fusion: a float64 tensor after the first is read 8 bytes early",
-        "fogsim/_core/_fusion.pxi",
+        "fogsim/_core/_fusion.pyx",
         "<const double*>(<const char*>rv.buf + e.offset),",
         "<const double*>(<const char*>rv.buf + e.offset - (8 if e.offset else 0)),",
-        ("tests/test_core_dispatch.py",),
+        ("tests/test_core_fusion.py",),
     ),
     Mutation(
         "handle-second-wait-not-refused",
         "compiled handles: waiting on a released handle does not raise",
-        "fogsim/_core/_dispatch.pyx",
+        "fogsim/_core/_handles.pyx",
         "        if self._released:\n            raise ValueError(",
         "        if False:\n            raise ValueError(",
-        ("tests/test_core_dispatch.py",),
+        ("tests/test_core_handles.py",),
     ),
     Mutation(
         "sim-win-put-applied-twice",
         "simulator: win_put sends (and scales by self_weight) twice",
         "fogsim/backends/sim/_windows.py",
-        '        return self._push("win_put", _PUT, x, name, self_weight, dst_weights, '
+        '        return self._push("win_put", PUT, x, name, self_weight, dst_weights, '
         "require_mutex)\n",
-        '        self._push("win_put", _PUT, x, name, self_weight, dst_weights, require_mutex)\n'
-        '        return self._push("win_put", _PUT, x, name, self_weight, dst_weights, '
+        '        self._push("win_put", PUT, x, name, self_weight, dst_weights, require_mutex)\n'
+        '        return self._push("win_put", PUT, x, name, self_weight, dst_weights, '
         "require_mutex)\n",
         ("tests/test_sim_windows.py",),
     ),
@@ -197,7 +197,7 @@ MUTATIONS: list[Mutation] = [
         "mpi-push-sum-p-not-sent",
         "MPI windows: push-sum's associated weight p is not put to the neighbor",
         "fogsim/backends/mpi/_windows.py",
-        "                    win.pwin.Accumulate(pbuf, j, (1 + slot, 1, MPI.DOUBLE), op=how)\n",
+        "                    win.pwin.accumulate(pbuf, j, 1 + slot, replace)\n",
         "                    pass\n",
         (DUAL, "-k", "test_mpi and push_sum and 2]"),
     ),
@@ -212,7 +212,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "mpi-hierarchical-skips-machine-step",
         "MPI: hierarchical_neighbor_allreduce skips the exchange between machines",
-        "fogsim/backends/mpi/_backend.py",
+        "fogsim/backends/mpi/_machines.py",
         "            out, error = exchange_between_machines(\n"
         "                self._machine_world(),\n"
         "                mean,\n"
@@ -227,7 +227,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "mpi-decomposed-drops-a-stage",
         "MPI: the decomposed all-reduce skips the all-gather of its first stage",
-        "fogsim/backends/mpi/_backend.py",
+        "fogsim/backends/mpi/_machines.py",
         "        for comm, bounds in zip(reversed(comms), reversed(stages), strict=True):",
         "        for comm, bounds in zip(reversed(comms[1:]), reversed(stages[1:]), strict=True):",
         ("tests/test_hierarchy_mpi.py",),
@@ -270,7 +270,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "timeline-op-span-never-closed",
         "compiled trace recorder: an op's end event is never written",
-        "fogsim/_core/_trace.pxi",
+        "fogsim/_core/_trace.pyx",
         '        self.add(b"E", tid, t, -1, -1, 0)\n',
         "        pass\n",
         ("tests/test_timeline.py",),

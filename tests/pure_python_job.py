@@ -244,7 +244,7 @@ def main():
     np.savez(f"{prefix}{tag}.npz", compiled=np.array(core.compiled), **raw)
     print(
         f"compiled={core.compiled} kernels={core.kernels.__name__} "
-        f"dispatch={core.dispatch.__name__} rank={tag} results={len(raw)}",
+        f"handles={core.handles.__name__} rank={tag} results={len(raw)}",
         flush=True,
     )
 

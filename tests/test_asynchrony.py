@@ -212,7 +212,9 @@ def test_arrival_by_round_and_send_order_at_a_barrier(world, monkeypatch):
     backend = world(topo)
     W.set_asynchrony("all", max_delay=3)
     delays = iter([3, 1, 2, 2, 1])  # of the five puts below, every message alike
-    monkeypatch.setattr(backend._asynchrony, "draw_delays", lambda m: np.full(m, next(delays)))
+    monkeypatch.setattr(
+        backend.windows.asynchrony, "draw_delays", lambda m: np.full(m, next(delays))
+    )
     x = data(5)
     W.win_create(x, "w", zero_init=True)
     win = backend.window("w")

@@ -398,6 +398,11 @@ def test_public_namespace():
             "dispatch",
             "fallback",
             "fallback_dispatch",
+            "fallback_fusion",
+            "fallback_handles",
+            "fallback_trace",
+            "fusion",
+            "handles",
             "format_trace_events",
             "kernels",
             "layout_fingerprint",
@@ -405,6 +410,7 @@ def test_public_namespace():
             "TraceOp",
             "TracePhase",
             "TraceRecorder",
+            "trace",
             "trace_now_ns",
             "weighted_combine",
         ]
@@ -412,7 +418,9 @@ def test_public_namespace():
     assert isinstance(_core.compiled, bool)
     assert _core.fallback is _fallback
     assert (_core.kernels is _fallback) is (not _core.compiled)
-    assert (_core.dispatch is _core.fallback_dispatch) is (not _core.compiled)
+    for part in ("handles", "fusion", "trace"):
+        twin = getattr(_core, "fallback_" + part)
+        assert (getattr(_core, part) is twin) is (not _core.compiled)
     for name in ("assemble_csr", "circulant_combine", "csr_combine", "weighted_combine"):
         assert getattr(_core, name) is getattr(_core.kernels, name)
     for name in (

@@ -25,7 +25,7 @@ import pytest
 
 import fogsim as fs
 from fogsim import topology as T
-from fogsim._core import _fallback, _fallback_dispatch
+from fogsim._core import _fallback, _fallback_fusion
 from tests import _jobs, environment
 
 BLOCK = 2048  # elements per block of the kernels: rows longer than this are split
@@ -130,9 +130,9 @@ def kernels(request):
 def combine_rows(request):
     """``combine_rows`` (the MPI and torch runtimes' combine) of each implementation."""
     if request.param == "pure-python":
-        return _fallback_dispatch.combine_rows
+        return _fallback_fusion.combine_rows
     environment.require_compiled()
-    return importlib.import_module("fogsim._core._dispatch").combine_rows
+    return importlib.import_module("fogsim._core._fusion").combine_rows
 
 
 @pytest.mark.parametrize("m", [64, BLOCK + 5, 3 * BLOCK + 1])

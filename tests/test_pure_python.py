@@ -1,15 +1,16 @@
 """The pure-Python twins of ``fogsim._core``, tested on purpose against the compiled extension.
 
-``FOGSIM_PURE_PYTHON=1`` forces the twins (``_fallback``, ``_fallback_dispatch``) even where
-the extension is built. ``pure_python_job.py`` runs one workload over every kernel and
+``FOGSIM_PURE_PYTHON=1`` forces the twins (``_fallback``, ``_fallback_handles``, ...) even
+where the extension is built. ``pure_python_job.py`` runs one workload over every kernel and
 dispatch function the simulator and the runtimes use (static, dense, dynamic and weighted
 neighbor averaging in float64 and float32, float16's refusal, the hierarchical ops, the flat,
 local and decomposed allreduce, fused nonblocking calls, window ops, pack, combine_rows, the
 layout fingerprint, timeline recording and formatting), once with the switch and once
 without, in simulation, under ``fogrun -np 2`` (MPI and torch.distributed) and as SPMD
 threads; the compiled code promises bit-identical results, so the saved results must match
-byte for byte. The kernel-by-kernel comparisons are in test_core_kernels.py and
-test_core_dispatch.py (the ``impl`` and ``dispatch`` fixtures of conftest.py).
+byte for byte. The kernel-by-kernel comparisons are in test_core_kernels.py,
+test_core_handles.py and test_core_fusion.py (the ``impl``, ``handles`` and ``fusion``
+fixtures of conftest.py).
 """
 
 from __future__ import annotations
@@ -72,11 +73,11 @@ def _run(mode: str, prefix: Path, pure: bool) -> dict[str, dict[str, np.ndarray]
     job.check()  # exit code 0, not timed out
     tags = ["sim"] if mode == "sim" else [str(r) for r in range(ranks)]
     kernels = "_fallback" if pure else "_kernels"
-    dispatch = "_fallback_dispatch" if pure else "_dispatch"
+    handles = "_fallback_handles" if pure else "_handles"
     for tag in tags:  # every rank says which implementation it ran on (lines may interleave)
         line = (
             f"compiled={not pure} kernels=fogsim._core.{kernels} "
-            f"dispatch=fogsim._core.{dispatch} rank={tag} "
+            f"handles=fogsim._core.{handles} rank={tag} "
         )
         assert line in job.stdout, f"no {line!r}\n{job.describe()}"
     results = {}

@@ -5,6 +5,7 @@ and record their timeline span under the call's name (or the op's own)."""
 from __future__ import annotations
 
 import inspect
+import warnings
 
 import numpy as np
 import pytest
@@ -14,6 +15,8 @@ from fogsim import timeline as TL
 from tests.test_timeline import check_trace
 
 ROUTED = {  # op -> (timeline label, has a _nonblocking twin)
+    "allreduce": ("ALLREDUCE", True),
+    "neighbor_allreduce": ("NEIGHBOR_ALLREDUCE", True),
     "hierarchical_neighbor_allreduce": ("HIERARCHICAL_NEIGHBOR_ALLREDUCE", True),
     "allgather": ("ALLGATHER", True),
     "broadcast": ("BROADCAST", True),
@@ -87,5 +90,41 @@ def test_spans_are_named_by_the_call_or_the_op(world, tmp_path):
         ("ENQUEUE_WIN_GET", "w"),
         ("WIN_FREE", "w"),
         ("BARRIER", "barrier"),
+    ]:
+        assert pair in seen, (pair, sorted(seen))
+
+
+def test_variants_and_checks_are_routed_too(world, tmp_path):
+    TL.start(str(tmp_path / "t"))
+    x = fs.local(lambda r: np.full(2, float(r)))
+    handle = fs.allreduce_nonblocking(x, name="h", is_hierarchical_local=True)
+    assert handle.poll() and handle.name == "h" and handle.op == "allreduce"
+    np.testing.assert_array_equal(fs.wait(handle), fs.allreduce(x, is_hierarchical_local=True))
+    fs.allreduce(x, algorithm="decomposed", factors=(2, 2))
+    fs.wait(fs.allreduce_nonblocking(x))
+    w = np.full((4, 4), 0.5)  # columns sum to 2: meant here, so no WeightWarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = fs.neighbor_allreduce(x, src_weights=w, check_weights=False)
+        fs.wait(fs.neighbor_allreduce_nonblocking(x, src_weights=w, check_weights=False))
+    np.testing.assert_allclose(y, np.broadcast_to(0.5 * x.sum(0), x.shape))
+    with pytest.warns(fs.WeightWarning):
+        fs.neighbor_allreduce(x, src_weights=w)
+    fs.wait(fs.neighbor_allreduce_nonblocking(x, name="n"))
+    with pytest.raises(TypeError, match="check_weights must be a bool"):
+        fs.neighbor_allreduce(x, check_weights=1)
+    with pytest.raises(TypeError, match="is_hierarchical_local must be a bool"):
+        fs.allreduce_nonblocking(x, is_hierarchical_local=1)
+    TL.stop()
+    events = check_trace(tmp_path / "t.json")
+    tracks = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    seen = {(e["name"], tracks.get(e["tid"])) for e in events if e["ph"] in ("B", "X")}
+    for pair in [
+        ("ALLREDUCE_LOCAL", "h"),
+        ("ALLREDUCE_LOCAL", "allreduce"),
+        ("ALLREDUCE_DECOMPOSED", "allreduce"),
+        ("ENQUEUE_ALLREDUCE", "allreduce"),
+        ("NEIGHBOR_ALLREDUCE", "neighbor_allreduce"),
+        ("ENQUEUE_NEIGHBOR_ALLREDUCE", "n"),
     ]:
         assert pair in seen, (pair, sorted(seen))

@@ -1,10 +1,30 @@
-"""Kernels of the combine step ``X <- W X`` and the runtimes' dispatch, compiled when possible.
+"""The compiled core: combine kernels, handles, tensor fusion, the trace recorder.
 
-``compiled`` tells whether the Cython extensions ``_kernels`` and ``_dispatch`` are in use;
-without them the package runs on ``_fallback`` and ``_fallback_dispatch``, which give
-bit-identical results more slowly. ``kernels`` is the kernel module in use and ``fallback``
-the numpy one; ``dispatch`` and ``fallback_dispatch`` likewise for handles, the handle table
-and tensor fusion (``FusionQueue``, ``FusedBatch``, ``pack``, ``combine_rows``).
+Four Cython extension modules, each named for what it holds, and a pure-Python twin of each
+that gives bit-identical results more slowly:
+
+==============  ===============================================  =====================
+module          holds                                            twin
+==============  ===============================================  =====================
+``_kernels``    the combine kernels ``X <- W X`` (dense rows,     ``_fallback``
+                CSR, circulant) and CSR assembly
+``_handles``    :class:`Handle`, :class:`HandleTable`            ``_fallback_handles``
+``_fusion``     :class:`FusionQueue`, :class:`FusedBatch`,        ``_fallback_fusion``
+                :func:`pack`, :func:`combine_rows`,
+                :func:`layout_fingerprint`
+``_trace``      :class:`TraceRecorder`, :class:`TraceOp`,         ``_fallback_trace``
+                :class:`TracePhase`, :func:`format_trace_events`,
+                :func:`trace_now_ns`
+==============  ===============================================  =====================
+
+``compiled`` tells whether the extensions are in use; ``kernels``, ``handles``, ``fusion``
+and ``trace`` are the modules in use, ``fallback``, ``fallback_handles``,
+``fallback_fusion`` and ``fallback_trace`` the twins. Without a build the package runs on
+the twins.
+
+``dispatch`` and ``fallback_dispatch`` gather the runtimes' parts (handles, fusion, trace) of
+the implementation in use and of the twins, in one namespace each, for callers that take
+them together (tests comparing both implementations name by name).
 
 ``FOGSIM_PURE_PYTHON=1`` in the environment (see :mod:`fogsim._settings`) forces the twins
 even when the extension is built (``compiled`` is then False), so that the same workload can
@@ -12,37 +32,73 @@ be run on both and compared bit for bit (``tests/test_pure_python.py``). It is r
 when this module is first imported.
 """
 
+from types import ModuleType
+from typing import TYPE_CHECKING
+
 from .. import _settings
 from . import _fallback as fallback
-from . import _fallback_dispatch as fallback_dispatch
+from . import _fallback_fusion as fallback_fusion
+from . import _fallback_handles as fallback_handles
+from . import _fallback_trace as fallback_trace
 
-if _settings.pure_python():
-    kernels, dispatch, compiled = fallback, fallback_dispatch, False
+if TYPE_CHECKING:  # type checkers read the compiled modules' stubs; the twins match them
+    from . import _fusion as fusion
+    from . import _handles as handles
+    from . import _kernels as kernels
+    from . import _trace as trace
+
+    compiled: bool
 else:
-    try:
-        from . import _dispatch as dispatch
-        from . import _kernels as kernels
-    except ImportError:
-        kernels, dispatch, compiled = fallback, fallback_dispatch, False
-    else:
-        compiled = True
 
+    def _compiled() -> tuple[ModuleType, ModuleType, ModuleType, ModuleType] | None:
+        """The compiled modules (kernels, handles, fusion, trace), or None when not built."""
+        if _settings.pure_python():
+            return None
+        try:
+            from . import _fusion, _handles, _kernels, _trace
+        except ImportError:
+            return None
+        return _kernels, _handles, _fusion, _trace
+
+    _modules = _compiled()
+    compiled = _modules is not None
+    kernels, handles, fusion, trace = _modules or (
+        fallback,
+        fallback_handles,
+        fallback_fusion,
+        fallback_trace,
+    )
+
+
+def _gather(name: str, *parts: ModuleType) -> ModuleType:
+    """One namespace holding the public names of ``parts``."""
+    gathered = ModuleType(name, f"The public names of {', '.join(p.__name__ for p in parts)}.")
+    for part in parts:
+        for attr in part.__all__:
+            setattr(gathered, attr, getattr(part, attr))
+    return gathered
+
+
+dispatch = _gather(f"{__name__}.dispatch", handles, fusion, trace)
+fallback_dispatch = _gather(
+    f"{__name__}.fallback_dispatch", fallback_handles, fallback_fusion, fallback_trace
+)
 assemble_csr = kernels.assemble_csr
 circulant_combine = kernels.circulant_combine
 csr_combine = kernels.csr_combine
 weighted_combine = kernels.weighted_combine
-Handle = dispatch.Handle
-HandleTable = dispatch.HandleTable
-pack = dispatch.pack
-layout_fingerprint = dispatch.layout_fingerprint
-combine_rows = dispatch.combine_rows
-FusionQueue = dispatch.FusionQueue
-FusedBatch = dispatch.FusedBatch
-format_trace_events = dispatch.format_trace_events
-TraceOp = dispatch.TraceOp
-TracePhase = dispatch.TracePhase
-TraceRecorder = dispatch.TraceRecorder
-trace_now_ns = dispatch.trace_now_ns
+Handle = handles.Handle
+HandleTable = handles.HandleTable
+pack = fusion.pack
+layout_fingerprint = fusion.layout_fingerprint
+combine_rows = fusion.combine_rows
+FusionQueue = fusion.FusionQueue
+FusedBatch = fusion.FusedBatch
+format_trace_events = trace.format_trace_events
+TraceOp = trace.TraceOp
+TracePhase = trace.TracePhase
+TraceRecorder = trace.TraceRecorder
+trace_now_ns = trace.trace_now_ns
 
 __all__ = [
     "TraceOp",
@@ -61,9 +117,15 @@ __all__ = [
     "dispatch",
     "fallback",
     "fallback_dispatch",
+    "fallback_fusion",
+    "fallback_handles",
+    "fallback_trace",
+    "fusion",
+    "handles",
     "kernels",
     "layout_fingerprint",
     "pack",
+    "trace",
     "trace_now_ns",
     "weighted_combine",
 ]

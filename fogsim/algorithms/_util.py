@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -38,8 +38,8 @@ class Agents:
     """The agent axis of the current world: ``lead`` is ``(n,)`` in simulation, else ``()``."""
 
     def __init__(self) -> None:
-        self.n = fs.size()
-        self.stacked = np.ndim(fs.rank()) > 0
+        self.n: int = fs.size()
+        self.stacked: bool = np.ndim(fs.rank()) > 0
         self.lead: tuple[int, ...] = (self.n,) if self.stacked else ()
 
     def array(self, value: Any, argname: str) -> np.ndarray:
@@ -66,17 +66,20 @@ class Agents:
 
     def flat(self, x: Any) -> np.ndarray:
         """Return ``x`` with every agent's value flattened: ``lead + (size,)``."""
-        return np.reshape(x, (*self.lead, -1))
+        flat: np.ndarray = np.reshape(x, (*self.lead, -1))
+        return flat
 
     def sqnorm(self, x: Any) -> np.ndarray:
         """Return ``||x_i||^2`` per agent (shape ``lead``)."""
         flat = self.flat(x)
-        return np.einsum("...i,...i->...", flat, flat)
+        sqnorm: np.ndarray = np.einsum("...i,...i->...", flat, flat)
+        return sqnorm
 
     def mean(self, x: np.ndarray) -> np.ndarray:
         """Return the network average of ``x`` (``lead + (k,)``) as one ``(k,)`` vector."""
         reduced = np.asarray(fs.allreduce(np.ascontiguousarray(x, dtype=np.float64)))
-        return reduced.reshape(-1, reduced.shape[-1])[0]
+        first: np.ndarray = reduced.reshape(-1, reduced.shape[-1])[0]
+        return first
 
 
 def check_iters(iters: Any) -> int:
@@ -92,7 +95,9 @@ def check_step(value: Any, argname: str) -> float:
     """Return a step size as a positive finite float."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{argname} must be a real number, got {type(value).__name__}")
-    if not (np.isfinite(value) and value > 0):
+    # numbers.Real is no static numeric type (python/mypy#3186): check it as the float it acts as.
+    step = cast(float, value)
+    if not (np.isfinite(step) and step > 0):
         raise ValueError(f"{argname} must be a finite number > 0, got {value!r}")
     return float(value)
 
@@ -101,20 +106,24 @@ def check_form(form: Any, forms: tuple[str, ...]) -> str:
     """Return ``form`` if it is one of ``forms``."""
     if form not in forms:
         raise ValueError(f"form must be one of {', '.join(map(repr, forms))}, got {form!r}")
-    return form
+    checked: str = form
+    return checked
 
 
 def grad_of(problem: Any) -> Callable[[Any], Any]:
     """Return the local gradient oracle of ``problem`` (an object with ``grad`` or a function)."""
     grad = getattr(problem, "grad", None)
+    oracle: Callable[[Any], Any]
     if callable(grad):
-        return grad
-    if callable(problem):
-        return problem
-    raise TypeError(
-        "problem must have a grad(x) method (e.g. fogsim.algorithms.LeastSquares) or be the "
-        f"local gradient function itself, got {type(problem).__name__}"
-    )
+        oracle = grad
+    elif callable(problem):
+        oracle = problem
+    else:
+        raise TypeError(
+            "problem must have a grad(x) method (e.g. fogsim.algorithms.LeastSquares) or be the "
+            f"local gradient function itself, got {type(problem).__name__}"
+        )
+    return oracle
 
 
 def initial_point(problem: Any, x0: Any, agents: Agents) -> np.ndarray:
@@ -300,7 +309,8 @@ def steps(iters: int, progress: bool, desc: str) -> Iterable[int]:
     if progress and fs.is_main_process():
         from tqdm import tqdm
 
-        return tqdm(range(1, iters + 1), desc=desc, unit="it", dynamic_ncols=True)
+        bar: Iterable[int] = tqdm(range(1, iters + 1), desc=desc, unit="it", dynamic_ncols=True)
+        return bar
     return range(1, iters + 1)
 
 

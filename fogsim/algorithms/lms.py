@@ -15,9 +15,12 @@ from ._util import Agents, History, Mixer, check_form, check_iters, check_step, 
 
 __all__ = ["MovingTarget", "diffusion_lms"]
 
+#: One time step's data: regressors ``u``, measurements ``d`` and the target (or None).
+_Sample = tuple[np.ndarray, np.ndarray, np.ndarray | None]
+
 
 def diffusion_lms(
-    stream: Callable[[int], tuple],
+    stream: Callable[[int], tuple[Any, ...]],
     mu: float,
     iters: int,
     x0: Any = None,
@@ -91,6 +94,7 @@ def diffusion_lms(
     history.add(0, history.metrics(x, data[2] if data else None))
     bar = steps(iters, progress, "diffusion LMS")
     for k in bar:
+        assert data is not None  # the loop runs only when iters > 0, and then data was sampled
         u, d, target = data
         if form == "atc":
             x = mixer.combine(x + a * _correction(u, d, x), mixer.next())
@@ -108,10 +112,13 @@ def diffusion_lms(
 def _correction(u: np.ndarray, d: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Return ``sum_r u_r (d_r - u_r^T x)`` per agent (batched)."""
     error = d - np.einsum("...rj,...j->...r", u, x)
-    return np.einsum("...rj,...r->...j", u, error)
+    correction: np.ndarray = np.einsum("...rj,...r->...j", u, error)
+    return correction
 
 
-def _sample(stream: Callable, k: int, agents: Agents, dim: int | None) -> tuple:
+def _sample(
+    stream: Callable[[int], tuple[Any, ...]], k: int, agents: Agents, dim: int | None
+) -> _Sample:
     out = stream(k)
     if not isinstance(out, tuple) or len(out) not in (2, 3):
         raise TypeError(f"stream({k}) must return (u, d) or (u, d, target), got {out!r:.80}")
@@ -160,25 +167,30 @@ class MovingTarget:
         for name, value in (("dim", dim), ("batch", batch)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        for name, value in (("noise", noise), ("amplitude", amplitude)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0:
-                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+        for name, amount in (("noise", noise), ("amplitude", amplitude)):
+            if isinstance(amount, bool) or not isinstance(amount, numbers.Real) or not amount >= 0:
+                raise ValueError(f"{name} must be a number >= 0, got {amount!r}")
         if isinstance(period, bool) or not isinstance(period, numbers.Real) or not period > 0:
             raise ValueError(f"period must be a number > 0 (inf: a still target), got {period!r}")
         agents = Agents()
-        self.dim, self.batch, self.period, self.amplitude = int(dim), int(batch), period, amplitude
-        self._seed = seed
-        self._rows = slice(None) if agents.stacked else int(fs.rank())
-        self._n = agents.n
+        self.dim: int = int(dim)
+        self.batch: int = int(batch)
+        self.period: float = period
+        self.amplitude: float = amplitude
+        self._seed: int = seed
+        self._rows: slice | int = slice(None) if agents.stacked else int(fs.rank())
+        self._n: int = agents.n
         rng = np.random.default_rng(np.random.SeedSequence(seed))
-        self.center = rng.standard_normal(self.dim)
-        self.phase = rng.uniform(0.0, 2.0 * np.pi, self.dim)
-        self.scales = rng.uniform(0.5, 1.5, self._n)
-        self.noise = noise * rng.uniform(0.5, 1.5, self._n)
+        self.center: np.ndarray = rng.standard_normal(self.dim)
+        self.phase: np.ndarray = rng.uniform(0.0, 2.0 * np.pi, self.dim)
+        self.scales: np.ndarray = rng.uniform(0.5, 1.5, self._n)
+        self.noise: np.ndarray = noise * rng.uniform(0.5, 1.5, self._n)
 
     def target(self, k: int) -> np.ndarray:
         """Return ``w_k``."""
-        return self.center + self.amplitude * np.sin(2.0 * np.pi * k / self.period + self.phase)
+        angle = 2.0 * np.pi * k / self.period + self.phase
+        target: np.ndarray = self.center + self.amplitude * np.sin(angle)
+        return target
 
     def __call__(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         rng = np.random.default_rng(np.random.SeedSequence(self._seed, spawn_key=(int(k),)))

@@ -18,8 +18,9 @@ from .. import _weightcheck
 from .._arrays import check_name
 from .._handles import Handle
 from ..topology import Topology, as_topology
+from ._windows import NoWindows, WindowPart
 
-__all__ = ["Backend", "NoWindows", "OneAgentEach", "WindowPart", "launched_size"]
+__all__ = ["Backend", "NoWindows", "OneAgentEach", "WindowPart", "check_rank", "launched_size"]
 
 
 def launched_size(size: Any, n: int, rank: int, launcher: str) -> None:
@@ -45,112 +46,14 @@ def launched_size(size: Any, n: int, rank: int, launcher: str) -> None:
         )
 
 
-class WindowPart(abc.ABC):
-    """The part of a backend that runs the one-sided window ops (see :func:`fogsim.win_create`).
-
-    Each runtime has its own (``SimWindowOps``, ``MpiWindowOps``, ``SpmdWindowOps``), built
-    in the backend's constructor from what it needs; :class:`Backend` forwards the public
-    window ops to it, with the public functions' arguments (the ``*_nonblocking`` twins
-    run the blocking op and return a completed handle).
-    """
-
-    @abc.abstractmethod
-    def win_create(self, x: Any, name: str, zero_init: bool) -> bool: ...
-    @abc.abstractmethod
-    def win_free(self, name: str | None) -> bool: ...
-    @abc.abstractmethod
-    def win_names(self) -> list[str]: ...
-    @abc.abstractmethod
-    def win_put(
-        self, x: Any, name: str, self_weight: Any, dst_weights: Any, require_mutex: bool
-    ) -> bool: ...
-    @abc.abstractmethod
-    def win_accumulate(
-        self, x: Any, name: str, self_weight: Any, dst_weights: Any, require_mutex: bool
-    ) -> bool: ...
-    @abc.abstractmethod
-    def win_get(self, name: str, src_weights: Any, require_mutex: bool) -> bool: ...
-    @abc.abstractmethod
-    def win_update(
-        self,
-        name: str,
-        self_weight: Any,
-        neighbor_weights: Any,
-        reset: bool,
-        clone: bool,
-        require_mutex: bool,
-    ) -> Any: ...
-    @abc.abstractmethod
-    def win_update_then_collect(self, name: str, require_mutex: bool) -> Any: ...
-    @abc.abstractmethod
-    def win_mutex(self, name: str, for_self: bool, ranks: Any) -> Any: ...
-    @abc.abstractmethod
-    def get_win_version(self, name: str) -> Any: ...
-    @abc.abstractmethod
-    def win_associated_p(self, name: str) -> Any: ...
-    @abc.abstractmethod
-    def set_win_ops_with_associated_p(self, enabled: bool) -> None: ...
-
-    def close(self) -> None:  # noqa: B027 - optional hook
-        """Free what the part holds (the backend is closing)."""
-
-
-class NoWindows(WindowPart):
-    """The window part of a runtime without one-sided ops: every op refuses, naming it."""
-
-    def __init__(self, backend: str) -> None:
-        self._backend = backend
-
-    def _refuse(self, op: str) -> Any:
-        raise ValueError(f"{op}: the {self._backend} backend has no window ops")
-
-    def win_names(self) -> list[str]:
-        return []
-
-    def win_create(self, x: Any, name: str, zero_init: bool) -> bool:
-        return self._refuse("win_create")
-
-    def win_free(self, name: str | None) -> bool:
-        return self._refuse("win_free")
-
-    def win_put(
-        self, x: Any, name: str, self_weight: Any, dst_weights: Any, require_mutex: bool
-    ) -> bool:
-        return self._refuse("win_put")
-
-    def win_accumulate(
-        self, x: Any, name: str, self_weight: Any, dst_weights: Any, require_mutex: bool
-    ) -> bool:
-        return self._refuse("win_accumulate")
-
-    def win_get(self, name: str, src_weights: Any, require_mutex: bool) -> bool:
-        return self._refuse("win_get")
-
-    def win_update(
-        self,
-        name: str,
-        self_weight: Any,
-        neighbor_weights: Any,
-        reset: bool,
-        clone: bool,
-        require_mutex: bool,
-    ) -> Any:
-        return self._refuse("win_update")
-
-    def win_update_then_collect(self, name: str, require_mutex: bool) -> Any:
-        return self._refuse("win_update_then_collect")
-
-    def win_mutex(self, name: str, for_self: bool, ranks: Any) -> Any:
-        return self._refuse("win_mutex")
-
-    def get_win_version(self, name: str) -> Any:
-        return self._refuse("get_win_version")
-
-    def win_associated_p(self, name: str) -> Any:
-        return self._refuse("win_associated_p")
-
-    def set_win_ops_with_associated_p(self, enabled: bool) -> None:
-        self._refuse("set_win_ops_with_associated_p")
+def check_rank(value: Any, n: int, argname: str) -> int:
+    """Return ``value`` as a rank of a world of ``n`` agents, or raise naming ``argname``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{argname} must be an integer rank, got {type(value).__name__}")
+    rank = int(value)
+    if not 0 <= rank < n:
+        raise ValueError(f"{argname}={value} is out of range for {n} agents")
+    return rank
 
 
 class Backend(abc.ABC):
@@ -194,11 +97,7 @@ class Backend(abc.ABC):
 
     def check_rank(self, value: Any, argname: str) -> int:
         """Return ``value`` as a rank in range, or raise naming ``argname``."""
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TypeError(f"{argname} must be an integer rank, got {type(value).__name__}")
-        if not 0 <= value < self.size_int:
-            raise ValueError(f"{argname}={value} is out of range for {self.size_int} agents")
-        return int(value)
+        return check_rank(value, self.size_int, argname)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources held by the backend."""

@@ -1,4 +1,8 @@
-"""Argument rules and value formats the window ops of every backend share (see fogsim.win_create).
+"""The window part every backend has, and the argument rules and value formats they share.
+
+Each backend's one-sided window ops (see :func:`fogsim.win_create`) are a
+:class:`WindowPart` that the backend builds in its constructor (:class:`NoWindows` where
+the runtime has none).
 
 A window works on the caller's registered value in place, so each backend reads and writes it
 through :func:`window_view`: a numpy view of the caller's own memory, and the
@@ -8,6 +12,7 @@ rule of every other op (computed in float32, rounded once), the same bits in eve
 
 from __future__ import annotations
 
+import abc
 import sys
 from typing import Any
 
@@ -15,7 +20,14 @@ import numpy as np
 
 from .._arrays import Kind, is_tensor, require_window_float, wrap_like
 
-__all__ = ["WindowFormat", "check_flag", "check_update_args", "window_view"]
+__all__ = [
+    "NoWindows",
+    "WindowFormat",
+    "WindowPart",
+    "check_flag",
+    "check_update_args",
+    "window_view",
+]
 
 _FLOAT32 = np.dtype(np.float32)
 
@@ -119,3 +131,111 @@ def check_update_args(
             "(the topology's weights)"
         )
     return self_weight is not None
+
+
+class WindowPart(abc.ABC):
+    """The part of a backend that runs the one-sided window ops (see :func:`fogsim.win_create`).
+
+    Each runtime has its own (``SimWindowOps``, ``MpiWindowOps``, ``SpmdWindowOps``), built
+    in the backend's constructor from what it needs; :class:`Backend` forwards the public
+    window ops to it, with the public functions' arguments (the ``*_nonblocking`` twins
+    run the blocking op and return a completed handle).
+    """
+
+    @abc.abstractmethod
+    def win_create(self, x: Any, name: str, zero_init: bool) -> bool: ...
+    @abc.abstractmethod
+    def win_free(self, name: str | None) -> bool: ...
+    @abc.abstractmethod
+    def win_names(self) -> list[str]: ...
+    @abc.abstractmethod
+    def win_put(
+        self, x: Any, name: str, self_weight: Any, dst_weights: Any, require_mutex: bool
+    ) -> bool: ...
+    @abc.abstractmethod
+    def win_accumulate(
+        self, x: Any, name: str, self_weight: Any, dst_weights: Any, require_mutex: bool
+    ) -> bool: ...
+    @abc.abstractmethod
+    def win_get(self, name: str, src_weights: Any, require_mutex: bool) -> bool: ...
+    @abc.abstractmethod
+    def win_update(
+        self,
+        name: str,
+        self_weight: Any,
+        neighbor_weights: Any,
+        reset: bool,
+        clone: bool,
+        require_mutex: bool,
+    ) -> Any: ...
+    @abc.abstractmethod
+    def win_update_then_collect(self, name: str, require_mutex: bool) -> Any: ...
+    @abc.abstractmethod
+    def win_mutex(self, name: str, for_self: bool, ranks: Any) -> Any: ...
+    @abc.abstractmethod
+    def get_win_version(self, name: str) -> Any: ...
+    @abc.abstractmethod
+    def win_associated_p(self, name: str) -> Any: ...
+    @abc.abstractmethod
+    def set_win_ops_with_associated_p(self, enabled: bool) -> None: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Free what the part holds (the backend is closing)."""
+
+
+class NoWindows(WindowPart):
+    """The window part of a runtime without one-sided ops: every op refuses, naming it."""
+
+    def __init__(self, backend: str) -> None:
+        self._backend = backend
+
+    def _refuse(self, op: str) -> Any:
+        raise ValueError(f"{op}: the {self._backend} backend has no window ops")
+
+    def win_names(self) -> list[str]:
+        return []
+
+    def win_create(self, x: Any, name: str, zero_init: bool) -> bool:
+        return self._refuse("win_create")
+
+    def win_free(self, name: str | None) -> bool:
+        return self._refuse("win_free")
+
+    def win_put(
+        self, x: Any, name: str, self_weight: Any, dst_weights: Any, require_mutex: bool
+    ) -> bool:
+        return self._refuse("win_put")
+
+    def win_accumulate(
+        self, x: Any, name: str, self_weight: Any, dst_weights: Any, require_mutex: bool
+    ) -> bool:
+        return self._refuse("win_accumulate")
+
+    def win_get(self, name: str, src_weights: Any, require_mutex: bool) -> bool:
+        return self._refuse("win_get")
+
+    def win_update(
+        self,
+        name: str,
+        self_weight: Any,
+        neighbor_weights: Any,
+        reset: bool,
+        clone: bool,
+        require_mutex: bool,
+    ) -> Any:
+        return self._refuse("win_update")
+
+    def win_update_then_collect(self, name: str, require_mutex: bool) -> Any:
+        return self._refuse("win_update_then_collect")
+
+    def win_mutex(self, name: str, for_self: bool, ranks: Any) -> Any:
+        return self._refuse("win_mutex")
+
+    def get_win_version(self, name: str) -> Any:
+        return self._refuse("get_win_version")
+
+    def win_associated_p(self, name: str) -> Any:
+        return self._refuse("win_associated_p")
+
+    def set_win_ops_with_associated_p(self, enabled: bool) -> None:
+        self._refuse("set_win_ops_with_associated_p")

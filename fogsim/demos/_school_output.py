@@ -57,8 +57,9 @@ def animate(
     )
     (trail,) = ax.plot([], [], color="tab:red", lw=1, alpha=0.5)
     (shark,) = ax.plot(*Q[0], marker="*", color="tab:red", ms=11, ls="", label="predator")
+    x, y = E[0].T
     guesses = ax.scatter(
-        *E[0].T, s=5, color="tab:orange", alpha=0.6, lw=0, zorder=3, label="fish's estimates"
+        x, y, s=5, color="tab:orange", alpha=0.6, lw=0, zorder=3, label="fish's estimates"
     )
     title = ax.set_title("")
     fig.legend(loc="lower center", ncol=3, fontsize=8, frameon=False)

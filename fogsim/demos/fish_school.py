@@ -280,12 +280,14 @@ def simulate(
     steps = _count(steps, "steps", minimum=0)
 
     world = fs.is_initialized() and (n is None or fs.size() == n)
-    if not world:
+    if world:
+        size = fs.size()
+    else:
         if n is None:
             raise ValueError("give n, or start a fogsim world first (fs.init)")
         if fs.is_initialized() and not np.ndim(fs.rank()):
             raise ValueError(f"n={n} fish but this distributed job has {fs.size()} agents")
-    size = fs.size() if world else n
+        size = n
     school = radius * math.sqrt(size / 10.0)
     ring = max(2.0 * radius, school) if ring_radius is None else ring_radius
     params = _Params(
@@ -334,18 +336,22 @@ def _run(params: _Params, track: np.ndarray, seed: int, progress: bool) -> Schoo
     P, V, E, A = (np.empty((steps + 1, n, 2)) for _ in range(4))
     central = np.empty((steps + 1, 2))
     modes = [_mode(params, k) for k in range(steps + 1)]
-    mine = alone = center = None  # trackers [estimate, velocity estimate]
+    # trackers [estimate, velocity estimate], all None before step 0
+    mine: np.ndarray | None = None
+    alone: np.ndarray | None = None
+    center: np.ndarray | None = None
     for k in _progress(range(steps + 1), progress):
         z = _measure(p, track[k], draw(gens), params.noise)
         # This step's positions, velocities and fixes, and the estimates of the step before
         # (recorded one step late, so that one allgather per step does).
-        before = np.zeros_like(start) if mine is None else _estimates(mine, alone)
+        before = np.zeros_like(start) if mine is None or alone is None else _estimates(mine, alone)
         shared = fs.global_view(np.concatenate([p, v, z, before], axis=-1))
         P[k], V[k], Z = shared[:, 0:2], shared[:, 2:4], shared[:, 4:6]
         if k:
             E[k - 1], A[k - 1] = shared[:, 6:8], shared[:, 8:10]
         hood = _Neighborhood(P[k], params)
-        if mine is None:  # step 0: every fish has its first fix only, no velocity yet
+        # step 0: every fish has its first fix only, no velocity yet
+        if mine is None or alone is None or center is None:
             mine, alone, center = _pad(z), _pad(z), _pad(Z.mean(axis=0))
         else:  # adapt (own tracker), then combine (average with the neighbors)
             mine = fs.neighbor_allreduce(_track(mine, z, params), src_weights=hood.weights)
@@ -354,6 +360,7 @@ def _run(params: _Params, track: np.ndarray, seed: int, progress: bool) -> Schoo
         central[k] = center[:2]
         if k < steps:
             p, v = _move(me, p, v, mine[..., :2], P[k], V[k], hood, params, modes[k])
+    assert mine is not None and alone is not None  # the loop ran step 0 at least
     last = fs.global_view(_estimates(mine, alone))
     E[steps], A[steps] = last[:, :2], last[:, 2:]
 

@@ -46,7 +46,7 @@ import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -84,7 +84,8 @@ INFINIBAND_100G = MappingProxyType({"alpha": 5e-6, "bandwidth": 12.5e9})
 
 
 def _check_n(n: Any) -> float:
-    if isinstance(n, bool) or not isinstance(n, numbers.Real) or not n >= 0:
+    # numbers.Real is no static numeric type (python/mypy#3186): compare it as the float it is
+    if isinstance(n, bool) or not isinstance(n, numbers.Real) or not cast(float, n) >= 0:
         raise ValueError(f"n (bytes) must be a number >= 0, got {n!r}")
     return float(n)
 
@@ -447,7 +448,7 @@ class CostMeter:
         self.per_op: dict[str, float] = {}
         self.calls: dict[str, int] = {}
         self.iterations: list[float] = []
-        self._cache: dict[tuple, tuple[float, list]] = {}
+        self._cache: dict[tuple[Any, ...], tuple[float, list[Any]]] = {}
 
     def record(self, op: str, nbytes: float, **info: Any) -> float:
         """Charge one op (arguments of :meth:`CostModel.op_time`); return its seconds."""
@@ -529,7 +530,7 @@ def scaling_table(
     intra: Any = None,
     inter: Any = None,
     kind: str = "fat_tree",
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Return seconds per op on :meth:`Network.cluster` for each machine count.
 
     Each row holds ``gpus`` and the time of every curve of :func:`plot_allreduce_scaling`:

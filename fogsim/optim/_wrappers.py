@@ -25,6 +25,12 @@ def _copy_into(p: torch.Tensor, value: torch.Tensor) -> None:
     p.copy_(value)
 
 
+def _copy_into_grad(p: torch.Tensor, value: torch.Tensor) -> None:
+    grad = p.grad
+    assert grad is not None  # only parameters with a gradient were sent
+    grad.copy_(value)
+
+
 class _BackwardHooked(DistributedOptimizer):
     """A wrapper acting on each parameter once its gradient of the round is accumulated.
 
@@ -228,7 +234,7 @@ class DistributedGradientAllreduceOptimizer(_BackwardHooked):
             self._start_all([(p, p.grad.detach()) for p in params if p.grad is not None])
 
     def _complete(self) -> None:
-        self._finish(lambda p, g: p.grad.copy_(g))
+        self._finish(_copy_into_grad)
         self.optimizer.step()
 
 

@@ -78,7 +78,7 @@ def _hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
         previous(kind, value, tb)
 
 
-def _report(kind: type[BaseException], value: BaseException, tb: Any, rank: int) -> dict:
+def _report(kind: type[BaseException], value: BaseException, tb: Any, rank: int) -> dict[str, Any]:
     error = traceback.TracebackException(kind, value, tb)
     frames = list(error.stack)
     while frames and (
@@ -97,7 +97,7 @@ def _report(kind: type[BaseException], value: BaseException, tb: Any, rank: int)
     }
 
 
-def read(rank_dir: str) -> list[dict]:
+def read(rank_dir: str) -> list[dict[str, Any]]:
     """Return the reports the ranks left in ``rank_dir``, in the order they were raised."""
     reports = []
     with contextlib.suppress(OSError):
@@ -126,10 +126,10 @@ def rank_ranges(ranks: Iterable[int]) -> str:
     return ("ranks " if len(ordered) > 1 else "rank ") + ", ".join(parts)
 
 
-def summary(reports: Sequence[dict], tracebacks: bool = True) -> str:
+def summary(reports: Sequence[dict[str, Any]], tracebacks: bool = True) -> str:
     """Return fogrun's account of ``reports``: per distinct error, the ranks that raised it
     and (``tracebacks``) the traceback of the first of them."""
-    groups: dict[tuple, list[dict]] = {}
+    groups: dict[tuple[Any, str], list[dict[str, Any]]] = {}
     for report in reports:  # in the order raised: a group's first report came first
         key = (report.get("error"), json.dumps(report.get("frames")))
         groups.setdefault(key, []).append(report)

@@ -210,8 +210,11 @@ def _name_dead_ranks(
     if len(first) > 1:
         first = [f for f in first if str(f[1]) in reported] or first
     if len(first) == 1:
-        [(rank, pid, how)] = first
-        print(f"fogrun: rank {rank} (process {pid}) {how} and ended the job", file=sys.stderr)
+        [(first_rank, first_pid, how)] = first
+        print(
+            f"fogrun: rank {first_rank} (process {first_pid}) {how} and ended the job",
+            file=sys.stderr,
+        )
         return
     if first:
         ranks = ", ".join(str(f[0]) for f in first)

@@ -112,7 +112,7 @@ class Watch:
                 sock: Any = key.fileobj
                 if sock is self._wake_r:
                     stop = True
-                elif sock is self._server:
+                elif self._server is not None and sock is self._server:
                     with contextlib.suppress(OSError):
                         conn, _ = sock.accept()
                         conn.setblocking(False)

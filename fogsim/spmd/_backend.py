@@ -13,14 +13,14 @@ while any agent is outside one.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from .. import _arrays, _context, _settings
 from .._arrays import wrap_like
-from ..backends._base import Backend, OneAgentEach, launched_size
+from ..backends._base import OneAgentEach, launched_size
 from ..backends.sim import SimBackend
 from ..topology import Topology
 from ._collect import (
@@ -35,7 +35,7 @@ from ._collect import (
     stack,
 )
 from ._windows import SpmdWindowOps
-from ._world import World
+from ._world import Execute, World
 
 __all__ = ["SpmdBackend"]
 
@@ -51,14 +51,16 @@ def _key(value: Any) -> Any:
     return value
 
 
-class SpmdBackend(OneAgentEach, SpmdWindowOps, Backend):
+class SpmdBackend(OneAgentEach):
     """One agent of an SPMD run (see the module docstring).
 
     Created by ``fogsim.init()`` inside an agent thread of :func:`fogsim.spmd.run`
-    (registered as backend ``"spmd"``); elsewhere it refuses to start.
+    (registered as backend ``"spmd"``); elsewhere it refuses to start. Its window ops are
+    its ``windows`` part, a :class:`SpmdWindowOps` meeting the other agents the same way.
     """
 
     name = "spmd"
+    windows: SpmdWindowOps
 
     def __init__(
         self,
@@ -79,9 +81,10 @@ class SpmdBackend(OneAgentEach, SpmdWindowOps, Backend):
         self._n: int = self._world.size
         # the run's count wins over init(size=), as a launcher's does
         launched_size(size, self._n, self._rank, f"the SPMD run ({self._n} threads)")
+        self.windows = SpmdWindowOps(self._world, self._rank)
         self._meet("init", local_size, _init)
 
-    def _meet(self, op: str, args: Any, execute: Callable[[World, Sequence[Any]], Any]) -> Any:
+    def _meet(self, op: str, args: Any, execute: Execute) -> Any:
         return self._world.meet(self._rank, op, args, execute)
 
     @property
@@ -142,7 +145,9 @@ class SpmdBackend(OneAgentEach, SpmdWindowOps, Backend):
             label("allreduce(is_hierarchical_local=True)", name), (x, average), _local_allreduce
         )
 
-    def decomposed_allreduce(self, x, average, name, factors):
+    def decomposed_allreduce(
+        self, x: Any, average: bool, name: str | None, factors: tuple[int, ...] | None
+    ) -> Any:
         _arrays.check_name(name)
         return self._meet(
             label("allreduce(algorithm='decomposed')", name),

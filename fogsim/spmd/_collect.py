@@ -12,7 +12,7 @@ naming the agents on each side.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -62,7 +62,10 @@ def arrays(op: str, values: Sequence[Any]) -> tuple[list[np.ndarray], list[Kind]
 
 
 def check_alike(
-    op: str, arrs: Sequence[np.ndarray], shape_of=lambda a: a.shape, what: str = "dtype and shape"
+    op: str,
+    arrs: Sequence[np.ndarray],
+    shape_of: Callable[[np.ndarray], Sequence[int]] = lambda a: a.shape,
+    what: str = "dtype and shape",
 ) -> None:
     """Raise ValueError naming the agents when dtypes or shapes (``shape_of``) differ."""
     keys = [(a.dtype.str, tuple(shape_of(a))) for a in arrs]

@@ -306,7 +306,7 @@ class _TorchImportHook(importlib.abc.MetaPathFinder):
                 break
         else:
             return None
-        loader = spec.loader
+        loader: Any = spec.loader  # Any: its exec_module is replaced on the instance below
         exec_module = getattr(loader, "exec_module", None)
         if exec_module is None:
             return spec

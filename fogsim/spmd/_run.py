@@ -198,9 +198,13 @@ def run(
         _random.stop()
     if errors:
         rank = min(errors, key=lambda r: (isinstance(errors[r], SpmdAborted), r))
-        exc = errors[rank]
-        exc.add_note(f"fogsim.spmd: raised by agent {rank} of {n}")
-        raise exc
+        error = errors[rank]
+        note = f"fogsim.spmd: raised by agent {rank} of {n}"
+        if sys.version_info >= (3, 11):
+            error.add_note(note)
+        else:  # Python 3.10 has no add_note; the notes list is where 3.11 keeps them
+            error.__notes__ = [*getattr(error, "__notes__", []), note]
+        raise error
     return results
 
 

@@ -22,9 +22,17 @@ from typing import Any
 import numpy as np
 
 from .._arrays import to_numpy
-from ..backends._windows import WindowFormat, check_flag, check_update_args, window_view
+from ..backends._windows import (
+    WindowFormat,
+    WindowPart,
+    check_flag,
+    check_update_args,
+    window_view,
+)
+from ..backends.sim import SimBackend
 from ._collect import agree, label, per_agent_weights, rows, self_weights
 from ._errors import disagreement
+from ._world import Execute, World
 
 __all__ = ["SpmdWindowOps"]
 
@@ -76,58 +84,75 @@ def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
     )
 
 
-class SpmdWindowOps:
-    """Mixin of :class:`SpmdBackend`: the window ops (see the module docstring)."""
+class SpmdWindowOps(WindowPart):
+    """The window part of one SPMD agent: each op a rendezvous (see the module docstring).
 
-    _rank: int
-    _n: int
-    _sim: Any  # provided by SpmdBackend, as is _meet
+    Built by :class:`~fogsim.spmd._backend.SpmdBackend` with the run's :class:`World` (where
+    the agents meet; it holds the simulator and the registered arrays) and this agent's
+    rank. The simulator is read from the world at each call, never kept: it is the one the
+    agents' last ``fogsim.init()`` made.
+    """
+
+    def __init__(self, world: World, rank: int) -> None:
+        self._world = world
+        self._rank = rank
+
+    def _meet(self, op: str, args: Any, execute: Execute) -> Any:
+        return self._world.meet(self._rank, op, args, execute)
+
+    @property
+    def _sim(self) -> SimBackend:
+        return self._world.sim
 
     # -- create, free -----------------------------------------------------------------------
-    def win_create(self, x: Any, name: str, zero_init: bool = False) -> bool:
+    def win_create(self, x: Any, name: str, zero_init: bool) -> bool:
         return self._meet(label("win_create", name), (x, name, zero_init), _win_create)
 
-    def win_free(self, name: str | None = None) -> bool:
+    def win_free(self, name: str | None) -> bool:
         return self._meet(label("win_free", name), name, _win_free)
 
     def win_names(self) -> list[str]:
         return self._sim.win_names()
 
     # -- put, accumulate, get ---------------------------------------------------------------
-    def win_put(self, x, name, self_weight=None, dst_weights=None, require_mutex=False):
+    def win_put(
+        self, x: Any, name: str, self_weight: Any, dst_weights: Any, require_mutex: bool
+    ) -> bool:
         check_flag(require_mutex, "require_mutex", "win_put")
         return self._meet(label("win_put", name), (x, name, self_weight, dst_weights), _win_put)
 
-    def win_accumulate(self, x, name, self_weight=None, dst_weights=None, require_mutex=False):
+    def win_accumulate(
+        self, x: Any, name: str, self_weight: Any, dst_weights: Any, require_mutex: bool
+    ) -> bool:
         check_flag(require_mutex, "require_mutex", "win_accumulate")
         return self._meet(
             label("win_accumulate", name), (x, name, self_weight, dst_weights), _win_accumulate
         )
 
-    def win_get(self, name, src_weights=None, require_mutex=False):
+    def win_get(self, name: str, src_weights: Any, require_mutex: bool) -> bool:
         check_flag(require_mutex, "require_mutex", "win_get")
         return self._meet(label("win_get", name), (name, src_weights), _win_get)
 
     # -- update -----------------------------------------------------------------------------
     def win_update(
         self,
-        name,
-        self_weight=None,
-        neighbor_weights=None,
-        reset=False,
-        clone=False,
-        require_mutex=False,
-    ):
+        name: str,
+        self_weight: Any,
+        neighbor_weights: Any,
+        reset: bool,
+        clone: bool,
+        require_mutex: bool,
+    ) -> Any:
         check_update_args(self_weight, neighbor_weights, reset, clone, require_mutex)
         args = (name, self_weight, neighbor_weights, reset, clone)
         return self._meet(label("win_update", name), args, _win_update)
 
-    def win_update_then_collect(self, name: str, require_mutex: bool = True) -> Any:
+    def win_update_then_collect(self, name: str, require_mutex: bool) -> Any:
         check_flag(require_mutex, "require_mutex", "win_update_then_collect")
         return self._meet(label("win_update_then_collect", name), name, _win_collect)
 
     # -- mutexes, versions, p ---------------------------------------------------------------
-    def win_mutex(self, name: str, for_self: bool = False, ranks: Any = None):
+    def win_mutex(self, name: str, for_self: bool, ranks: Any) -> Any:
         """Return a context manager that holds nothing: every op runs atomically for all."""
         return self._sim.win_mutex(name, for_self, ranks)
 
@@ -142,14 +167,15 @@ class SpmdWindowOps:
 
 
 # -- what runs once per rendezvous ------------------------------------------------------------
-def _registered(world, name: Any, op: str) -> Registered:
+def _registered(world: World, name: Any, op: str) -> Registered:
     reg = world.windows.get(name) if isinstance(name, str) else None
     if reg is None:
-        world.sim._win(name, op)  # raises the simulator's error: a bad name or no such window
+        world.sim.windows.window(name, op)  # raises the simulator's error: bad name, no window
+        raise AssertionError(f"{op}: window {name!r} is the simulator's but no agent's")
     return reg
 
 
-def _win_create(world, args: Sequence[Any]) -> list[bool]:
+def _win_create(world: World, args: Sequence[Any]) -> list[bool]:
     op = "win_create"
     xs, names, zero_inits = zip(*args, strict=True)
     name = names[0]
@@ -171,7 +197,7 @@ def _win_create(world, args: Sequence[Any]) -> list[bool]:
     return [True] * world.size
 
 
-def _win_free(world, names: Sequence[Any]) -> list[bool]:
+def _win_free(world: World, names: Sequence[Any]) -> list[bool]:
     name = names[0]
     world.sim.win_free(name)
     if name is None:
@@ -188,7 +214,7 @@ def _fill(values: Sequence[Any], neighbors) -> list[Any]:
     return [neighbors(i) if v is None else v for i, v in enumerate(values)]
 
 
-def _push(world, args: Sequence[Any], op: str, send) -> list[bool]:
+def _push(world: World, args: Sequence[Any], op: str, send) -> list[bool]:
     xs, names, sws, dsts = zip(*args, strict=True)
     name = names[0]
     reg = _registered(world, name, op)
@@ -220,19 +246,19 @@ def _push(world, args: Sequence[Any], op: str, send) -> list[bool]:
         mine = [i for i, o in enumerate(own) if o]
         if mine:  # a registered x that was scaled is what these agents expose now
             reg.stacked[mine] = target[mine]
-            world.sim.window(name).expose(np.asarray(mine))
+            world.sim.windows.window(name).expose(np.asarray(mine))
     return [True] * world.size
 
 
-def _win_put(world, args):
+def _win_put(world: World, args: Sequence[Any]) -> list[bool]:
     return _push(world, args, "win_put", world.sim.win_put)
 
 
-def _win_accumulate(world, args):
+def _win_accumulate(world: World, args: Sequence[Any]) -> list[bool]:
     return _push(world, args, "win_accumulate", world.sim.win_accumulate)
 
 
-def _win_get(world, args: Sequence[Any]) -> list[bool]:
+def _win_get(world: World, args: Sequence[Any]) -> list[bool]:
     names, srcs = zip(*args, strict=True)
     name = names[0]
     _registered(world, name, "win_get")
@@ -244,7 +270,7 @@ def _win_get(world, args: Sequence[Any]) -> list[bool]:
     return [True] * world.size
 
 
-def _default_weights(world, i: int) -> tuple[float, dict[int, float]]:
+def _default_weights(world: World, i: int) -> tuple[float, dict[int, float]]:
     """Agent i's weights of ``win_update`` without weights (the topology's, as used)."""
     topo = world.sim.load_topology()
     used = topo if world.sim.is_topology_weighted() else topo.uniform()
@@ -255,20 +281,20 @@ def _default_weights(world, i: int) -> tuple[float, dict[int, float]]:
     )
 
 
-def _win_update(world, args: Sequence[Any]) -> list[Any]:
+def _win_update(world: World, args: Sequence[Any]) -> list[Any]:
     op = "win_update"
     names, sws, nws, resets, clones = zip(*args, strict=True)
     name = names[0]
     reg = _registered(world, name, op)
     reset = agree(op, list(resets), "reset")
     clone = agree(op, list(clones), "clone")
-    sws, nws = list(sws), list(nws)
-    if any(s is None for s in sws) and not all(s is None for s in sws):
-        for i, s in enumerate(sws):  # these agents use the topology's weights
+    own_sws, own_nws = list(sws), list(nws)
+    if any(s is None for s in own_sws) and not all(s is None for s in own_sws):
+        for i, s in enumerate(own_sws):  # these agents use the topology's weights
             if s is None:
-                sws[i], nws[i] = _default_weights(world, i)
-    sw = self_weights(op, sws)
-    nw = per_agent_weights(op, nws, "neighbor_weights", world.size, allow_matrix=False)
+                own_sws[i], own_nws[i] = _default_weights(world, i)
+    sw = self_weights(op, own_sws)
+    nw = per_agent_weights(op, own_nws, "neighbor_weights", world.size, allow_matrix=False)
     reg.copy_in()
     out = world.sim.win_update(name, sw, nw, reset, clone, False)
     if clone:
@@ -277,7 +303,7 @@ def _win_update(world, args: Sequence[Any]) -> list[Any]:
     return list(reg.objs)
 
 
-def _win_collect(world, names: Sequence[Any]) -> list[Any]:
+def _win_collect(world: World, names: Sequence[Any]) -> list[Any]:
     name = names[0]
     reg = _registered(world, name, "win_update_then_collect")
     reg.copy_in()
@@ -286,7 +312,7 @@ def _win_collect(world, names: Sequence[Any]) -> list[Any]:
     return list(reg.objs)
 
 
-def _set_with_p(world, values: Sequence[Any]) -> list[None]:
+def _set_with_p(world: World, values: Sequence[Any]) -> list[None]:
     enabled = agree("set_win_ops_with_associated_p", list(values), "enabled")
     world.sim.set_win_ops_with_associated_p(enabled)
     return [None] * world.size

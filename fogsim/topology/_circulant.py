@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from ._util import readonly
 
@@ -60,7 +61,7 @@ class CirculantForm:
 
 
 def make_circulant(
-    size: int, offsets: object, weights: object, self_weight: object
+    size: int, offsets: ArrayLike, weights: ArrayLike, self_weight: ArrayLike
 ) -> CirculantForm:
     """Validate and normalise circulant parameters (per-agent zero weights are kept)."""
     fast = _make_scalar_circulant(size, offsets, weights, self_weight)
@@ -148,7 +149,7 @@ def _scalar_circulant(
     )
 
 
-def _float_array(value: object, name: str) -> np.ndarray:
+def _float_array(value: ArrayLike, name: str) -> np.ndarray:
     if np.iscomplexobj(value):
         raise TypeError(f"{name} must be real, got complex values")
     try:

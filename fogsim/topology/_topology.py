@@ -86,7 +86,8 @@ class Topology:
 
     def to_dense(self) -> np.ndarray:
         """Return ``W`` as a new dense float64 array."""
-        return self.to_sparse().toarray()
+        dense: np.ndarray = self.to_sparse().toarray()
+        return dense
 
     def to_networkx(self) -> nx.DiGraph:
         """Return ``W`` as a DiGraph: edge ``j -> i`` carries ``weight`` ``W[i, j]``."""
@@ -105,7 +106,8 @@ class Topology:
         """Return the self weights ``W[i, i]`` as a new (n,) float64 array (0 where absent)."""
         if self._form is not None:
             return np.broadcast_to(self._form.self_weight, (self._size,)).copy()
-        return self.to_sparse().diagonal()
+        diagonal: np.ndarray = self.to_sparse().diagonal()
+        return diagonal
 
     def offdiag_csr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Return the off-diagonal entries as CSR ``(indptr int64, indices int32, data float64)``.
@@ -145,17 +147,21 @@ class Topology:
         """Return the agents ``j != i`` with ``W[i, j] != 0``, ascending."""
         i = check_agent(i, self._size)
         if self._form is not None:
-            return sorted(((self._form.offsets + i) % self._size).tolist())
+            shifted: list[int] = ((self._form.offsets + i) % self._size).tolist()
+            return sorted(shifted)
         indptr, indices, _ = self.offdiag_csr()
-        return indices[indptr[i] : indptr[i + 1]].tolist()
+        neighbors: list[int] = indices[indptr[i] : indptr[i + 1]].tolist()
+        return neighbors
 
     def out_neighbors(self, i: int) -> list[int]:
         """Return the agents ``j != i`` with ``W[j, i] != 0`` (receiving from i), ascending."""
         i = check_agent(i, self._size)
         if self._form is not None:
-            return sorted(((i - self._form.offsets) % self._size).tolist())
+            shifted: list[int] = ((i - self._form.offsets) % self._size).tolist()
+            return sorted(shifted)
         indptr, indices = self._transposed_pattern()
-        return indices[indptr[i] : indptr[i + 1]].tolist()
+        neighbors: list[int] = indices[indptr[i] : indptr[i + 1]].tolist()
+        return neighbors
 
     def _transposed_pattern(self) -> tuple[np.ndarray, np.ndarray]:
         if self._offdiag_t is None:

@@ -122,10 +122,12 @@ def _sparse_rho(topo: Topology) -> float:
     transposed = matrix.T.tocsr()
 
     def matvec(x: np.ndarray) -> np.ndarray:
-        return matrix @ x - x.sum(axis=0) / n
+        product: np.ndarray = matrix @ x - x.sum(axis=0) / n
+        return product
 
     def rmatvec(x: np.ndarray) -> np.ndarray:
-        return transposed @ x - x.sum(axis=0) / n
+        product: np.ndarray = transposed @ x - x.sum(axis=0) / n
+        return product
 
     operator = LinearOperator(
         (n, n), matvec=matvec, rmatvec=rmatvec, matmat=matvec, rmatmat=rmatvec, dtype=np.float64

@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Request", "Transport", "WindowTransport"]
+__all__ = ["Request", "RmaWindow", "Transport", "WindowTransport"]
 
 
 @runtime_checkable
@@ -86,15 +86,65 @@ class Transport(Protocol):
 
 
 @runtime_checkable
+class RmaWindow(Protocol):
+    """One window of :class:`WindowTransport`: ``memory`` on every rank, open to the others.
+
+    Offsets and counts are in elements of the window's dtype. The RMA calls are
+    nonblocking: an ``origin`` buffer must live, unchanged, and a ``result`` buffer must not
+    be read, until :meth:`flush` of that target returns. Between :meth:`open` and
+    :meth:`free` every rank may access every other rank's memory at any time (one
+    passive-target epoch: no target takes part in a transfer).
+    """
+
+    #: This rank's part of the window, flat, in the window's dtype (loads and stores of
+    #: it are ordered with the other ranks' RMA calls by :meth:`sync`).
+    memory: np.ndarray
+
+    def open(self) -> None:
+        """Start the epoch in which all ranks access the window, then :meth:`sync`.
+
+        Call it after storing the initial values into ``memory``, before the barrier
+        that lets the other ranks write.
+        """
+        ...
+
+    def accumulate(self, origin: np.ndarray, target: int, offset: int, replace: bool) -> None:
+        """Start adding ``origin`` (``replace``: writing it) into ``target``'s memory at
+        ``offset``, atomically per element with the other accumulates and swaps."""
+        ...
+
+    def get(self, result: np.ndarray, target: int, offset: int) -> None:
+        """Start reading ``result.size`` elements of ``target``'s memory at ``offset``."""
+        ...
+
+    def compare_and_swap(self, compare: int, new: int, target: int, offset: int) -> int:
+        """Atomically set ``target``'s element ``offset`` to ``new`` if it is ``compare``;
+        return the value it held (blocking: the swap is complete at ``target``)."""
+        ...
+
+    def flush(self, target: int) -> None:
+        """Complete every started call to ``target``, at this rank *and* at ``target``."""
+        ...
+
+    def sync(self) -> None:
+        """Synchronize ``memory`` with the window: this rank's stores become visible to
+        the others' RMA, and their completed (flushed) writes to its loads."""
+        ...
+
+    def free(self) -> None:
+        """End the epoch and free the window (collective); ``memory`` is gone after."""
+        ...
+
+
+@runtime_checkable
 class WindowTransport(Protocol):
     """The one-sided capability (windows), apart: a transport may lack it.
 
-    ``window(buffer)`` exposes ``buffer`` to the other ranks (collective) and returns an
-    object with ``put(origin, target, offset)``, ``accumulate(origin, target, offset)``,
-    ``get(result, target, offset)``, ``lock(target)``/``unlock(target)``, ``flush(target)``
-    and ``free()``; offsets count elements of ``buffer``.
+    The window ops of a runtime (e.g. ``backends/mpi/_windows.py``) run over it; see
+    :class:`RmaWindow` for what a window does and the completion rules.
     """
 
-    def window(self, buffer: np.ndarray) -> Any:
-        """Expose ``buffer`` to the other ranks (collective); return the window."""
+    def allocate(self, count: int, dtype: np.dtype) -> RmaWindow:
+        """Return a new window of ``count`` elements of ``dtype`` on every rank
+        (collective); its memory holds no defined values until stored."""
         ...

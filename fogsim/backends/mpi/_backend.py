@@ -20,23 +20,21 @@ from ... import timeline as _timeline
 from ..._arrays import Kind, to_numpy, wrap_like
 from ..._handles import Handle, HandleTable
 from ..._stall import Guard
-from ...hierarchy._decomposed import digits, piece_bounds
-from ...hierarchy._machines import layout_error
 from .._base import Backend, OneAgentEach, launched_size
 from .._runtime.agree import GUARDS, LocalError, agree, fingerprint
 from .._runtime.forward import NeighborForwarding
 from .._runtime.neighbor import NeighborOps
-from .._runtime.plan import RankPlan
-from .._weights import exchange_between_machines
+from ._machines import MpiMachineOps
 from ._neighbor import MpiDataPath
 from ._peers import MPIPeers
+from ._rma import MpiRma
 from ._transport import MpiTransport
 from ._windows import MpiWindowOps
 
 __all__ = ["MPIBackend"]
 
 
-class MPIBackend(OneAgentEach, NeighborForwarding, MpiWindowOps, Backend):
+class MPIBackend(OneAgentEach, NeighborForwarding, Backend):
     """One agent per MPI process (see the module docstring)."""
 
     name = "mpi"
@@ -63,11 +61,19 @@ class MPIBackend(OneAgentEach, NeighborForwarding, MpiWindowOps, Backend):
             from ...run._liveness import record
 
             record(self._settings.rank_dir, self._rank)
-        self.local_comm = self._split_machines(local_size)
-        self._machine_error = self._check_machine_layout()
-        self._machines: Any = None  # the local ranks 0 as one world of machines (on use)
-        self._roots_comm: Any = None
-        self._stage_comms: dict[tuple[int, ...], list[Any]] = {}
+        self.machines = MpiMachineOps(
+            self.comm,
+            MPI,
+            local_size,
+            self.stall,
+            self._checked,
+            self._flush,
+            self._start_machine_op,
+            self._decomposition,
+            self.load_machine_topology,
+            self.is_machine_topology_weighted,
+            self._new_machine_world,
+        )
         self.handles = HandleTable()
         self.neighbors = NeighborOps(
             self.transport,
@@ -76,7 +82,14 @@ class MPIBackend(OneAgentEach, NeighborForwarding, MpiWindowOps, Backend):
             self.stall,
             self._settings.fusion_threshold,
         )
-        self._init_window_ops()
+        self.windows = MpiWindowOps(
+            self.transport,
+            MpiRma(self.comm, MPI),
+            self.load_topology,
+            self.is_topology_weighted,
+            self._drain,
+            self.check_rank,
+        )
 
     def _stall_guard(self, world: bool) -> Guard:
         """The world's stall guard (sub-worlds wait without one: the world reports)."""
@@ -87,61 +100,33 @@ class MPIBackend(OneAgentEach, NeighborForwarding, MpiWindowOps, Backend):
             GUARDS[id(self.transport)] = guard
         return guard
 
-    def _split_machines(self, local_size: int | None) -> Any:
-        if local_size is None:
-            return self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self._rank)
-        if self._n % local_size:
-            raise ValueError(
-                f"local_size={local_size} does not divide the {self._n} processes: "
-                "emulated machines must all hold the same number of processes"
-            )
-        return self.comm.Split(color=self._rank // local_size, key=self._rank)
-
-    def _check_machine_layout(self) -> str | None:
-        """Return why the machine-level ops cannot run here, or None (collective)."""
-        return layout_error(
-            self.comm.allgather((self.local_comm.Get_size(), self.local_comm.Get_rank()))
-        )
-
-    def check_machines(self, op: str) -> None:
-        if self._machine_error is not None:
-            raise ValueError(f"{op}: {self._machine_error}")
+    def _new_machine_world(self, roots_comm: Any) -> MPIBackend:
+        """The machines' world: one agent per local rank 0, on ``roots_comm``."""
+        return MPIBackend(local_size=1, settings=self._settings, comm=roots_comm)
 
     # -- world ----------------------------------------------------------------------------
     def local_size(self) -> int:
-        return self.local_comm.Get_size()
+        return self.machines.local_size
 
     def local_rank(self) -> int:
-        return self.local_comm.Get_rank()
+        return self.machines.local_rank
 
     def close(self) -> None:
         self._drain()
         self.neighbors.close()
-        self._free_windows()
-        if self._machines is not None:
-            self._machines.close()
-            self._machines = None
-        for comm in [*(c for cs in self._stage_comms.values() for c in cs), self._roots_comm]:
-            if comm is not None and comm != MPI.COMM_NULL:
-                comm.Free()
-        self._stage_comms.clear()
-        self._roots_comm = None
-        if GUARDS.pop(id(self.transport), None) is not None:
-            self.stall.peers.close()
-        for comm in (self.local_comm, self.comm):
-            if comm is not None and comm != MPI.COMM_NULL:
-                comm.Free()
-        self.local_comm = self.comm = None
+        self.windows.close()
+        self.machines.close()
+        peers = self.stall.peers
+        if GUARDS.pop(id(self.transport), None) is not None and isinstance(peers, MPIPeers):
+            peers.close()
+        if self.comm is not None and self.comm != MPI.COMM_NULL:
+            self.comm.Free()
+        self.comm = None
 
     # -- topology -------------------------------------------------------------------------
     def _on_topology(self) -> None:
         assert self._topology is not None
         self.neighbors.on_topology(self._topology, self._is_weighted)
-
-    @property
-    def _static(self) -> RankPlan:
-        """This rank's plan on the static topology (the window ops' default weights)."""
-        return self.neighbors.static
 
     # -- agent-local data -----------------------------------------------------------------
     def global_view(self, x: Any) -> Any:
@@ -257,31 +242,9 @@ class MPIBackend(OneAgentEach, NeighborForwarding, MpiWindowOps, Backend):
         req = self.comm.Ibarrier()
         return self.handles.start("barrier", partial(self.stall.wait, req.Test, req.Wait), req.Test)
 
-    # -- machine level ----------------------------------------------------------------------
-    def _on_machine_topology(self) -> None:
-        """Nothing to do now: the machines' world re-wires on its next op."""
-
-    def _is_machine_root(self) -> bool:
-        """Whether this is its machine's local rank 0 (collective on first call)."""
-        if self._roots_comm is None:
-            color = 0 if self.local_comm.Get_rank() == 0 else MPI.UNDEFINED
-            self._roots_comm = self.comm.Split(color=color, key=self._rank)
-        return self._roots_comm != MPI.COMM_NULL
-
-    def _machine_world(self) -> MPIBackend:
-        """The local ranks 0, one per machine, as one world with the machine topology.
-
-        Collective over those ranks only (built on first use).
-        """
-        topo = self.load_machine_topology()
-        if self._machines is None:
-            self._machines = MPIBackend(
-                local_size=1, settings=self._settings, comm=self._roots_comm
-            )
-        world = self._machines
-        if world._topology is not topo or world._is_weighted != self._machine_weighted:
-            world.set_topology(topo, self._machine_weighted)
-        return world
+    # -- machine level: run by the ``machines`` part --------------------------------------
+    def check_machines(self, op: str) -> None:
+        self.machines.check(op)
 
     def hierarchical_neighbor_allreduce(
         self,
@@ -292,104 +255,14 @@ class MPIBackend(OneAgentEach, NeighborForwarding, MpiWindowOps, Backend):
         enable_topo_check: bool = True,
         name: str | None = None,
     ) -> Any:
-        """Gather and average on local rank 0; exchange among machines; broadcast back."""
-        op = "hierarchical_neighbor_allreduce"
-        self._start_machine_op(op, name, enable_topo_check)
-        self._flush()
-        arr, kind = self._checked(op, x, averaging=True)
-        root = self._is_machine_root()
-        k = self.local_comm.Get_size()
-        mean = arr  # one process per machine: its value is the machine's average
-        if k > 1:
-            gathered = np.empty((k, *arr.shape), arr.dtype) if root else None
-            self.local_comm.Gather(arr, gathered, root=0)
-            if root:
-                mean = gathered[0].copy()
-                for j in range(1, k):
-                    mean += gathered[j]
-                np.divide(mean, k, out=mean)
-        out, report = None, None
-        if root:  # every machine's local rank 0 runs the exchange, then tells its machine
-            out, error = exchange_between_machines(
-                self._machine_world(),
-                mean,
-                self_weight,
-                src_machine_weights,
-                dst_machine_weights,
-                enable_topo_check,
-            )
-            if error is not None:
-                report = (type(error), str(error))
-        if k > 1:  # the other local ranks wait yielding the core (see _local_bcast)
-            failed = self._local_bcast(np.array([report is not None], dtype=np.int8))
-            if failed[0]:
-                report = self.local_comm.bcast(report, root=0)
-        if report is not None:
-            raise report[0](report[1])
-        if k > 1:
-            out = self._local_bcast(np.empty_like(arr) if out is None else out)
-        return wrap_like(out, kind)
-
-    def _local_bcast(self, buf: np.ndarray) -> np.ndarray:
-        """Broadcast ``buf`` from local rank 0, waiting through the stall guard: ranks
-        that only wait give up their core to the ones working (processes may share cores)."""
-        req = self.local_comm.Ibcast(buf, root=0)
-        self.stall.wait(req.Test, req.Wait)
-        return buf
+        return self.machines.hierarchical_neighbor_allreduce(
+            x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
+        )
 
     def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
-        self._start_machine_op("allreduce(is_hierarchical_local=True)", name, average=average)
-        self._flush()
-        arr, kind = self._checked("allreduce-local", x, averaging=average, adds=True)
-        out = np.empty_like(arr)
-        self.local_comm.Allreduce(arr, out, op=MPI.SUM)
-        if average:
-            np.divide(out, self.local_comm.Get_size(), out=out)
-        return wrap_like(out, kind)
+        return self.machines.local_allreduce(x, average, name)
 
-    def decomposed_allreduce(self, x, average, name, factors):
-        _arrays.check_name(name)
-        if not isinstance(average, bool):
-            raise TypeError(f"average must be a bool, got {type(average).__name__}")
-        self._flush()
-        factors, error = self._decomposition(factors)
-        arr, kind = self._checked(
-            "allreduce-decomposed",
-            x,
-            averaging=average,
-            extra=(factors,),
-            error=error and LocalError(error),
-            adds=True,
-        )
-        comms = self._stage_comms.get(factors)
-        if comms is None:
-            comms = self._stage_comms[factors] = self._split_stages(factors)
-        buf = arr.reshape(-1).copy()
-        lo, hi, stages = 0, buf.size, []
-        for comm, d in zip(comms, digits(self._rank, factors), strict=True):  # reduce-scatter
-            bounds = piece_bounds(lo, hi, comm.Get_size())
-            counts = np.diff(bounds)
-            recv = np.empty((comm.Get_size(), counts[d]), buf.dtype)
-            comm.Alltoallv(
-                [buf, (counts, bounds[:-1])],
-                [recv, (np.full(len(counts), counts[d]), counts[d] * np.arange(len(counts)))],
-            )
-            lo, hi = int(bounds[d]), int(bounds[d + 1])
-            acc = buf[lo:hi]
-            acc[...] = recv[0]
-            for j in range(1, len(recv)):
-                acc += recv[j]
-            stages.append(bounds)
-        for comm, bounds in zip(reversed(comms), reversed(stages), strict=True):  # all-gather
-            comm.Allgatherv(MPI.IN_PLACE, [buf, (np.diff(bounds), bounds[:-1])])
-        if average:
-            np.divide(buf, self._n, out=buf)
-        return wrap_like(buf.reshape(arr.shape), kind)
-
-    def _split_stages(self, factors: tuple[int, ...]) -> list[Any]:
-        """One communicator per factor: the ranks that differ only in that digit."""
-        comms, stride = [], 1
-        for p, d in zip(factors, digits(self._rank, factors), strict=True):
-            comms.append(self.comm.Split(color=self._rank - d * stride, key=d))
-            stride *= p
-        return comms
+    def decomposed_allreduce(
+        self, x: Any, average: bool, name: str | None, factors: tuple[int, ...] | None
+    ) -> Any:
+        return self.machines.decomposed_allreduce(x, average, name, factors)

@@ -1,7 +1,9 @@
 """One-sided window ops of the MPI runtime: MPI-3 RMA with passive-target synchronization.
 
-Each named window owns four MPI windows over the backend's communicator, all kept in one
-``Lock_all`` epoch from creation to ``win_free`` (no target ever takes part in a transfer):
+Each named window owns four RMA windows over the backend's communicator, made by the
+one-sided transport (:class:`~fogsim.backends._runtime.WindowTransport`; over MPI
+``_rma.MpiRma``) and all kept in one ``Lock_all`` epoch from creation to ``win_free`` (no
+target ever takes part in a transfer):
 
 * ``data``: ``1 + d`` slots of the registered value's size. Slot 0 is this agent's
   *exposed* value (its registered ``x`` after its own last window op; what ``win_get``
@@ -9,9 +11,10 @@ Each named window owns four MPI windows over the backend's communicator, all kep
 * ``p``: the same slots for the push-sum weight ``p`` (float64);
 * ``version``: one int64 counter per buffer, incremented atomically by every write;
 * ``mutex``: one int64 lock word. ``Compare_and_swap`` takes it (0 -> 1), with a short
-  exponential back-off while another agent holds it, and ``Fetch_and_op(REPLACE)`` gives it
-  back. Several are always taken in ascending rank order, so agents cannot deadlock, and
-  they are reentrant per agent (``win_mutex`` around ``win_put(require_mutex=True)``).
+  exponential back-off while another agent holds it, and gives it back (1 -> 0: only its
+  holder finds it 1). Several are always taken in ascending rank order, so agents cannot
+  deadlock, and they are reentrant per agent (``win_mutex`` around
+  ``win_put(require_mutex=True)``).
 
 Every write to a buffer is an accumulate (``SUM``, or ``REPLACE`` for puts, resets and this
 agent's own writes, which go through RMA to itself), so concurrent writes to one buffer are
@@ -35,22 +38,24 @@ semantics), by these rules of MPI-3 RMA in the unified memory model:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import numpy as np
-from mpi4py import MPI
 
 from ... import _core
+from ...topology import Topology
+from .._base import WindowPart
 from .._runtime.agree import LocalError, agree, fingerprint
-from .._runtime.plan import rank_weights, scalar_weight
+from .._runtime.plan import RankPlan, rank_weights, scalar_weight, static_rank_plan
+from .._runtime.transport import RmaWindow, Transport, WindowTransport
 from .._windows import WindowFormat, check_flag, check_update_args, window_view
 
 __all__ = ["MpiWindowOps"]
 
-_MPI_TYPES = {np.dtype(np.float64): MPI.DOUBLE, np.dtype(np.float32): MPI.FLOAT}
 _BACKOFF_START, _BACKOFF_MAX = 1e-6, 1e-3  # seconds between attempts to take a mutex
+_INT64 = np.dtype(np.int64)
 
 
 class _Window:
@@ -58,7 +63,7 @@ class _Window:
 
     def __init__(
         self,
-        comm: Any,
+        rma: WindowTransport,
         name: str,
         obj: Any,
         raw: np.ndarray,
@@ -74,65 +79,51 @@ class _Window:
         self.srcs, self.dsts, self.remote_slot = srcs, dsts, remote_slot
         self.slot_of = {int(j): k for k, j in enumerate(srcs)}
         self.m = raw.size
-        self.mpi_type = _MPI_TYPES[fmt.dtype]
-        d, itemsize = len(srcs), fmt.dtype.itemsize
-        self.data = MPI.Win.Allocate((1 + d) * self.m * itemsize, itemsize, comm=comm)
-        self.pwin = MPI.Win.Allocate((1 + d) * 8, 8, comm=comm)
-        self.version = MPI.Win.Allocate(max(d, 1) * 8, 8, comm=comm)
-        self.mutex = MPI.Win.Allocate(8, 8, comm=comm)
-        self.mem = np.frombuffer(self.data.tomemory(), dtype=fmt.dtype).reshape(1 + d, self.m)
-        self.pmem = np.frombuffer(self.pwin.tomemory(), dtype=np.float64)
-        self.vmem = np.frombuffer(self.version.tomemory(), dtype=np.int64)
-        self.lock = np.frombuffer(self.mutex.tomemory(), dtype=np.int64)
+        d = len(srcs)
+        self.data = rma.allocate((1 + d) * self.m, fmt.dtype)
+        self.pwin = rma.allocate(1 + d, np.dtype(np.float64))
+        self.version = rma.allocate(max(d, 1), _INT64)
+        self.mutex = rma.allocate(1, _INT64)
+        self.mem: np.ndarray = self.data.memory.reshape(1 + d, self.m)
+        self.pmem: np.ndarray = self.pwin.memory
+        self.vmem: np.ndarray = self.version.memory
         self.mem[0] = self.value()
         self.mem[1:] = 0 if zero_init else self.value()
         self.pmem[0], self.pmem[1:] = 1.0, 0.0  # neighbours' p: nothing received yet
-        self.vmem[:], self.lock[:] = 0, 0
+        self.vmem[:], self.mutex.memory[:] = 0, 0
         self.p = 1.0
         self.held: dict[int, int] = {}  # rank -> how many times this agent holds its mutex
         for win in self.windows:
-            win.Lock_all(MPI.MODE_NOCHECK)
-            win.Sync()  # the stores above, before the creation barrier and any remote write
+            win.open()  # Lock_all, then Sync: the stores above, before any remote write
 
     @property
-    def windows(self) -> tuple[Any, ...]:
+    def windows(self) -> tuple[RmaWindow, ...]:
         return (self.data, self.pwin, self.version, self.mutex)
 
     def free(self) -> None:
         for win in self.windows:
-            win.Unlock_all()
-            win.Free()
-        self.mem = self.pmem = self.vmem = self.lock = None
+            win.free()
+        self.mem = self.pmem = self.vmem = np.empty(0)  # the freed memory is gone
 
     # -- mutexes ------------------------------------------------------------------------
     def acquire(self, ranks: list[int]) -> None:
-        one, zero = np.ones(1, np.int64), np.zeros(1, np.int64)
-        got = np.empty(1, np.int64)
         for r in sorted(set(ranks)):
             if self.held.get(r):
                 self.held[r] += 1
                 continue
             pause = _BACKOFF_START
-            while True:
-                self.mutex.Compare_and_swap(
-                    [one, MPI.INT64_T], [zero, MPI.INT64_T], [got, MPI.INT64_T], r, 0
-                )
-                self.mutex.Flush(r)
-                if got[0] == 0:
-                    break
+            while self.mutex.compare_and_swap(0, 1, r, 0) != 0:
                 time.sleep(pause)
                 pause = min(2 * pause, _BACKOFF_MAX)
             self.held[r] = 1
 
     def release(self, ranks: list[int]) -> None:
-        zero, got = np.zeros(1, np.int64), np.empty(1, np.int64)
         for r in sorted(set(ranks), reverse=True):
             self.held[r] -= 1
             if self.held[r]:
                 continue
             del self.held[r]
-            self.mutex.Fetch_and_op([zero, MPI.INT64_T], [got, MPI.INT64_T], r, 0, op=MPI.REPLACE)
-            self.mutex.Flush(r)
+            self.mutex.compare_and_swap(1, 0, r, 0)  # held by this agent: it is 1
 
     @contextmanager
     def holding(self, ranks: list[int], enabled: bool = True) -> Iterator[None]:
@@ -152,11 +143,11 @@ class _Window:
 
     def expose(self, me: int) -> None:
         """Copy the registered value and p to slot 0, what neighbors' win_get reads."""
-        value, p = self.value(), np.array([self.p])  # origin buffers alive until their Flush
-        self.data.Accumulate(value, me, (0, self.m, self.mpi_type), op=MPI.REPLACE)
-        self.pwin.Accumulate(p, me, (0, 1, MPI.DOUBLE), op=MPI.REPLACE)
-        self.data.Flush(me)
-        self.pwin.Flush(me)
+        value, p = self.value(), np.array([self.p])  # origin buffers alive until their flush
+        self.data.accumulate(value, me, 0, replace=True)
+        self.pwin.accumulate(p, me, 0, replace=True)
+        self.data.flush(me)
+        self.pwin.flush(me)
 
     def count(self, rank: int, slot: int) -> None:
         """Add one write to the version of buffer ``slot`` at ``rank`` (atomically).
@@ -164,21 +155,42 @@ class _Window:
         Call it after the write it counts is flushed: once it returns, the count is complete
         at ``rank`` too, so a reader that counts a write also sees it.
         """
-        one = np.ones(1, np.int64)  # the origin buffer stays alive until the Flush
-        self.version.Accumulate([one, MPI.INT64_T], rank, (slot, 1, MPI.INT64_T), op=MPI.SUM)
-        self.version.Flush(rank)
+        one = np.ones(1, np.int64)  # the origin buffer stays alive until the flush
+        self.version.accumulate(one, rank, slot, replace=False)
+        self.version.flush(rank)
 
 
-class MpiWindowOps:
-    """Mixin of :class:`MPIBackend`: the window ops (see the module docstring)."""
+class MpiWindowOps(WindowPart):
+    """The window part of :class:`MPIBackend` (see the module docstring).
 
-    comm: Any
-    _n: int
-    _rank: int
+    Built from what it needs: ``transport`` agrees on collective calls among the ranks,
+    ``rma`` allocates the windows, ``topology`` and ``weighted`` read the topology in use
+    (a window's neighbors are those of the topology it was created on), ``drain``
+    completes the runtime's pending nonblocking calls before a window is made, and
+    ``check_rank`` checks the ranks given to ``win_mutex``.
+    """
 
-    def _init_window_ops(self) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        rma: WindowTransport,
+        topology: Callable[[], Topology],
+        weighted: Callable[[], bool],
+        drain: Callable[[], None],
+        check_rank: Callable[[Any, str], int],
+    ) -> None:
+        self._transport, self._rma = transport, rma
+        self._n, self._rank = transport.size, transport.rank
+        self._topology, self._weighted = topology, weighted
+        self._drain, self._check_rank = drain, check_rank
         self._windows: dict[str, _Window] = {}
         self._with_p = False
+        self._plan: tuple[Topology, bool, RankPlan] | None = None  # win_update's default
+
+    def close(self) -> None:
+        for win in self._windows.values():
+            win.free()
+        self._windows.clear()
 
     # -- lookup and arguments ---------------------------------------------------------------
     def _window(self, name: Any, op: str) -> _Window:
@@ -192,7 +204,9 @@ class MpiWindowOps:
             )
         return win
 
-    def _partners(self, obj: Any, allowed: np.ndarray, argname: str, op: str, kind: str):
+    def _partners(
+        self, obj: Any, allowed: np.ndarray, argname: str, op: str, kind: str
+    ) -> list[tuple[int, float]]:
         """Return [(rank, weight)] ascending from a dict/list, checked against ``allowed``."""
         if obj is None:
             return [(int(j), 1.0) for j in allowed]
@@ -215,9 +229,17 @@ class MpiWindowOps:
             )
         return raw
 
+    def _static_plan(self) -> RankPlan:
+        """Return this agent's plan of the topology in use (cached while it stays)."""
+        topo, weighted = self._topology(), self._weighted()
+        cached = self._plan
+        if cached is None or cached[0] is not topo or cached[1] != weighted:
+            cached = self._plan = (topo, weighted, static_rank_plan(topo, weighted, self._rank))
+        return cached[2]
+
     # -- create and free (collective) ---------------------------------------------------------
-    def win_create(self, x: Any, name: str, zero_init: bool = False) -> bool:
-        error, raw, fmt, fp, describe = None, None, None, 0, "an invalid argument"
+    def win_create(self, x: Any, name: str, zero_init: bool) -> bool:
+        error, view, fp, describe = None, None, 0, "an invalid argument"
         try:
             if not isinstance(name, str) or not name:
                 raise TypeError(f"win_create: name must be a non-empty str, got {name!r}")
@@ -229,21 +251,21 @@ class MpiWindowOps:
                 raise ValueError("win_create: x must be C-contiguous and writeable")
             fp = fingerprint("win_create", name, fmt.label, raw.shape, zero_init)
             describe = f"window {name!r} of {fmt.label} {raw.shape}"
+            view = raw, fmt
         except (TypeError, ValueError) as exc:
             error = LocalError(exc)
-        agree(self.transport, fp, error, describe)
+        agree(self._transport, fp, error, describe)
+        assert view is not None  # agree raised on every rank otherwise
         self._drain()
-        topo = self._topology
-        srcs = np.asarray(topo.in_neighbors(self._rank), dtype=np.int64)
-        dsts = np.asarray(topo.out_neighbors(self._rank), dtype=np.int64)
-        remote_slot = {int(j): topo.in_neighbors(int(j)).index(self._rank) for j in dsts}
-        self._windows[name] = _Window(
-            self.comm, name, x, raw, fmt, srcs, dsts, remote_slot, zero_init
-        )
-        self.comm.Barrier()  # every window is initialized before anyone writes to it
+        topo, me = self._topology(), self._rank
+        srcs = np.asarray(topo.in_neighbors(me), dtype=np.int64)
+        dsts = np.asarray(topo.out_neighbors(me), dtype=np.int64)
+        remote_slot = {int(j): topo.in_neighbors(int(j)).index(me) for j in dsts}
+        self._windows[name] = _Window(self._rma, name, x, *view, srcs, dsts, remote_slot, zero_init)
+        self._transport.barrier()  # every window is initialized before anyone writes to it
         return True
 
-    def win_free(self, name: str | None = None) -> bool:
+    def win_free(self, name: str | None) -> bool:
         error, fp = None, 0
         try:
             if name is not None:
@@ -251,7 +273,7 @@ class MpiWindowOps:
             fp = fingerprint("win_free", name)
         except (TypeError, ValueError) as exc:
             error = LocalError(exc)
-        agree(self.transport, fp, error, f"win_free({name!r})")
+        agree(self._transport, fp, error, f"win_free({name!r})")
         for key in list(self._windows) if name is None else [name]:
             self._windows.pop(key).free()
         return True
@@ -259,40 +281,46 @@ class MpiWindowOps:
     def win_names(self) -> list[str]:
         return list(self._windows)
 
-    def _free_windows(self) -> None:
-        for win in self._windows.values():
-            win.free()
-        self._windows.clear()
-
     # -- put, accumulate, get ---------------------------------------------------------------
-    def win_put(self, x, name, self_weight=None, dst_weights=None, require_mutex=False):
+    def win_put(
+        self, x: Any, name: str, self_weight: Any, dst_weights: Any, require_mutex: bool
+    ) -> bool:
         return self._push("win_put", x, name, self_weight, dst_weights, require_mutex)
 
-    def win_accumulate(self, x, name, self_weight=None, dst_weights=None, require_mutex=False):
+    def win_accumulate(
+        self, x: Any, name: str, self_weight: Any, dst_weights: Any, require_mutex: bool
+    ) -> bool:
         return self._push("win_accumulate", x, name, self_weight, dst_weights, require_mutex)
 
-    def _push(self, op, x, name, self_weight, dst_weights, require_mutex) -> bool:
+    def _push(
+        self,
+        op: str,
+        x: Any,
+        name: str,
+        self_weight: Any,
+        dst_weights: Any,
+        require_mutex: bool,
+    ) -> bool:
         win = self._window(name, op)
         raw = self._operand(win, x, op)
         check_flag(require_mutex, "require_mutex", op)
         sw = 1.0 if self_weight is None else scalar_weight(self_weight, "self_weight")
         dsts = self._partners(dst_weights, win.dsts, "dst_weights", op, "out-neighbor")
         flat = win.fmt.decode(raw).reshape(-1)
-        how = MPI.REPLACE if op == "win_put" else MPI.SUM  # REPLACE: atomic like the SUMs
+        replace = op == "win_put"  # an accumulate REPLACE: atomic like the SUMs
         keep = []
         with win.holding([j for j, _ in dsts], require_mutex):
             for j, w in dsts:
                 buf = flat if w == 1.0 else np.multiply(flat, flat.dtype.type(w))
                 keep.append(buf)
                 slot = win.remote_slot[j]
-                target = ((1 + slot) * win.m, win.m, win.mpi_type)
-                win.data.Accumulate(buf, j, target, op=how)
+                win.data.accumulate(buf, j, (1 + slot) * win.m, replace)
                 if self._with_p:
                     pbuf = np.array([win.p * w])
                     keep.append(pbuf)
-                    win.pwin.Accumulate(pbuf, j, (1 + slot, 1, MPI.DOUBLE), op=how)
-                win.data.Flush(j)
-                win.pwin.Flush(j)
+                    win.pwin.accumulate(pbuf, j, 1 + slot, replace)
+                win.data.flush(j)
+                win.pwin.flush(j)
                 win.count(j, slot)
         if sw != 1.0:
             raw[...] = win.fmt.encode(flat * flat.dtype.type(sw)).reshape(raw.shape)
@@ -302,7 +330,7 @@ class MpiWindowOps:
             win.expose(self._rank)
         return True
 
-    def win_get(self, name, src_weights=None, require_mutex=False):
+    def win_get(self, name: str, src_weights: Any, require_mutex: bool) -> bool:
         win = self._window(name, "win_get")
         check_flag(require_mutex, "require_mutex", "win_get")
         srcs = self._partners(src_weights, win.srcs, "src_weights", "win_get", "in-neighbor")
@@ -311,38 +339,37 @@ class MpiWindowOps:
         me = self._rank
         for j, w in srcs:
             with win.holding([j], require_mutex):
-                win.data.Get(got, j, (0, win.m, win.mpi_type))
-                win.pwin.Get(pgot, j, (0, 1, MPI.DOUBLE))
-                win.data.Flush(j)
-                win.pwin.Flush(j)
+                win.data.get(got, j, 0)
+                win.pwin.get(pgot, j, 0)
+                win.data.flush(j)
+                win.pwin.flush(j)
             slot = 1 + win.slot_of[j]
             value = got if w == 1.0 else np.multiply(got, got.dtype.type(w))
-            win.data.Accumulate(value, me, (slot * win.m, win.m, win.mpi_type), op=MPI.REPLACE)
-            win.data.Flush(me)
+            win.data.accumulate(value, me, slot * win.m, replace=True)
+            win.data.flush(me)
             if self._with_p:
                 pvalue = np.array([pgot[0] * w])
-                win.pwin.Accumulate(pvalue, me, (slot, 1, MPI.DOUBLE), op=MPI.REPLACE)
-                win.pwin.Flush(me)
+                win.pwin.accumulate(pvalue, me, slot, replace=True)
+                win.pwin.flush(me)
             win.count(me, slot - 1)
         return True
 
     # -- update -------------------------------------------------------------------------
     def win_update(
         self,
-        name,
-        self_weight=None,
-        neighbor_weights=None,
-        reset=False,
-        clone=False,
-        require_mutex=False,
-    ):
+        name: str,
+        self_weight: Any,
+        neighbor_weights: Any,
+        reset: bool,
+        clone: bool,
+        require_mutex: bool,
+    ) -> Any:
         win = self._window(name, "win_update")
+        pairs: list[tuple[int, float]]
         if not check_update_args(self_weight, neighbor_weights, reset, clone, require_mutex):
-            plan = self._static
-            sw, pairs = (
-                plan.self_weight,
-                list(zip(plan.srcs.tolist(), plan.weights.tolist(), strict=True)),
-            )
+            plan = self._static_plan()
+            sw = plan.self_weight
+            pairs = list(zip(plan.srcs.tolist(), plan.weights.tolist(), strict=True))
         else:
             sw = scalar_weight(self_weight, "self_weight")
             pairs = self._partners(
@@ -350,21 +377,27 @@ class MpiWindowOps:
             )
         return self._update(win, sw, pairs, reset, clone, require_mutex)
 
-    def win_update_then_collect(self, name: str, require_mutex: bool = True) -> Any:
+    def win_update_then_collect(self, name: str, require_mutex: bool) -> Any:
         win = self._window(name, "win_update_then_collect")
         check_flag(require_mutex, "require_mutex", "win_update_then_collect")
         pairs = [(int(j), 1.0) for j in win.srcs]
         return self._update(win, 1.0, pairs, True, False, require_mutex)
 
     def _update(
-        self, win: _Window, sw: float, pairs, reset: bool, clone: bool, require_mutex: bool
+        self,
+        win: _Window,
+        sw: float,
+        pairs: list[tuple[int, float]],
+        reset: bool,
+        clone: bool,
+        require_mutex: bool,
     ) -> Any:
         me = self._rank
         slots = np.array([1 + win.slot_of[j] for j, _ in pairs], dtype=np.int64)
         weights = np.array([w for _, w in pairs], dtype=np.float64)
         with win.holding([me], require_mutex):
             for w in (win.data, win.pwin, win.version):
-                w.Sync()
+                w.sync()
             flat = win.value()
             out = _core.combine_rows(np.empty_like(flat), sw, flat, weights, win.mem, 0, slots)
             p = sw * win.p
@@ -373,16 +406,14 @@ class MpiWindowOps:
             if reset and slots.size:
                 zeros, zero = np.zeros(win.m, dtype=win.fmt.dtype), np.zeros(1)
                 for k in slots.tolist():
-                    win.data.Accumulate(zeros, me, (k * win.m, win.m, win.mpi_type), op=MPI.REPLACE)
-                    win.pwin.Accumulate(zero, me, (k, 1, MPI.DOUBLE), op=MPI.REPLACE)
-                win.data.Flush(me)
-                win.pwin.Flush(me)
+                    win.data.accumulate(zeros, me, k * win.m, replace=True)
+                    win.pwin.accumulate(zero, me, k, replace=True)
+                win.data.flush(me)
+                win.pwin.flush(me)
             zero_count = np.zeros(1, np.int64)
             for k in slots.tolist():
-                win.version.Accumulate(
-                    [zero_count, MPI.INT64_T], me, (k - 1, 1, MPI.INT64_T), op=MPI.REPLACE
-                )
-            win.version.Flush(me)
+                win.version.accumulate(zero_count, me, k - 1, replace=True)
+            win.version.flush(me)
             if self._with_p:
                 win.p = p
             if clone:
@@ -393,7 +424,7 @@ class MpiWindowOps:
         return win.obj
 
     # -- mutexes, versions, p ---------------------------------------------------------------
-    def win_mutex(self, name: str, for_self: bool = False, ranks: Any = None):
+    def win_mutex(self, name: str, for_self: bool, ranks: Any) -> AbstractContextManager[None]:
         win = self._window(name, "win_mutex")
         check_flag(for_self, "for_self", "win_mutex")
         if for_self:
@@ -403,12 +434,12 @@ class MpiWindowOps:
         else:
             if isinstance(ranks, int | np.integer):
                 ranks = [ranks]
-            chosen = [self.check_rank(r, "ranks") for r in ranks]
+            chosen = [self._check_rank(r, "ranks") for r in ranks]
         return win.holding(chosen)
 
     def get_win_version(self, name: str) -> dict[int, int]:
         win = self._window(name, "get_win_version")
-        win.version.Sync()  # now, after the caller's barrier: the flushed counts are visible
+        win.version.sync()  # now, after the caller's barrier: the flushed counts are visible
         return {int(j): int(win.vmem[k]) for k, j in enumerate(win.srcs)}
 
     def win_associated_p(self, name: str) -> float:

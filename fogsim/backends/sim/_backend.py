@@ -12,19 +12,20 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from ... import _arrays, _settings, _weightcheck
 from ... import timeline as _timeline
 from ..._arrays import Kind, to_numpy, wrap_like
 from ...hierarchy._decomposed import check_factors, default_factors, staged_sum
-from ...topology import Topology, as_topology
+from ...topology import Topology
 from .._base import Backend
 from .._weights import is_matrix, machine_words
 from ._plan import (
-    CircPlan,
     apply_plan,
+    check_plan,
     check_same_pattern,
+    plan_matrix,
+    plan_messages,
     rank_rows,
     resolve_plan,
     static_plan,
@@ -33,6 +34,7 @@ from ._plan import (
 from ._pool import BufferPool
 from ._shapes import ShapeGuard
 from ._stack import stack_agents
+from ._window import SimWindow
 from ._windows import SimWindowOps
 
 __all__ = ["SimBackend"]
@@ -46,13 +48,15 @@ def _positive_int(value: Any, argname: str) -> int:
     return int(value)
 
 
-class SimBackend(SimWindowOps, Backend):
+class SimBackend(Backend):
     """Simulate ``size`` agents in this process (see the module docstring).
 
-    The one-sided window ops and the model of asynchrony come from :class:`SimWindowOps`.
+    The one-sided window ops and the model of asynchrony are its ``windows`` part, a
+    :class:`SimWindowOps`.
     """
 
     name = "sim"
+    windows: SimWindowOps
 
     def __init__(
         self,
@@ -73,12 +77,12 @@ class SimBackend(SimWindowOps, Backend):
             )
         self._pool = BufferPool()
         self._shapes = ShapeGuard(self._n)  # per-agent values that grew an agent axis
-        self._static_plan: Any = None
+        self._static_plan: Any = None  # a Plan once a topology is set
         self._machine_plan: Any = None  # the static plan of _machine_plan_of
-        self._machine_plan_of: Any = None
+        self._machine_plan_of: Topology | None = None
         self._cost: Any = None  # a cost meter charged by every communication op (or None)
         self._faults: Any = None  # fogsim.faults.Faults applied to neighbor_allreduce
-        self._init_windows()
+        self.windows = SimWindowOps(self._n)
 
     # -- world ----------------------------------------------------------------------------
     @property
@@ -98,16 +102,20 @@ class SimBackend(SimWindowOps, Backend):
         return np.arange(self._n) % self._local
 
     def close(self) -> None:
-        self.win_free()
+        self.windows.close()
         self._pool.clear()
 
     # -- topology -------------------------------------------------------------------------
     def _on_topology(self) -> None:
-        self._static_plan = static_plan(self._topology, self._is_weighted)
+        topo = self.load_topology()
+        self._static_plan = static_plan(topo, self._is_weighted)
+        self.windows.on_topology(topo, self._is_weighted)
 
     def _on_machine_topology(self) -> None:
-        self._machine_plan = static_plan(self._machine_topology, self._machine_weighted)
-        self._machine_plan_of = self._machine_topology
+        topo = self._machine_topology
+        assert topo is not None
+        self._machine_plan = static_plan(topo, self._machine_weighted)
+        self._machine_plan_of = topo
 
     def in_neighbor_machine_ranks(self) -> list[list[int]]:
         topo = self.load_machine_topology()
@@ -118,10 +126,12 @@ class SimBackend(SimWindowOps, Backend):
         return [topo.out_neighbors(i // self._local) for i in range(self._n)]
 
     def in_neighbor_ranks(self) -> list[list[int]]:
-        return [self._topology.in_neighbors(i) for i in range(self._n)]
+        topo = self.load_topology()
+        return [topo.in_neighbors(i) for i in range(self._n)]
 
     def out_neighbor_ranks(self) -> list[list[int]]:
-        return [self._topology.out_neighbors(i) for i in range(self._n)]
+        topo = self.load_topology()
+        return [topo.out_neighbors(i) for i in range(self._n)]
 
     # -- agent-local data -----------------------------------------------------------------
     def local(self, fn: Callable[[int], Any]) -> Any:
@@ -253,7 +263,7 @@ class SimBackend(SimWindowOps, Backend):
         # build W anyway, so enable_topo_check=False cannot make it faster or unsafe.
         plan = resolve_plan(
             self._n,
-            self._topology,
+            self.load_topology(),
             self._is_weighted,
             self._static_plan,
             self_weight,
@@ -262,16 +272,16 @@ class SimBackend(SimWindowOps, Backend):
         )
         if plan is not self._static_plan and _weightcheck.enabled():
             same = self_weight is None and dst_weights is None and isinstance(src_weights, Topology)
-            _check_plan(plan, self._n, src_weights if same else None)  # Topology: checked once
+            check_plan(plan, self._n, src_weights if same else None)  # Topology: checked once
         flat = np.ascontiguousarray(arr.reshape(self._n, -1))
         out = self._pool.empty(flat.shape, arr.dtype)
         if self._faults is not None:  # fogsim.faults: this step's W, changed
-            out[...] = self._faults.apply(_plan_matrix(plan, self._n), flat)
+            out[...] = self._faults.apply(plan_matrix(plan, self._n), flat)
         elif flat.shape[1]:
             with _timeline.phase("COMPUTE_AVERAGE"):
                 apply_plan(plan, flat, out)
         if self._cost is not None:
-            self._charge("neighbor_allreduce", arr, topology=_plan_topology(plan, self._n))
+            self._charge("neighbor_allreduce", arr, topology=plan_messages(plan, self._n))
         return wrap_like(out.reshape(arr.shape), kind)
 
     # -- fault injection (fogsim.faults) --------------------------------------------------
@@ -349,7 +359,7 @@ class SimBackend(SimWindowOps, Backend):
             self._charge(
                 "hierarchical_neighbor_allreduce",
                 arr,
-                machine_topology=_plan_topology(plan, machines),
+                machine_topology=plan_messages(plan, machines),
             )
         return wrap_like(out, kind)
 
@@ -389,7 +399,7 @@ class SimBackend(SimWindowOps, Backend):
         if (src_ranks is None) != (dst_ranks is None):
             raise ValueError("neighbor_allgather needs both src_ranks and dst_ranks, or neither")
         if src_ranks is None:
-            indptr, indices, _ = self._topology.offdiag_csr()
+            indptr, indices, _ = self.load_topology().offdiag_csr()
         else:
             recv = rank_rows(src_ranks, self._n, "src_ranks")
             send = transpose(*rank_rows(dst_ranks, self._n, "dst_ranks"), self._n)
@@ -410,48 +420,27 @@ class SimBackend(SimWindowOps, Backend):
         Simulated agents never wait; a barrier makes the modelled asynchronous ones catch up
         (see :func:`fogsim.set_asynchrony`).
         """
-        self._barrier_windows()
+        self.windows.barrier()
 
+    # -- window inspection, modelled asynchrony -------------------------------------------
+    def window(self, name: str) -> SimWindow:
+        """Return the window ``name``'s state, for every agent (read-only views)."""
+        return self.windows.window(name)
 
-_PLAN_TOPOLOGY: list[Any] = [None, None]  # the last (plan, topology) converted
+    def set_asynchrony(self, activation: str = "all", **options: Any) -> None:
+        """Model asynchrony from now on (see :func:`fogsim.set_asynchrony`).
 
+        Without a seed, the world's (``init(seed=...)``) is used, else a fixed default.
+        """
+        if options.get("seed") is None:
+            options["seed"] = self._world_seed()
+        self.windows.set_asynchrony(activation, **options)
 
-def _check_plan(plan: Any, n: int, key: Any) -> None:
-    """Warn (or raise) when the step's whole matrix is neither row- nor column-stochastic."""
-    if key is not None and _weightcheck.checked(key):
-        return
-    rows = apply_plan(plan, np.ones((n, 1)), np.empty((n, 1)))[:, 0]  # W 1, by the kernel
-    if isinstance(plan, CircPlan):
-        cols: Any = lambda: _weightcheck.circulant_sums(plan.form, n)[1]  # noqa: E731
-    else:
-        cols = lambda: plan.self_weight + np.bincount(plan.indices, plan.data, minlength=n)  # noqa: E731
-    _weightcheck.check_sums("neighbor_allreduce", rows, cols, key=key)
+    def _world_seed(self) -> int | None:
+        from ... import _context
 
-
-def _plan_matrix(plan: Any, n: int) -> sp.csr_array:
-    """The step's weight matrix ``W`` (self weights on the diagonal) as CSR."""
-    if isinstance(plan, CircPlan):
-        f = plan.form
-        rows = np.repeat(np.arange(n), len(f.offsets))
-        cols = (rows + np.tile(np.asarray(f.offsets), n)) % n
-        w = np.asarray(f.weights, dtype=np.float64)
-        data = w.T.ravel() if w.ndim == 2 else np.tile(w, n)
-        self_weight = np.broadcast_to(np.asarray(f.self_weight, dtype=np.float64), (n,))
-    else:
-        rows = np.repeat(np.arange(n), np.diff(plan.indptr))
-        cols, data = plan.indices, plan.data
-        self_weight = np.asarray(plan.self_weight, dtype=np.float64)
-    off = sp.csr_array((data, (rows, cols)), shape=(n, n))
-    return sp.csr_array(off + sp.diags_array(self_weight))
-
-
-def _plan_topology(plan: Any, n: int) -> Topology:
-    """The step's weight matrix as a Topology (for the cost model's message counts)."""
-    if _PLAN_TOPOLOGY[0] is plan:
-        return _PLAN_TOPOLOGY[1]
-    topo = as_topology(_plan_matrix(plan, n))
-    _PLAN_TOPOLOGY[:] = [plan, topo]
-    return topo
+        ctx = _context.peek()
+        return ctx.seed if ctx is not None and ctx.backend is self else None
 
 
 def _roots(value: Any, n: int, k: int, argname: str) -> Any:

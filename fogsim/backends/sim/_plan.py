@@ -4,19 +4,25 @@ A plan is the step's weight matrix in the form the kernels consume: a circulant 
 (shifted diagonals: rings, exponential graphs, one-peer schedules; no index arrays) or
 CSR of the off-diagonal part plus a self-weight vector. Building a plan is vectorized;
 the only per-agent Python work is reading user dicts, done in ``fogsim._core``.
+
+A plan read from a :class:`~fogsim.topology.Topology` keeps it as its ``pattern`` (the
+messages it sends), so what else needs the step (the cost model) gets it back as it was,
+never rebuilt from the plan; the fault injector's whole matrix (:func:`plan_matrix`) is
+the one conversion, made only while faults are injected.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import numbers
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from ... import _core
+from ... import _core, _weightcheck
 from ..._arrays import is_tensor
 from ...topology import CirculantForm, Topology, as_topology
 from .._weights import check_partners, is_matrix
@@ -25,7 +31,10 @@ __all__ = [
     "CsrPlan",
     "CircPlan",
     "apply_plan",
+    "check_plan",
     "check_same_pattern",
+    "plan_matrix",
+    "plan_messages",
     "rank_rows",
     "resolve_plan",
     "self_weights",
@@ -43,6 +52,9 @@ class CsrPlan:
     indptr: np.ndarray  # (n+1,) int64
     indices: np.ndarray  # (nnz,) int32, ascending per row
     data: np.ndarray  # (nnz,) float64
+    #: the topology the plan was read from (its off-diagonal entries are the plan's), or
+    #: None for one assembled from weight dicts (see :func:`plan_messages`)
+    pattern: Topology | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -50,9 +62,13 @@ class CircPlan:
     """out_i = self_weight x_i + sum_k w_k x_{(i + offset_k) mod n}."""
 
     form: CirculantForm
+    pattern: Topology = field(compare=False, repr=False)  # the topology of ``form``
 
 
 Plan = CsrPlan | CircPlan
+
+#: CSR arrays ``(indptr int64, indices int32, data float64)`` in receiver rows.
+Csr = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def _plan_of(topo: Topology, self_weight: np.ndarray | None = None) -> Plan:
@@ -60,9 +76,9 @@ def _plan_of(topo: Topology, self_weight: np.ndarray | None = None) -> Plan:
     if form is not None:
         if self_weight is not None:
             form = dataclasses.replace(form, self_weight=self_weight)
-        return CircPlan(form)
+        return CircPlan(form, topo)
     sw = topo.self_weights if self_weight is None else self_weight
-    return CsrPlan(sw, *topo.offdiag_csr())
+    return CsrPlan(sw, *topo.offdiag_csr(), pattern=topo)
 
 
 def static_plan(topo: Topology, is_weighted: bool) -> Plan:
@@ -76,6 +92,53 @@ def apply_plan(plan: Plan, x: np.ndarray, out: np.ndarray) -> np.ndarray:
         f = plan.form
         return _core.circulant_combine(f.offsets, f.weights, f.self_weight, x, out)
     return _core.csr_combine(plan.indptr, plan.indices, plan.data, plan.self_weight, x, out)
+
+
+def plan_messages(plan: Plan, n: int) -> Topology:
+    """Return a topology whose off-diagonal entries are the plan's messages (the cost model's).
+
+    A plan read from a topology returns it; one assembled from weight dicts is converted
+    once, its zero weights sending no message, as in every other topology.
+    """
+    if plan.pattern is not None:
+        return plan.pattern
+    assert isinstance(plan, CsrPlan)
+    return as_topology(sp.csr_array((plan.data, plan.indices, plan.indptr), shape=(n, n)))
+
+
+def plan_matrix(plan: Plan, n: int) -> sp.csr_array:
+    """Return the step's weight matrix ``W`` (self weights on the diagonal) as CSR."""
+    if isinstance(plan, CircPlan):
+        f = plan.form
+        rows = np.repeat(np.arange(n), len(f.offsets))
+        cols = (rows + np.tile(np.asarray(f.offsets), n)) % n
+        w = np.asarray(f.weights, dtype=np.float64)
+        data = w.T.ravel() if w.ndim == 2 else np.tile(w, n)
+        self_weight = np.broadcast_to(np.asarray(f.self_weight, dtype=np.float64), (n,))
+    else:
+        rows = np.repeat(np.arange(n), np.diff(plan.indptr))
+        cols, data = plan.indices, plan.data
+        self_weight = np.asarray(plan.self_weight, dtype=np.float64)
+    off = sp.csr_array((data, (rows, cols)), shape=(n, n))
+    return sp.csr_array(off + sp.diags_array(self_weight))
+
+
+def check_plan(plan: Plan, n: int, key: Any) -> None:
+    """Warn (or raise) when the step's whole matrix is neither row- nor column-stochastic.
+
+    ``key`` (a Topology or None): a step already checked is not checked again.
+    """
+    if key is not None and _weightcheck.checked(key):
+        return
+    rows = apply_plan(plan, np.ones((n, 1)), np.empty((n, 1)))[:, 0]  # W 1, by the kernel
+    cols: Callable[[], np.ndarray]
+    if isinstance(plan, CircPlan):
+        form = plan.form
+        cols = lambda: _weightcheck.circulant_sums(form, n)[1]  # noqa: E731
+    else:
+        csr = plan
+        cols = lambda: csr.self_weight + np.bincount(csr.indices, csr.data, minlength=n)  # noqa: E731
+    _weightcheck.check_sums("neighbor_allreduce", rows, cols, key=key)
 
 
 # -- argument parsing ---------------------------------------------------------------------
@@ -103,17 +166,19 @@ def self_weights(value: Any, n: int) -> np.ndarray | None:
     return arr
 
 
-def rank_rows(obj: Any, n: int, argname: str) -> tuple[np.ndarray, ...]:
+def rank_rows(obj: Any, n: int, argname: str) -> Csr:
     """Return CSR arrays from a sequence of n per-agent dicts (or lists of ranks, weight 1)."""
     if isinstance(obj, dict) or not isinstance(obj, list | tuple):
         raise TypeError(
             f"{argname} must be a sequence of {n} per-agent dicts {{rank: weight}} (or rank "
             f"lists) or an {n}x{n} weight matrix, got {type(obj).__name__}"
         )
-    return _core.assemble_csr(n, obj, argname=argname, allow_self=False)
+    indptr, indices, data = _core.assemble_csr(n, obj, argname=argname, allow_self=False)
+    return indptr, indices, data
 
 
-def transpose(indptr, indices, data, n) -> tuple[np.ndarray, ...]:
+def transpose(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n: int) -> Csr:
+    """Return the CSR arrays of the transposed matrix (sender rows become receiver rows)."""
     t = sp.csr_array((data, indices, indptr), shape=(n, n)).T.tocsr()
     t.sort_indices()
     return t.indptr.astype(np.int64), t.indices.astype(np.int32), t.data
@@ -125,7 +190,7 @@ def _keys(indptr: np.ndarray, indices: np.ndarray, n: int) -> np.ndarray:
 
 
 def check_same_pattern(
-    recv, send, n: int, names: tuple[str, str] = ("src_weights", "dst_weights")
+    recv: Csr, send: Csr, n: int, names: tuple[str, str] = ("src_weights", "dst_weights")
 ) -> None:
     """Raise ValueError naming the agents when the send and receive edges differ.
 
@@ -149,7 +214,7 @@ def check_same_pattern(
     )
 
 
-def _send_scaling(dst: Any, n: int) -> tuple[np.ndarray, ...]:
+def _send_scaling(dst: Any, n: int) -> Csr:
     """Return dst weights as receiver rows: row i holds s_ij for each sender j."""
     if is_matrix(dst):
         m = as_topology(dst, size=n, argname="dst_weights")
@@ -192,7 +257,7 @@ def resolve_plan(
     return CsrPlan(sw, recv[0], recv[1], recv[2] * send[2])
 
 
-def _check_static_subset(recv, topo: Topology, n: int) -> None:
+def _check_static_subset(recv: Csr, topo: Topology, n: int) -> None:
     """Without dst_weights the senders are the topology's: src keys must be in-neighbors."""
     tptr, tidx, _ = topo.offdiag_csr()
     rkeys, tkeys = _keys(recv[0], recv[1], n), _keys(tptr, tidx, n)

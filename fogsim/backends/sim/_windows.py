@@ -1,18 +1,13 @@
 """One-sided window ops of the simulator, vectorized over agents, with modelled asynchrony.
 
-A window (:class:`SimWindow`) holds, for every agent ``i`` at once: the registered array
-``x`` (stacked, updated in place), one buffer per edge ``j -> i`` of the topology current at
-``win_create`` (edges in the order of ``topology.offdiag_csr()``: receiver rows, senders
-ascending), a write count (version) per buffer, the push-sum weight ``p_i`` with one
-p-buffer ``q`` per edge, and the *exposed* value and ``p`` that ``win_get`` reads (the
-registered value as it stood after agent ``i``'s own last put, accumulate or update).
-
-Arithmetic follows the MPI runtime's exactly, so a lock-step run is bit-identical to it:
-a put, accumulate or get scales by the weight cast to the data dtype (one rounded product);
-``win_update`` sums ``sw_i x_i + sum_j w_ij b[i<-j]`` in float64 (float64 weights, widened
-values, ascending sender order, as ``fogsim._core.combine_rows``) and rounds once to the
-data dtype, looping over degree slots, never over agents. Half precision is held and computed in
-float32 and rounded once into ``x`` (see :class:`fogsim.backends._windows.WindowFormat`).
+Each window is a :class:`~fogsim.backends.sim._window.SimWindow` (its buffers, versions and
+``p`` for every agent at once). Arithmetic follows the MPI runtime's exactly, so a lock-step
+run is bit-identical to it: a put, accumulate or get scales by the weight cast to the data
+dtype (one rounded product); ``win_update`` sums ``sw_i x_i + sum_j w_ij b[i<-j]`` in
+float64 (float64 weights, widened values, ascending sender order, as
+``fogsim._core.combine_rows``) and rounds once to the data dtype, looping over degree
+slots, never over agents. Half precision is held and computed in float32 and rounded once
+into ``x`` (see :class:`fogsim.backends._windows.WindowFormat`).
 
 Asynchrony (:class:`fogsim._asynchrony.Asynchrony`, see :func:`fogsim.set_asynchrony`):
 one clock for all windows; a round ends at every ``win_update``, its active agents are drawn
@@ -34,158 +29,27 @@ import numpy as np
 from ..._arrays import is_tensor
 from ..._asynchrony import Asynchrony
 from ...topology import Topology, as_topology
+from .._base import check_rank
 from .._weights import is_matrix
-from .._windows import WindowFormat, check_flag, check_update_args, window_view
+from .._windows import WindowPart, check_flag, check_update_args, window_view
 from ._plan import rank_rows, self_weights, slot_add
+from ._window import ACCUMULATE, GET, PUT, SimWindow
 
-__all__ = ["SimWindow", "SimWindowOps"]
-
-_PUT, _ACCUMULATE, _GET = "put", "accumulate", "get"
+__all__ = ["SimWindowOps"]
 
 
-class SimWindow:
-    """The state of one window for all agents (see the module docstring).
+class SimWindowOps(WindowPart):
+    """The simulator's window part: the window ops of ``n`` agents (see the module docstring).
 
-    The properties (``edges``, ``buffers``, ``versions``, ``p_buffers``) and the
-    ``in_flight*`` methods are read-only views for tests and debugging; the plain
-    attributes are the working arrays of :class:`SimWindowOps`, which alone changes them.
+    :class:`SimBackend` builds it with the world's size and tells it each topology it
+    installs (:meth:`on_topology`): a window takes its edges and default weights from the
+    topology current at ``win_create``.
     """
 
-    def __init__(
-        self,
-        name: str,
-        obj: Any,
-        raw: np.ndarray,
-        fmt: WindowFormat,
-        topo: Topology,
-        default: Topology,
-        zero_init: bool,
-    ) -> None:
-        n = raw.shape[0]
-        self.name, self.obj, self.fmt = name, obj, fmt
-        self.dtype, self.shape = fmt.dtype, raw.shape  # dtype: what buffers hold
-        # the caller's memory, one row per agent: read with fmt.decode, written with fmt.encode
-        self.raw = raw.reshape(n, int(np.prod(raw.shape[1:], dtype=np.int64)))
-        indptr, indices, _ = topo.offdiag_csr()
-        self.indptr = indptr
-        self.send = indices.astype(np.int64)
-        self.recv = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
-        self.keys = self.recv * n + self.send  # strictly ascending
-        self.all_edges = np.arange(self.send.size, dtype=np.int64)
-        # win_update's default weights: the topology's as neighbor_allreduce uses them
-        self.self_weight = default.self_weights
-        self.weights = np.zeros(self.send.size)
-        dptr, didx, ddata = default.offdiag_csr()
-        drecv = np.repeat(np.arange(n, dtype=np.int64), np.diff(dptr))
-        self.weights[np.searchsorted(self.keys, drecv * n + didx)] = ddata
-        value = fmt.decode(self.raw)
-        self.buf = np.zeros((self.send.size, self.raw.shape[1]), self.dtype)
-        if not zero_init:
-            self.buf[...] = value[self.recv]
-        self.ver = np.zeros(self.send.size, np.int64)
-        self.p = np.ones(n)
-        self.q = np.zeros(self.send.size)  # neighbours' p: nothing received yet (BlueFog's)
-        self.exposed = value.copy()
-        self.exposed_p = self.p.copy()
-        # arrival round -> [(send sequence number, kind, edges, values, p values or None)]
-        self._queue: dict[int, list[tuple[int, str, np.ndarray, np.ndarray, Any]]] = {}
-        self._sent = 0
-
-    # -- read-only views (tests, debugging) -------------------------------------------------
-    @staticmethod
-    def _view(a: np.ndarray, shape: tuple[int, ...] | None = None) -> np.ndarray:
-        v = a.view() if shape is None else a.reshape(shape)
-        v.flags.writeable = False
-        return v
-
-    @property
-    def edges(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(receiver, sender)`` of every buffer, in buffer order."""
-        return self._view(self.recv), self._view(self.send)
-
-    @property
-    def buffers(self) -> np.ndarray:
-        """The buffers, ``(edges, *x.shape[1:])`` in edge order."""
-        return self._view(self.buf, (self.send.size, *self.shape[1:]))
-
-    @property
-    def versions(self) -> np.ndarray:
-        """Writes to each buffer since it was last read by ``win_update``."""
-        return self._view(self.ver)
-
-    @property
-    def p_buffers(self) -> np.ndarray:
-        """The p-buffers ``q``, one per edge."""
-        return self._view(self.q)
-
-    def in_flight(self) -> int:
-        """Return how many messages are on their way (sent, not delivered yet, not lost)."""
-        return sum(len(b[2]) for batches in self._queue.values() for b in batches)
-
-    def in_flight_mass(self) -> tuple[np.ndarray, float]:
-        """Return the sums of the values and of the p's that messages in flight carry.
-
-        For tests and debugging: with accumulates only (push-sum), ``sum(x) + sum of
-        buffers + values in flight`` and ``sum(p) + sum(q) + p in flight`` are conserved.
-        """
-        x = np.zeros(self.raw.shape[1])
-        p = 0.0
-        for batches in self._queue.values():
-            for _, _, _, vals, pvals in batches:
-                x += vals.sum(axis=0, dtype=np.float64)
-                p += 0.0 if pvals is None else float(pvals.sum())
-        return x.reshape(self.shape[1:]), p
-
-    # -- messages ---------------------------------------------------------------------------
-    def apply(self, kind: str, edges: np.ndarray, vals: np.ndarray, pvals: Any) -> None:
-        """Land messages (``edges`` unique): a put or get overwrites, an accumulate adds."""
-        if not edges.size:
-            return
-        if kind == _ACCUMULATE:
-            self.buf[edges] += vals
-            if pvals is not None:
-                self.q[edges] += pvals
-        else:
-            self.buf[edges] = vals
-            if pvals is not None:
-                self.q[edges] = pvals
-        self.ver[edges] += 1
-
-    def enqueue(self, due: int, kind: str, edges: np.ndarray, vals: np.ndarray, pvals: Any):
-        """Hold messages until round ``due``."""
-        self._queue.setdefault(due, []).append((self._sent, kind, edges, vals, pvals))
-        self._sent += 1
-
-    def deliver_due(self, now: int) -> None:
-        """Land the messages due in round ``now``, in send order."""
-        for _, *batch in self._queue.pop(now, ()):
-            self.apply(*batch)
-
-    def deliver_all(self) -> None:
-        """Land every message in flight, in send order."""
-        batches = sorted((b for due in self._queue.values() for b in due), key=lambda b: b[0])
-        self._queue.clear()
-        for _, *batch in batches:
-            self.apply(*batch)
-
-    def expose(self, rows: np.ndarray | None) -> None:
-        """Refresh the exposed value and p of ``rows`` (None: every agent)."""
-        if rows is None:
-            self.exposed[...] = self.fmt.decode(self.raw)
-            self.exposed_p[...] = self.p
-        else:
-            self.exposed[rows] = self.fmt.decode(self.raw[rows])
-            self.exposed_p[rows] = self.p[rows]
-
-
-class SimWindowOps:
-    """Mixin of :class:`SimBackend`: the window ops (see the module docstring)."""
-
-    _n: int
-    _topology: Topology
-    _is_weighted: bool
-
-    def _init_windows(self) -> None:
+    def __init__(self, n: int) -> None:
+        self._n = n
+        self._topology: Topology | None = None
+        self._is_weighted = False
         self._windows: dict[str, SimWindow] = {}
         self._with_p = False
         self._asynchrony = Asynchrony(self._n)
@@ -194,10 +58,22 @@ class SimWindowOps:
         self._active_mask: np.ndarray | None = None
         self._drawn = False  # whether this round's active set is drawn yet
 
+    def on_topology(self, topology: Topology, is_weighted: bool) -> None:
+        """Create the next windows on ``topology`` (its weights when ``is_weighted``)."""
+        self._topology, self._is_weighted = topology, is_weighted
+
+    @property
+    def asynchrony(self) -> Asynchrony:
+        """The model of asynchrony in use (see :meth:`set_asynchrony`)."""
+        return self._asynchrony
+
     # -- lookup, arguments --------------------------------------------------------------------
-    def window(self, name: str) -> SimWindow:
-        """Return the window ``name``'s state (read-only views; for tests and debugging)."""
-        return self._win(name, "window")
+    def window(self, name: Any, op: str = "window") -> SimWindow:
+        """Return the window ``name``'s state; raise naming ``op`` when there is none.
+
+        Its properties are read-only views, for tests and debugging.
+        """
+        return self._win(name, op)
 
     def _win(self, name: Any, op: str) -> SimWindow:
         if not isinstance(name, str):
@@ -272,6 +148,11 @@ class SimWindowOps:
             self._drawn = True
         return self._active
 
+    def _mask(self) -> np.ndarray:
+        """This round's active agents as a mask (only while not every agent acts)."""
+        assert self._active_mask is not None
+        return self._active_mask
+
     def _end_round(self) -> None:
         self._round += 1
         self._drawn = False
@@ -296,7 +177,7 @@ class SimWindowOps:
                 self._round + d, kind, edges[sel], vals[sel], None if pvals is None else pvals[sel]
             )
 
-    def _barrier_windows(self) -> None:
+    def barrier(self) -> None:
         """Land every message in flight (in send order); all agents act until the round ends.
 
         Every agent catches up at a barrier, so ``barrier(); win_update_then_collect()``
@@ -323,11 +204,12 @@ class SimWindowOps:
         if not raw.flags.c_contiguous or not raw.flags.writeable:
             raise ValueError("win_create: x must be C-contiguous and writeable")
         topo = self._topology
+        assert topo is not None, "the backend installs a topology before any window op"
         default = topo if self._is_weighted else topo.uniform()
         self._windows[name] = SimWindow(name, x, raw, fmt, topo, default, zero_init)
         return True
 
-    def win_free(self, name: str | None = None) -> bool:
+    def win_free(self, name: str | None) -> bool:
         # Messages still in flight to a freed window are dropped with it.
         if name is None:
             self._windows.clear()
@@ -340,15 +222,28 @@ class SimWindowOps:
         return list(self._windows)
 
     # -- put, accumulate, get -----------------------------------------------------------------
-    def win_put(self, x, name, self_weight=None, dst_weights=None, require_mutex=False):
-        return self._push("win_put", _PUT, x, name, self_weight, dst_weights, require_mutex)
+    def win_put(
+        self, x: Any, name: str, self_weight: Any, dst_weights: Any, require_mutex: bool
+    ) -> bool:
+        return self._push("win_put", PUT, x, name, self_weight, dst_weights, require_mutex)
 
-    def win_accumulate(self, x, name, self_weight=None, dst_weights=None, require_mutex=False):
+    def win_accumulate(
+        self, x: Any, name: str, self_weight: Any, dst_weights: Any, require_mutex: bool
+    ) -> bool:
         return self._push(
-            "win_accumulate", _ACCUMULATE, x, name, self_weight, dst_weights, require_mutex
+            "win_accumulate", ACCUMULATE, x, name, self_weight, dst_weights, require_mutex
         )
 
-    def _push(self, op, kind, x, name, self_weight, dst_weights, require_mutex) -> bool:
+    def _push(
+        self,
+        op: str,
+        kind: str,
+        x: Any,
+        name: str,
+        self_weight: Any,
+        dst_weights: Any,
+        require_mutex: bool,
+    ) -> bool:
         win = self._win(name, op)
         raw = self._operand(win, x, op)
         check_flag(require_mutex, "require_mutex", op)
@@ -358,7 +253,7 @@ class SimWindowOps:
             raise ValueError(f"{op}: x is read-only, so self_weight cannot scale it in place")
         active = self._active_ranks()
         if active is not None:
-            keep = self._active_mask[win.send[edges]]
+            keep = self._mask()[win.send[edges]]
             edges, w = edges[keep], w[keep]
         src = win.send[edges]
         flat = win.fmt.decode(raw).reshape(win.raw.shape)
@@ -374,30 +269,31 @@ class SimWindowOps:
         win.expose(active)
         return True
 
-    def win_get(self, name, src_weights=None, require_mutex=False):
+    def win_get(self, name: str, src_weights: Any, require_mutex: bool) -> bool:
         win = self._win(name, "win_get")
         check_flag(require_mutex, "require_mutex", "win_get")
         edges, w = self._edges(win, src_weights, "src_weights", "win_get", by_sender=False)
         if self._active_ranks() is not None:
-            keep = self._active_mask[win.recv[edges]]
+            keep = self._mask()[win.recv[edges]]
             edges, w = edges[keep], w[keep]
         src = win.send[edges]
         vals = win.exposed[src] * w.astype(win.dtype)[:, None]
         pvals = w * win.exposed_p[src] if self._with_p else None
-        self._send(win, _GET, edges, vals, pvals)
+        self._send(win, GET, edges, vals, pvals)
         return True
 
     # -- update -------------------------------------------------------------------------------
     def win_update(
         self,
-        name,
-        self_weight=None,
-        neighbor_weights=None,
-        reset=False,
-        clone=False,
-        require_mutex=False,
-    ):
+        name: str,
+        self_weight: Any,
+        neighbor_weights: Any,
+        reset: bool,
+        clone: bool,
+        require_mutex: bool,
+    ) -> Any:
         win = self._win(name, "win_update")
+        sw: np.ndarray | None
         if not check_update_args(self_weight, neighbor_weights, reset, clone, require_mutex):
             sw, edges, w = win.self_weight, win.all_edges, win.weights
         else:
@@ -407,7 +303,7 @@ class SimWindowOps:
             )
         return self._update(win, sw, edges, w, reset, clone)
 
-    def win_update_then_collect(self, name: str, require_mutex: bool = True) -> Any:
+    def win_update_then_collect(self, name: str, require_mutex: bool) -> Any:
         win = self._win(name, "win_update_then_collect")
         check_flag(require_mutex, "require_mutex", "win_update_then_collect")
         edges = win.all_edges
@@ -420,7 +316,7 @@ class SimWindowOps:
         recv = win.recv[edges]
         counts = np.bincount(recv, minlength=n)
         if rows is not None:
-            keep = self._active_mask[recv]
+            keep = self._mask()[recv]
             edges, w, counts, sw = edges[keep], w[keep], counts[rows], sw[rows]
         indptr = np.concatenate([[0], np.cumsum(counts)])
         flat = win.fmt.decode(win.raw if rows is None else win.raw[rows])
@@ -450,7 +346,7 @@ class SimWindowOps:
         return value
 
     # -- mutexes, versions, p, asynchrony -----------------------------------------------------
-    def win_mutex(self, name: str, for_self: bool = False, ranks: Any = None):
+    def win_mutex(self, name: str, for_self: bool, ranks: Any) -> Any:
         """Return a context manager that holds nothing: every simulated op is atomic."""
         self._win(name, "win_mutex")
         check_flag(for_self, "for_self", "win_mutex")
@@ -460,9 +356,9 @@ class SimWindowOps:
             for r in np.ravel(np.asarray(ranks, dtype=object)).tolist():
                 if isinstance(r, list | tuple | np.ndarray):  # ragged per-agent lists
                     for s in np.ravel(np.asarray(r, dtype=object)).tolist():
-                        self.check_rank(s, "ranks")  # type: ignore[attr-defined]
+                        check_rank(s, self._n, "ranks")
                 else:
-                    self.check_rank(r, "ranks")  # type: ignore[attr-defined]
+                    check_rank(r, self._n, "ranks")
         return contextlib.nullcontext()
 
     def get_win_version(self, name: str) -> list[dict[int, int]]:
@@ -477,19 +373,13 @@ class SimWindowOps:
     def set_win_ops_with_associated_p(self, enabled: bool) -> None:
         self._with_p = check_flag(enabled, "enabled", "set_win_ops_with_associated_p")
 
-    def set_asynchrony(self, activation: str = "all", **options: Any) -> None:
+    def set_asynchrony(self, activation: str, **options: Any) -> None:
         """Model asynchrony from now on (see :func:`fogsim.set_asynchrony`).
 
-        Without a seed, the world's (``init(seed=...)``) is used, else a fixed default. The
-        current round's active set is drawn afresh; messages in flight stay in flight.
+        The current round's active set is drawn afresh; messages in flight stay in flight.
         """
-        if options.get("seed") is None:
-            options["seed"] = self._world_seed()
         self._asynchrony = Asynchrony(self._n, activation, **options)
         self._drawn = False
 
-    def _world_seed(self) -> int | None:
-        from ... import _context
-
-        ctx = _context.peek()
-        return ctx.seed if ctx is not None and ctx.backend is self else None
+    def close(self) -> None:
+        self.win_free(None)

@@ -10,7 +10,6 @@ of the simulator and the MPI runtime: the same plans, the same combine order.
 
 from __future__ import annotations
 
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -30,7 +29,7 @@ from .._runtime.agree import GUARDS, LocalError, agree, fingerprint
 from .._runtime.forward import NeighborForwarding
 from .._runtime.neighbor import NeighborOps
 from . import _world
-from ._machines import MachineOps
+from ._machines import TorchMachineOps
 from ._neighbor import TorchDataPath, _Transfer, as_bytes
 from ._peers import StorePeers, default_store
 from ._transport import TorchTransport, _TorchRequest
@@ -99,7 +98,7 @@ class _WorkGuard(Guard):
                 print(message, file=sys.stderr, flush=True)
 
 
-class TorchBackend(OneAgentEach, MachineOps, NeighborForwarding, Backend):
+class TorchBackend(OneAgentEach, NeighborForwarding, Backend):
     """One agent per process over torch.distributed (see the module docstring)."""
 
     name = "torch"
@@ -132,41 +131,45 @@ class TorchBackend(OneAgentEach, MachineOps, NeighborForwarding, Backend):
         self._transport = TorchTransport(self.group, self._n, self._rank)
         self.stall = self._stall_guard(world=groups is None)
         try:
-            self._local_rank, self._local_size = self._machines(local_size)
-            self._init_machine_ops()
+            self.machines = TorchMachineOps(
+                self._transport,
+                local_size,
+                self.group,
+                self.nccl_group,
+                self._checked,
+                self._flush,
+                self._p2p,
+                self._data_group,
+                self._start_machine_op,
+                self._decomposition,
+                self.load_machine_topology,
+                self.is_machine_topology_weighted,
+                self._new_machine_world,
+            )
         except BaseException:
             self._destroy_groups()
             raise
         if self.nccl_group is not None and groups is None:
-            torch.cuda.set_device(self._local_rank % torch.cuda.device_count())
+            torch.cuda.set_device(self.machines.local_rank % torch.cuda.device_count())
         self.handles = HandleTable()
         self._path = TorchDataPath(self._transport, self.nccl_group, self._value)
         self.neighbors = NeighborOps(
             self._transport, self._path, self.handles, self.stall, self._settings.fusion_threshold
         )
 
-    def _machines(self, local_size: int | None) -> tuple[int, int]:
-        """Return (local rank, local size): by host name, or emulated blocks of local_size."""
-        if local_size is not None:
-            if self._n % local_size:
-                raise ValueError(
-                    f"local_size={local_size} does not divide the {self._n} processes: "
-                    "emulated machines must all hold the same number of processes"
-                )
-            return self._rank % local_size, local_size
-        hosts = self._transport.allgather_object(socket.gethostname())
-        mine = [r for r, h in enumerate(hosts) if h == hosts[self._rank]]
-        return mine.index(self._rank), len(mine)
+    def _new_machine_world(self, groups: tuple[int, int, Any, Any]) -> TorchBackend:
+        """The machines' world: one agent per local rank 0, on ``groups``, which it owns."""
+        return TorchBackend(local_size=1, settings=self._settings, groups=groups)
 
     # -- world ----------------------------------------------------------------------------
     def local_size(self) -> int:
-        return self._local_size
+        return self.machines.local_size
 
     def local_rank(self) -> int:
-        return self._local_rank
+        return self.machines.local_rank
 
     def close(self) -> None:
-        error = None
+        error: Exception | None = None
         try:
             self.neighbors.flush()
         except (TypeError, ValueError) as exc:
@@ -177,7 +180,7 @@ class TorchBackend(OneAgentEach, MachineOps, NeighborForwarding, Backend):
             except Exception as exc:  # noqa: BLE001 - re-raised once the world is closed
                 error = error or exc
         self.neighbors.close()
-        self._close_machine_ops()
+        self.machines.close()
         self._destroy_groups()
         if error is not None:
             raise error
@@ -258,6 +261,7 @@ class TorchBackend(OneAgentEach, MachineOps, NeighborForwarding, Backend):
         except (TypeError, ValueError) as exc:
             error = error or LocalError(exc)
         agree(self._transport, fp, error, f"{describe} in {op}")
+        assert value is not None  # agree raised on every rank otherwise
         return value
 
     def _data_group(self, value: Value) -> Any:
@@ -377,3 +381,28 @@ class TorchBackend(OneAgentEach, MachineOps, NeighborForwarding, Backend):
         self._flush()
         work = dist.barrier(group=self.group, async_op=True)
         return self._start("barrier", work, lambda: None, None)
+
+    # -- machine level: run by the ``machines`` part --------------------------------------
+    def check_machines(self, op: str) -> None:
+        self.machines.check(op)
+
+    def hierarchical_neighbor_allreduce(
+        self,
+        x: Any,
+        self_weight: Any = None,
+        src_machine_weights: Any = None,
+        dst_machine_weights: Any = None,
+        enable_topo_check: bool = True,
+        name: str | None = None,
+    ) -> Any:
+        return self.machines.hierarchical_neighbor_allreduce(
+            x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
+        )
+
+    def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
+        return self.machines.local_allreduce(x, average, name)
+
+    def decomposed_allreduce(
+        self, x: Any, average: bool, name: str | None, factors: tuple[int, ...] | None
+    ) -> Any:
+        return self.machines.decomposed_allreduce(x, average, name, factors)

@@ -12,6 +12,8 @@ the simulator and the MPI runtime, in the same order, so all three give the same
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -21,13 +23,16 @@ import torch.distributed as dist
 from ... import _arrays
 from ...hierarchy._decomposed import digits, piece_bounds
 from ...hierarchy._machines import layout_error
+from ...topology import Topology
+from .._base import Backend
 from .._runtime.agree import LocalError
+from .._runtime.transport import Transport
 from .._weights import exchange_between_machines
 from . import _world
 from ._neighbor import as_bytes, p2p
 from ._values import Value
 
-__all__ = ["MachineOps"]
+__all__ = ["TorchMachineOps"]
 
 _UNSET = object()  # the machines' groups are made on the first hierarchical call
 
@@ -40,22 +45,63 @@ def _sum_rows(rows: Any, k: int) -> Any:
     return total
 
 
-class MachineOps:
-    """Mixin of :class:`TorchBackend`: machine layout, hierarchical and decomposed ops."""
+class TorchMachineOps:
+    """The machine-level part of :class:`TorchBackend` (see the module docstring).
 
-    _n: int
-    _rank: int
-    _local_rank: int
-    _local_size: int
+    Built from what it needs: the world's ``transport`` (the machine layout is gathered on
+    it), ``local_size`` (None: by host name), the world's gloo ``group`` and ``nccl_group``
+    (None without NCCL), the backend's ``checked``, ``flush``, ``p2p`` (start a list of
+    ``dist.P2POp`` as one batch), ``data_group``, ``start_op``
+    (``Backend._start_machine_op``) and ``decomposition`` (``Backend._decomposition``),
+    readers of the machine topology in use, and ``new_world``, which makes the machines'
+    world from ``(rank, size, gloo group, NCCL group)``. Its construction is collective.
+    """
 
-    def _init_machine_ops(self) -> None:
-        self._machine_error = layout_error(
-            self._transport.allgather_object((self._local_size, self._local_rank))
+    def __init__(
+        self,
+        transport: Transport,
+        local_size: int | None,
+        group: Any,
+        nccl_group: Any,
+        checked: Callable[..., Value],
+        flush: Callable[[], None],
+        p2p: Callable[[list[Any], bool, bool], Any],
+        data_group: Callable[[Value], Any],
+        start_op: Callable[..., None],
+        decomposition: Callable[[Any], tuple[tuple[int, ...] | None, Exception | None]],
+        machine_topology: Callable[[], Topology],
+        machine_weighted: Callable[[], bool],
+        new_world: Callable[[tuple[int, int, Any, Any]], Backend],
+    ) -> None:
+        self._transport, self._rank, self._n = transport, transport.rank, transport.size
+        self.group, self.nccl_group = group, nccl_group
+        self._checked, self._flush, self._p2p = checked, flush, p2p
+        self._data_group, self._start_machine_op = data_group, start_op
+        self._decomposition = decomposition
+        self._topology, self._weighted = machine_topology, machine_weighted
+        self._new_world = new_world
+        self.local_rank, self.local_size = self._layout(local_size)
+        self.error = layout_error(  # why the machine-level ops cannot run here, or None
+            transport.allgather_object((self.local_size, self.local_rank))
         )
         self._roots_groups: Any = _UNSET  # (gloo, NCCL) of the local ranks 0; None elsewhere
-        self._machines_world: Any = None  # the local ranks 0 as one world (on first use)
+        self._machines_world: Backend | None = None  # the local ranks 0 as one world (on use)
 
-    def _close_machine_ops(self) -> None:
+    def _layout(self, local_size: int | None) -> tuple[int, int]:
+        """Return (local rank, local size): by host name, or emulated blocks of local_size."""
+        if local_size is not None:
+            if self._n % local_size:
+                raise ValueError(
+                    f"local_size={local_size} does not divide the {self._n} processes: "
+                    "emulated machines must all hold the same number of processes"
+                )
+            return self._rank % local_size, local_size
+        hosts = self._transport.allgather_object(socket.gethostname())
+        mine = [r for r, h in enumerate(hosts) if h == hosts[self._rank]]
+        return mine.index(self._rank), len(mine)
+
+    def close(self) -> None:
+        """Close the machines' world, or destroy the local ranks 0's groups made here."""
         # The machines' world owns the roots' groups: closing it destroys them.
         world, groups = self._machines_world, self._roots_groups
         self._machines_world, self._roots_groups = None, _UNSET
@@ -66,40 +112,41 @@ class MachineOps:
                 if group is not None:
                     dist.destroy_process_group(group)
 
-    def check_machines(self, op: str) -> None:
-        if self._machine_error is not None:
-            raise ValueError(f"{op}: {self._machine_error}")
+    def check(self, op: str) -> None:
+        """Raise a ValueError naming ``op`` when the machines are not alike."""
+        if self.error is not None:
+            raise ValueError(f"{op}: {self.error}")
 
-    def _on_machine_topology(self) -> None:
-        """Nothing to do now: the machines' world re-wires on its next op."""
+    # The machine topology needs nothing when it is set: the machines' world re-wires on
+    # its next op.
 
     # -- within a machine -----------------------------------------------------------------
     def _gather_to_root(self, value: Value) -> Any:
         """Local rank 0: the machine's values stacked in local-rank order; others: None."""
-        k, base = self._local_size, self._rank - self._local_rank
+        k, base = self.local_size, self._rank - self.local_rank
         group = self._data_group(value)
-        if self._local_rank == 0:
+        if self.local_rank == 0:
             buf, buf_arr = value.empty((k, *value.shape))
             buf[0].copy_(value.tensor)
             ops = [p2p(dist.irecv, as_bytes(buf[j]), base + j, group) for j in range(1, k)]
-            self._p2p(ops if buf.numel() else [], value.cuda, blocking=True).Wait()
+            self._p2p(ops if buf.numel() else [], value.cuda, True).Wait()
             return buf if buf_arr is None else buf_arr
         ops = [p2p(dist.isend, as_bytes(value.tensor), base, group)]
-        self._p2p(ops if value.nbytes else [], value.cuda, blocking=True).Wait()
+        self._p2p(ops if value.nbytes else [], value.cuda, True).Wait()
         return None
 
     def _broadcast_from_root(self, value: Value, out: Any) -> Any:
         """Local rank 0's ``out`` on every rank of the machine (others pass None)."""
-        k, base = self._local_size, self._rank - self._local_rank
+        k, base = self.local_size, self._rank - self.local_rank
         group = self._data_group(value)
-        if self._local_rank == 0:
+        if self.local_rank == 0:
             tensor = out if value.arr is None else torch.from_numpy(np.ascontiguousarray(out))
             ops = [p2p(dist.isend, as_bytes(tensor), base + j, group) for j in range(1, k)]
-            self._p2p(ops if value.nbytes else [], value.cuda, blocking=True).Wait()
+            self._p2p(ops if value.nbytes else [], value.cuda, True).Wait()
             return out
         buf, buf_arr = value.empty(value.shape)
         ops = [p2p(dist.irecv, as_bytes(buf), base, group)] if value.nbytes else []
-        self._p2p(ops, value.cuda, blocking=True).Wait()
+        self._p2p(ops, value.cuda, True).Wait()
         return buf if buf_arr is None else buf_arr
 
     def _tell_machine(self, report: tuple[str, str] | None) -> None:
@@ -107,15 +154,15 @@ class MachineOps:
 
         On the gloo group whatever the data's device: a length, then the message.
         """
-        k, base = self._local_size, self._rank - self._local_rank
-        if self._local_rank == 0:
+        k, base = self.local_size, self._rank - self.local_rank
+        if self.local_rank == 0:
             text = b"" if report is None else "\n".join(report).encode()
             length = torch.tensor([len(text)], dtype=torch.int64)
             ops = [p2p(dist.isend, length, base + j, self.group) for j in range(1, k)]
             if text:
                 payload = torch.frombuffer(bytearray(text), dtype=torch.uint8)
                 ops += [p2p(dist.isend, payload, base + j, self.group) for j in range(1, k)]
-            self._p2p(ops, False, blocking=True).Wait()
+            self._p2p(ops, False, True).Wait()
         else:
             length = torch.zeros(1, dtype=torch.int64)
             self._p2p([p2p(dist.irecv, length, base, self.group)], False, True).Wait()
@@ -134,37 +181,35 @@ class MachineOps:
         Collective over the job on the first call, which makes the local ranks 0's groups.
         """
         if self._roots_groups is _UNSET:
-            roots = list(range(0, self._n, self._local_size))
+            roots = list(range(0, self._n, self.local_size))
             self._roots_groups = _world.new_subgroups(roots, self.nccl_group is not None)
-        return self._local_rank == 0
+        return self.local_rank == 0
 
-    def _machine_world(self) -> Any:
+    def _machine_world(self) -> Backend:
         """The local ranks 0, one per machine, as one world with the machine topology.
 
         Collective over those ranks only (built on first use, after :meth:`_is_machine_root`).
         """
-        topo = self.load_machine_topology()
+        topo, weighted = self._topology(), self._weighted()
         if self._machines_world is None:
             gloo, nccl = self._roots_groups
-            rank, size = self._rank // self._local_size, self._n // self._local_size
-            self._machines_world = type(self)(
-                local_size=1, settings=self._settings, groups=(rank, size, gloo, nccl)
-            )
+            rank, size = self._rank // self.local_size, self._n // self.local_size
+            self._machines_world = self._new_world((rank, size, gloo, nccl))
             self._roots_groups = None  # owned by the machines' world now
         world = self._machines_world
-        if world._topology is not topo or world._is_weighted != self._machine_weighted:
-            world.set_topology(topo, self._machine_weighted)
+        if world._topology is not topo or world.is_topology_weighted() != weighted:
+            world.set_topology(topo, weighted)
         return world
 
     # -- the ops --------------------------------------------------------------------------
     def hierarchical_neighbor_allreduce(
         self,
         x: Any,
-        self_weight: Any = None,
-        src_machine_weights: Any = None,
-        dst_machine_weights: Any = None,
-        enable_topo_check: bool = True,
-        name: str | None = None,
+        self_weight: Any,
+        src_machine_weights: Any,
+        dst_machine_weights: Any,
+        enable_topo_check: bool,
+        name: str | None,
     ) -> Any:
         """Gather and average on local rank 0; exchange among machines; broadcast back."""
         op = "hierarchical_neighbor_allreduce"
@@ -172,7 +217,7 @@ class MachineOps:
         self._flush()
         value = self._checked(op, x, averaging=True)
         root = self._is_machine_root()
-        k = self._local_size
+        k = self.local_size
         mean = value.tensor if value.arr is None else value.arr
         if k > 1:
             rows = self._gather_to_root(value)
@@ -198,11 +243,12 @@ class MachineOps:
         self._tell_machine(report)
         return value.wrap(self._broadcast_from_root(value, out))
 
-    def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
+    def local_allreduce(self, x: Any, average: bool, name: str | None) -> Any:
+        """Return the average (or sum) of ``x`` over this agent's machine."""
         self._start_machine_op("allreduce(is_hierarchical_local=True)", name, average=average)
         self._flush()
         value = self._checked("allreduce-local", x, averaging=average, summing=True)
-        k = self._local_size
+        k = self.local_size
         if k == 1:
             return value.wrap(value.tensor.clone() if value.arr is None else value.arr.copy())
         rows = self._gather_to_root(value)
@@ -213,7 +259,9 @@ class MachineOps:
                 total /= k
         return value.wrap(self._broadcast_from_root(value, total))
 
-    def decomposed_allreduce(self, x, average, name, factors):
+    def decomposed_allreduce(
+        self, x: Any, average: bool, name: str | None, factors: tuple[int, ...] | None
+    ) -> Any:
         """Reduce-scatter then all-gather over stages of ranks differing in one digit.
 
         Point-to-point on the job's groups: a stage's members are known from the factors,
@@ -232,6 +280,7 @@ class MachineOps:
             extra=(factors,),
             error=error and LocalError(error),
         )
+        assert factors is not None  # the agreement raised the error on every rank
         flat, flat_arr = value.empty((int(np.prod(value.shape, dtype=np.int64)),))
         flat.copy_(value.tensor.reshape(-1))
         buf = flat if flat_arr is None else flat_arr
@@ -254,7 +303,7 @@ class MachineOps:
                 for j in range(p)
                 if j != d and pieces[j].numel()
             ]
-            self._p2p(ops, value.cuda, blocking=True).Wait()
+            self._p2p(ops, value.cuda, True).Wait()
             lo, hi = int(bounds[d]), int(bounds[d + 1])
             buf[lo:hi] = _sum_rows(recv if recv_arr is None else recv_arr, p)
             stages.append((members, pieces, d))
@@ -270,7 +319,7 @@ class MachineOps:
                 for j in range(len(members))
                 if j != d and pieces[j].numel()
             ]
-            self._p2p(ops, value.cuda, blocking=True).Wait()
+            self._p2p(ops, value.cuda, True).Wait()
         if average:
             buf /= self._n
         return value.wrap(buf.reshape(value.shape))

@@ -65,12 +65,14 @@ def default_port(job_id: str | None, parent_pid: int | None = None) -> int:
 
 def endpoint(settings: _settings.Settings) -> Endpoint:
     """Return how this process joins, from the launcher's variables (no communication)."""
-    if settings.torchrun:
-        rank, size = settings.torch_rank, settings.torch_world_size
+    rank, size = 0, 1
+    if settings.torchrun:  # torchrun always sets both (the settings' defaults otherwise)
+        if settings.torch_rank is not None:
+            rank = settings.torch_rank
+        if settings.torch_world_size is not None:
+            size = settings.torch_world_size
     elif settings.launcher_size is not None:
         rank, size = settings.launcher_rank or 0, settings.launcher_size
-    else:
-        rank, size = 0, 1
     if not 0 <= rank < size:
         what = f"RANK={rank}" if settings.torchrun else f"the launcher's rank {rank}"
         raise ValueError(f"{what} is out of range for a job of {size} processes")
@@ -125,7 +127,12 @@ def _store(ep: Endpoint) -> Any:
     import torch.distributed as dist
 
     return dist.TCPStore(
-        ep.addr, 0, ep.size, is_master=True, wait_for_workers=False, timeout=_STORE_TIMEOUT
+        ep.addr or _LOCALHOST,
+        0,
+        ep.size,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=_STORE_TIMEOUT,
     )
 
 
@@ -141,7 +148,8 @@ def _store_over_mpi(ep: Endpoint) -> Any:
             f"says {comm.Get_rank()} of {comm.Get_size()}"
         )
     hosts = comm.allgather(socket.gethostname())
-    store, where = None, None
+    store = None
+    where: tuple[str, int] | str | None = None
     if ep.rank == 0:
         addr = ep.addr if ep.addr is not None else _LOCALHOST if len(set(hosts)) == 1 else hosts[0]
         try:

@@ -228,11 +228,13 @@ def __getattr__(name: str):
     if name in _OPTIM or name in _FACTORIES:
         # torch's import happens here, on the first use
         if name in _OPTIM:
-            from ... import optim as source
-        else:
-            from . import _optim as source
+            from ... import optim
 
-        value = getattr(source, name)
+            value = getattr(optim, name)
+        else:
+            from . import _optim
+
+            value = getattr(_optim, name)
         globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

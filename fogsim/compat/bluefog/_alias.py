@@ -84,7 +84,7 @@ def install(force: bool = False) -> None:
     package = types.ModuleType("bluefog", "BlueFog's API on fogsim (fogsim.compat.bluefog).")
     package.__path__ = []  # a package: "import bluefog.x" looks in sys.modules first
     package.__spec__ = importlib.machinery.ModuleSpec("bluefog", None, is_package=True)
-    package.__version__ = "0.3.0"
+    package.__dict__["__version__"] = "0.3.0"  # ModuleType declares no __version__ to set
     setattr(package, _MARK, True)
     sys.modules["bluefog"] = package
     for alias, target in ALIASES.items():

@@ -488,7 +488,7 @@ def _start_neighbor_allgather(
             test=lambda: fogsim.poll(handle),
             name=handle.name,
         )
-    shape = getattr(tensor, "shape", ())
+    shape: tuple[int, ...] = getattr(tensor, "shape", ())
     rows = np.array([shape[0] if len(shape) else 1], dtype=np.int64)
     counts = fogsim.neighbor_allgather_nonblocking(rows, src_ranks, dst_ranks)
     return fogsim.Handle(

@@ -101,9 +101,12 @@ def DistributedWinPutOptimizer(
     window_prefix: str | None = None,
 ) -> Any:
     """Average over ``win_put`` windows: :class:`fogsim.optim.DistributedWinPutOptimizer`."""
-    kwargs = {} if window_prefix is None else {"window_prefix": window_prefix}
+    if window_prefix is None:
+        return _optim.DistributedWinPutOptimizer(
+            optimizer, model, None, num_steps_per_communication
+        )
     return _optim.DistributedWinPutOptimizer(
-        optimizer, model, None, num_steps_per_communication, **kwargs
+        optimizer, model, None, num_steps_per_communication, window_prefix=window_prefix
     )
 
 

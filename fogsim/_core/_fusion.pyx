@@ -1,7 +1,154 @@
-# The tensor fusion part of _dispatch.pyx (included there; same imports and directives):
-# the queue of small nonblocking calls, their batches, the layout fingerprint that ranks
-# agree on, and the lean combine of one entry straight from a batch's received bytes.
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Compiled tensor fusion: small nonblocking calls sent as one message, combined in place.
 
+* :class:`FusionQueue`, :class:`FusedEntry`, :class:`FusedBatch`: small nonblocking calls
+  queue as entries (each its own :class:`~fogsim._core.Handle`); a flush sends them in one
+  message (a batch); the first wait on any of them combines every entry straight from the
+  received bytes. :func:`layout_fingerprint` is the layout the ranks agree on.
+* :func:`pack`: copy several arrays into one byte buffer at given offsets (the gaps are
+  zeroed), so that fused tensors travel in one message.
+* :func:`combine_rows`: the weighted combine of the neighbor rows of a received buffer,
+  ``out <- self_weight * x + sum_k weights[k] * y_k`` with ``y_k`` read in place at a byte
+  offset of row ``select[k]``: one fused tensor's share of a fused message is combined
+  without being copied out first. Same operations, same order as ``weighted_combine``.
+
+``_fallback_fusion`` is the pure-Python twin, bit-identical.
+"""
+
+from cpython.buffer cimport (
+    PyBUF_C_CONTIGUOUS,
+    PyBUF_FORMAT,
+    PyBUF_SIMPLE,
+    PyBUF_WRITABLE,
+    PyBuffer_Release,
+    PyObject_GetBuffer,
+)
+from libc.stdint cimport int64_t, uint64_t
+from libc.string cimport memcpy, memset
+
+cimport numpy as cnp
+
+cnp.import_array()
+
+from ._handles cimport Handle, HandleTable
+from ._kernels cimport rows_combine_f32, rows_combine_f64
+
+__all__ = [
+    "FusedBatch", "FusedEntry", "FusionQueue", "combine_rows", "layout_fingerprint", "pack",
+]
+
+
+def pack(out, arrays, offsets):
+    """Copy the bytes of each array to ``out`` at its offset; zero the bytes in between.
+
+    ``out`` is a writable contiguous buffer, ``arrays`` C-contiguous arrays, ``offsets`` one
+    byte offset per array, ascending, each array ending before the next one starts.
+    """
+    cdef Py_buffer dst, src
+    cdef Py_ssize_t k, n = len(arrays), at, end = 0
+    if len(offsets) != n:
+        raise ValueError(f"pack: {n} arrays but {len(offsets)} offsets")
+    PyObject_GetBuffer(out, &dst, PyBUF_SIMPLE | PyBUF_WRITABLE)
+    try:
+        for k in range(n):
+            at = offsets[k]
+            PyObject_GetBuffer(arrays[k], &src, PyBUF_C_CONTIGUOUS)
+            try:
+                if at < end or at + src.len > dst.len:
+                    raise ValueError(
+                        f"pack: array {k} ({src.len} bytes at offset {at}) overlaps the "
+                        f"previous one or runs past the {dst.len}-byte buffer"
+                    )
+                memset(<char*>dst.buf + end, 0, at - end)
+                memcpy(<char*>dst.buf + at, src.buf, src.len)
+                end = at + src.len
+            finally:
+                PyBuffer_Release(&src)
+        memset(<char*>dst.buf + end, 0, dst.len - end)
+    finally:
+        PyBuffer_Release(&dst)
+    return out
+
+
+cdef char _real_format(Py_buffer* view):
+    # 'd' or 'f' for native float64/float32 buffers, else 0.
+    cdef bytes fmt = view.format if view.format != NULL else b"B"
+    if fmt[:1] in (b"@", b"=", b"<"):
+        fmt = fmt[1:]
+    if fmt == b"d" and view.itemsize == 8:
+        return b"d"
+    if fmt == b"f" and view.itemsize == 4:
+        return b"f"
+    return 0
+
+
+def combine_rows(out, double self_weight, x, weights, recv, Py_ssize_t offset=0, select=None):
+    """``out <- self_weight * x + sum_k weights[k] * y_k``, ``y_k`` read in place from ``recv``.
+
+    ``out`` and ``x`` are C-contiguous float64 or float32 buffers of the same size and
+    format; ``recv`` is a C-contiguous array whose first axis lists the received rows (any
+    dtype); ``y_k`` is
+    ``x.nbytes`` bytes of row ``select[k]`` (``k`` without ``select``) from byte ``offset``.
+    ``weights`` (float64) and ``select`` (int64) are contiguous, one entry per term.
+    """
+    cdef Py_buffer o, xv, rv, wv, sv
+    cdef bint have_select = select is not None
+    cdef Py_ssize_t m, nk, nrows, row_bytes, k
+    cdef char fmt
+    cdef const int64_t* sel = NULL
+    if recv.ndim < 1:
+        raise ValueError("combine_rows: recv must have a first axis of rows")
+    nrows, row_bytes = recv.shape[0], recv.strides[0]
+    PyObject_GetBuffer(out, &o, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+    PyObject_GetBuffer(x, &xv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+    PyObject_GetBuffer(recv, &rv, PyBUF_C_CONTIGUOUS)
+    PyObject_GetBuffer(weights, &wv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+    if have_select:
+        PyObject_GetBuffer(select, &sv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+    try:
+        fmt = _real_format(&o)
+        if fmt == 0 or _real_format(&xv) != fmt or o.len != xv.len:
+            raise TypeError("combine_rows: out and x must be float64 or float32 buffers of "
+                            "one format and size")
+        if _real_format(&wv) != b"d":
+            raise TypeError("combine_rows: weights must be float64")
+        nk = wv.len // 8
+        m = o.len // o.itemsize
+        if have_select:
+            if sv.itemsize != 8 or sv.len // 8 != nk:
+                raise ValueError("combine_rows: select must be int64 with one entry per weight")
+            sel = <const int64_t*>sv.buf
+            for k in range(nk):
+                if not 0 <= sel[k] < nrows:
+                    raise ValueError(f"combine_rows: select[{k}] = {sel[k]} is not a row")
+        elif nk > nrows:
+            raise ValueError(f"combine_rows: {nk} weights but {nrows} rows")
+        if nk and (offset < 0 or offset % o.itemsize or row_bytes % o.itemsize
+                   or offset + o.len > row_bytes):
+            raise ValueError(f"combine_rows: {o.len} bytes at offset {offset} do not fit "
+                             f"aligned in rows of {row_bytes} bytes")
+        if m == 0:
+            return out
+        with nogil:
+            if fmt == b"d":
+                rows_combine_f64(<double*>o.buf, m, self_weight, <const double*>xv.buf, nk,
+                                 <const double*>(<const char*>rv.buf + offset),
+                                 row_bytes // 8, sel, <const double*>wv.buf)
+            else:
+                rows_combine_f32(<float*>o.buf, m, self_weight, <const float*>xv.buf, nk,
+                                 <const float*>(<const char*>rv.buf + offset),
+                                 row_bytes // 4, sel, <const double*>wv.buf)
+    finally:
+        if have_select:
+            PyBuffer_Release(&sv)
+        PyBuffer_Release(&wv)
+        PyBuffer_Release(&rv)
+        PyBuffer_Release(&xv)
+        PyBuffer_Release(&o)
+    return out
+
+
+# -- the queue, its entries and batches ---------------------------------------------------
 cdef Py_ssize_t _ALIGN = 8  # bytes; every fused tensor starts on a multiple of this
 
 

@@ -1,4 +1,5 @@
-"""fogsim._core dispatch: handles and their table, pack, combine_rows (both implementations)."""
+"""fogsim._core fusion: pack, combine_rows, the fusion queue and its batches (both
+implementations)."""
 
 import numpy as np
 import pytest
@@ -6,86 +7,29 @@ import pytest
 from fogsim._core import _fallback
 
 
-# -- handles ------------------------------------------------------------------------------
-def test_wait_returns_the_result_once_and_releases(dispatch):
-    calls = []
-    table = dispatch.HandleTable()
-    h = table.start("op", lambda: calls.append(1) or "result", lambda: False, "n")
-    assert len(table) == 1 and h.op == "op" and h.name == "n"
-    assert h.poll() is False
-    assert "pending" in repr(h) and "name='n'" in repr(h)
-    assert h.wait() == "result"
-    assert calls == [1] and len(table) == 0
-    assert "released" in repr(h)
-    with pytest.raises(ValueError, match="already waited on"):
-        h.wait()
-    with pytest.raises(ValueError, match="already waited on"):
-        h.poll()
-
-
-def test_drain_completes_everything_and_keeps_results(dispatch):
-    table = dispatch.HandleTable()
-    order = []
-    hs = [table.start("op", lambda k=k: order.append(k) or k * 10) for k in range(3)]
-    table.drain()
-    assert sorted(order) == [0, 1, 2] and len(table) == 0
-    assert [h.poll() for h in hs] == [True] * 3
-    assert [h.wait() for h in hs] == [0, 10, 20]
-    assert sorted(order) == [0, 1, 2]  # finish ran once per handle
-
-
-def test_a_failing_finish_leaves_the_table(dispatch):
-    table = dispatch.HandleTable()
-
-    def boom():
-        raise RuntimeError("transfer failed")
-
-    h = table.start("op", boom)
-    with pytest.raises(RuntimeError, match="transfer failed"):
-        h.wait()
-    assert len(table) == 0
-
-
-def test_completed_handles(dispatch):
-    h = dispatch.Handle.completed("allreduce", 42, name="x")
-    assert h.poll() is True and "done" in repr(h)
-    assert h.wait() == 42
-    untracked = dispatch.Handle("op", lambda: 5)
-    assert untracked.poll() is True  # without test(), poll says wait() returns at once
-    assert untracked.wait() == 5
-
-
-def test_public_handle_is_the_compiled_one_when_built():
-    import fogsim
-    from fogsim import _core
-
-    assert fogsim.Handle is _core.dispatch.Handle
-    assert _core.dispatch is (_core.fallback_dispatch if not _core.compiled else _core._dispatch)
-
-
 # -- pack ---------------------------------------------------------------------------------
-def test_pack_places_bytes_and_zeroes_gaps(dispatch):
+def test_pack_places_bytes_and_zeroes_gaps(fusion):
     a = np.arange(3, dtype=np.float64)
     b = np.array([1.5], dtype=np.float32)
     c = np.arange(4, dtype=np.int16).reshape(2, 2)
     out = np.full(48, 0xFF, dtype=np.uint8)
-    dispatch.pack(out, [a, b, c], [0, 24, 32])
+    fusion.pack(out, [a, b, c], [0, 24, 32])
     assert bytes(out[:24]) == a.tobytes()
     assert bytes(out[24:28]) == b.tobytes() and not out[28:32].any()
     assert bytes(out[32:40]) == c.tobytes() and not out[40:].any()
 
 
 @pytest.mark.parametrize("offsets", [[0, 4], [0, 30], [8]])
-def test_pack_refuses_overlaps_overruns_and_count_mismatch(dispatch, offsets):
+def test_pack_refuses_overlaps_overruns_and_count_mismatch(fusion, offsets):
     arrays = [np.zeros(2), np.zeros(2)]  # 16 bytes each
     refused = r"pack: (2 arrays but 1 offsets|array 1 \(16 bytes at offset (4|30)\) overlaps)"
     with pytest.raises(ValueError, match=refused):
-        dispatch.pack(np.zeros(40, np.uint8), arrays, offsets)
+        fusion.pack(np.zeros(40, np.uint8), arrays, offsets)
 
 
 # -- combine_rows -------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_combine_rows_matches_weighted_combine_bitwise(dispatch, dtype):
+def test_combine_rows_matches_weighted_combine_bitwise(fusion, dtype):
     rng = np.random.default_rng(3)
     x = rng.standard_normal((5, 7)).astype(dtype)
     ys = rng.standard_normal((4, 35)).astype(dtype)
@@ -98,26 +42,26 @@ def test_combine_rows_matches_weighted_combine_bitwise(dispatch, dtype):
     recv[perm, pad : pad + 35] = ys
     raw = recv.view(np.uint8)
     out = np.empty_like(x)
-    dispatch.combine_rows(out, 0.3, x, w, raw, 16, perm.astype(np.int64))
+    fusion.combine_rows(out, 0.3, x, w, raw, 16, perm.astype(np.int64))
     assert out.tobytes() == expected.tobytes()
     # without select, rows in order; recv of the data dtype with the row axis first
     out2 = np.empty_like(x)
-    dispatch.combine_rows(out2, 0.3, x, w, ys.reshape(4, 5, 7))
+    fusion.combine_rows(out2, 0.3, x, w, ys.reshape(4, 5, 7))
     assert out2.tobytes() == expected.tobytes()
 
 
-def test_combine_rows_long_vectors_and_many_rows(dispatch):
+def test_combine_rows_long_vectors_and_many_rows(fusion):
     rng = np.random.default_rng(4)
     m, k = 5000, 7  # more than one block of the kernel and more than one pass of terms
     x, ys, w = rng.standard_normal(m), rng.standard_normal((k, m)), rng.random(k)
     expected = _fallback.weighted_combine(np.empty(m), 0.5, x, w, ys)
-    out = dispatch.combine_rows(np.empty(m), 0.5, x, w, ys)
+    out = fusion.combine_rows(np.empty(m), 0.5, x, w, ys)
     assert out.tobytes() == expected.tobytes()
 
 
-def test_combine_rows_without_terms_scales_x(dispatch):
+def test_combine_rows_without_terms_scales_x(fusion):
     x = np.arange(4.0)
-    out = dispatch.combine_rows(np.empty(4), 0.5, x, np.empty(0), np.empty((0, 4)))
+    out = fusion.combine_rows(np.empty(4), 0.5, x, np.empty(0), np.empty((0, 4)))
     assert out.tolist() == [0.0, 0.5, 1.0, 1.5]
 
 
@@ -138,7 +82,7 @@ def test_combine_rows_without_terms_scales_x(dispatch):
         (dict(offset=8), ValueError, "24 bytes at offset 8 do not fit aligned"),
     ],
 )
-def test_combine_rows_refuses_bad_arguments(dispatch, args, error, match):
+def test_combine_rows_refuses_bad_arguments(fusion, args, error, match):
     kw = dict(
         out=np.empty(3),
         self_weight=0.5,
@@ -150,7 +94,7 @@ def test_combine_rows_refuses_bad_arguments(dispatch, args, error, match):
     )
     kw.update(args)
     with pytest.raises(error, match=match):
-        dispatch.combine_rows(**kw)
+        fusion.combine_rows(**kw)
 
 
 # -- fusion queue -------------------------------------------------------------------------
@@ -170,29 +114,29 @@ class _Plan:
         self.fingerprint, self.static = fingerprint, static
 
 
-def _queue(dispatch, threshold, batches):
+def _queue(fusion, handles, threshold, batches):
     """A queue whose flush 'receives' two neighbors that sent 2x and 3x our own bytes."""
 
     def flush(entries, nbytes, layout, error):
         assert error is None
-        assert layout == dispatch.layout_fingerprint([(e.arr, e.plan) for e in entries])
+        assert layout == fusion.layout_fingerprint([(e.arr, e.plan) for e in entries])
         send = np.empty(nbytes, np.uint8)
-        dispatch.pack(send, [e.arr for e in entries], [e.offset for e in entries])
+        fusion.pack(send, [e.arr for e in entries], [e.offset for e in entries])
         recv = np.stack([send, send]).copy()
         for row, factor in enumerate((2.0, 3.0)):
             for e in entries:
                 view = recv[row, e.offset : e.offset + e.arr.nbytes].view(e.arr.dtype)
                 view *= factor
         batches.append([e.offset for e in entries])
-        dispatch.FusedBatch(entries, send, recv, _Done())
+        fusion.FusedBatch(entries, send, recv, _Done())
 
-    table = dispatch.HandleTable()
-    return dispatch.FusionQueue(threshold, flush, table), table
+    table = handles.HandleTable()
+    return fusion.FusionQueue(threshold, flush, table), table
 
 
-def test_fusion_queue_combines_every_entry_from_one_message(dispatch):
+def test_fusion_queue_combines_every_entry_from_one_message(fusion, handles):
     batches = []
-    queue, table = _queue(dispatch, 1 << 20, batches)
+    queue, table = _queue(fusion, handles, 1 << 20, batches)
     plan = _Plan(0.5, np.array([0.25, 0.25]))
     values = [np.arange(3.0), np.ones((2, 2), np.float32), np.array(4.0)]
     handles = [queue.add(v, plan) for v in values]
@@ -211,9 +155,9 @@ def test_fusion_queue_combines_every_entry_from_one_message(dispatch):
     assert len(table) == 0
 
 
-def test_fusion_queue_flushes_before_overflow_and_sends_big_ones_alone(dispatch):
+def test_fusion_queue_flushes_before_overflow_and_sends_big_ones_alone(fusion, handles):
     batches = []
-    queue, _ = _queue(dispatch, 32, batches)
+    queue, _ = _queue(fusion, handles, 32, batches)
     plan = _Plan(1.0, np.array([0.0, 0.0]))
     small = [queue.add(np.zeros(2), plan) for _ in range(2)]  # 16 + 16 bytes: fits
     assert batches == []
@@ -225,20 +169,20 @@ def test_fusion_queue_flushes_before_overflow_and_sends_big_ones_alone(dispatch)
         h.wait()
 
 
-def test_fusion_queue_wraps_results_and_selects_rows(dispatch):
+def test_fusion_queue_wraps_results_and_selects_rows(fusion, handles):
     batches = []
-    queue, _ = _queue(dispatch, 1 << 20, batches)
+    queue, _ = _queue(fusion, handles, 1 << 20, batches)
     plan = _Plan(0.0, np.array([1.0]), select=np.array([1], np.int64))  # only the 3x row
     h = queue.add(np.array([1.0, 2.0]), plan, wrap=lambda a: ("wrapped", a.tolist()))
     assert h.wait() == ("wrapped", [3.0, 6.0])
 
 
-def test_a_refused_batch_fails_every_handle_in_it(dispatch):
+def test_a_refused_batch_fails_every_handle_in_it(fusion, handles):
     def refuse(entries, nbytes, layout, error):
         raise ValueError("ranks disagree: rank 0 has float64 (3,), rank 1 has float64 (4,)")
 
-    table = dispatch.HandleTable()
-    queue = dispatch.FusionQueue(1 << 20, refuse, table)
+    table = handles.HandleTable()
+    queue = fusion.FusionQueue(1 << 20, refuse, table)
     plan = _Plan(1.0, np.array([0.5]))
     handles = [queue.add(np.zeros(3), plan) for _ in range(3)]
     with pytest.raises(ValueError, match="ranks disagree"):
@@ -251,7 +195,7 @@ def test_a_refused_batch_fails_every_handle_in_it(dispatch):
 
 
 def test_layout_fingerprint_tells_layouts_apart_and_is_the_same_compiled_or_not():
-    from fogsim._core import dispatch, fallback_dispatch
+    from fogsim._core import fallback_fusion, fusion
 
     a, b = _Plan(0.5, np.ones(2), fingerprint=12345), _Plan(0.5, np.ones(2), fingerprint=777)
     layouts = [
@@ -268,24 +212,24 @@ def test_layout_fingerprint_tells_layouts_apart_and_is_the_same_compiled_or_not(
         [(np.array(1.0), a)],
         [],
     ]
-    seen = {dispatch.layout_fingerprint(entries) for entries in layouts}
+    seen = {fusion.layout_fingerprint(entries) for entries in layouts}
     assert len(seen) == len(layouts)
     for entries in layouts:
-        fp = dispatch.layout_fingerprint(entries)
-        assert fp == fallback_dispatch.layout_fingerprint(entries)
+        fp = fusion.layout_fingerprint(entries)
+        assert fp == fallback_fusion.layout_fingerprint(entries)
         assert 0 <= fp < 1 << 62
 
 
-def test_fusion_queue_passes_the_layout_only_when_checked_and_the_first_error(dispatch):
+def test_fusion_queue_passes_the_layout_only_when_checked_and_the_first_error(fusion, handles):
     calls = []
 
     def flush(entries, nbytes, layout, error):
         calls.append((layout, error))
-        dispatch.FusedBatch(
+        fusion.FusedBatch(
             entries, np.empty(nbytes, np.uint8), np.zeros((0, nbytes), np.uint8), _Done()
         )
 
-    queue = dispatch.FusionQueue(1 << 20, flush, dispatch.HandleTable())
+    queue = fusion.FusionQueue(1 << 20, flush, handles.HandleTable())
     plan = _Plan(1.0, np.empty(0), fingerprint=5)
     x, y = np.ones(3), np.ones((2, 2), np.float32)
     for h in [queue.add(x, plan, check=False), queue.add(y, plan, check=False)]:
@@ -294,19 +238,19 @@ def test_fusion_queue_passes_the_layout_only_when_checked_and_the_first_error(di
     handles = [queue.add(x, plan, check=False), queue.add(y, plan)]
     for h in handles:
         h.wait()
-    assert calls.pop() == (dispatch.layout_fingerprint([(x, plan), (y, plan)]), None)
+    assert calls.pop() == (fusion.layout_fingerprint([(x, plan), (y, plan)]), None)
     first, second = object(), object()
     queue.add(x, plan)
     queue.add(None, None, error=first)
     queue.add(None, None, error=second)
     queue.flush()
     assert calls.pop() == (
-        dispatch.layout_fingerprint([(x, plan), (None, None), (None, None)]),
+        fusion.layout_fingerprint([(x, plan), (None, None), (None, None)]),
         first,
     )
 
 
-def test_a_batch_whose_wait_fails_fails_every_entry(dispatch):
+def test_a_batch_whose_wait_fails_fails_every_entry(fusion, handles):
     class Pending(_Done):
         def Test(self):  # noqa: N802
             return False
@@ -318,7 +262,7 @@ def test_a_batch_whose_wait_fails_fails_every_entry(dispatch):
             assert test() is False
             raise ValueError("ranks disagree: the agreement beside the data failed")
 
-        dispatch.FusedBatch(
+        fusion.FusedBatch(
             entries,
             np.empty(nbytes, np.uint8),
             np.zeros((1, nbytes), np.uint8),
@@ -327,8 +271,8 @@ def test_a_batch_whose_wait_fails_fails_every_entry(dispatch):
             lambda: tested.append(1) or False,
         )
 
-    table = dispatch.HandleTable()
-    queue = dispatch.FusionQueue(1 << 20, flush, table)
+    table = handles.HandleTable()
+    queue = fusion.FusionQueue(1 << 20, flush, table)
     plan = _Plan(1.0, np.array([0.5]))
     handles = [queue.add(np.zeros(2), plan) for _ in range(3)]
     assert handles[0].poll() is False and tested == [1]  # the batch's own test decides
@@ -343,7 +287,7 @@ def test_a_batch_whose_wait_fails_fails_every_entry(dispatch):
 
 
 @pytest.mark.parametrize("recording", [True, False])
-def test_a_batch_records_its_wait_and_combine_on_the_running_timeline(dispatch, recording):
+def test_a_batch_records_its_wait_and_combine_on_the_running_timeline(fusion, handles, recording):
     class Timeline:  # what a batch uses of fogsim.timeline.Timeline
         def __init__(self):
             self.now, self.phases = 100, []
@@ -364,9 +308,9 @@ def test_a_batch_records_its_wait_and_combine_on_the_running_timeline(dispatch, 
 
     def flush(entries, nbytes, layout, error):
         recv = np.zeros((1, nbytes), np.uint8)
-        dispatch.FusedBatch(entries, np.empty(nbytes, np.uint8), recv, _Done(), None, None, running)
+        fusion.FusedBatch(entries, np.empty(nbytes, np.uint8), recv, _Done(), None, None, running)
 
-    queue = dispatch.FusionQueue(1 << 20, flush, dispatch.HandleTable())
+    queue = fusion.FusionQueue(1 << 20, flush, handles.HandleTable())
     handles = [queue.add(np.ones(2), _Plan(0.5, np.array([0.5]))) for _ in range(2)]
     queue.flush()
     assert looked_up == []
@@ -378,31 +322,14 @@ def test_a_batch_records_its_wait_and_combine_on_the_running_timeline(dispatch, 
         assert tl.phases == []
 
 
-def test_a_failed_operation_raises_the_same_error_at_every_wait(dispatch):
-    calls = []
-
-    def finish():
-        calls.append(1)
-        raise ValueError("the transfer failed")
-
-    table = dispatch.HandleTable()
-    h = table.start("neighbor_allreduce", finish, lambda: False)
-    table.drain()  # the failure does not stop shutdown's drain
-    assert len(table) == 0 and h.poll() is True
-    for _ in range(2):
-        with pytest.raises(ValueError, match="the transfer failed"):
-            h.wait()
-    assert calls == [1]  # finished once, not retried
-
-
-def test_a_waited_batch_leaves_no_reference_cycle_behind(dispatch):
+def test_a_waited_batch_leaves_no_reference_cycle_behind(fusion, handles):
     # Entries refer to their batch; a batch that kept its entries after completing would
     # leave one cycle per batch to the garbage collector, whose full collections then cost
     # milliseconds in a loop of fused calls.
     import gc
 
     batches = []
-    queue, table = _queue(dispatch, 1 << 20, batches)
+    queue, table = _queue(fusion, handles, 1 << 20, batches)
     plan = _Plan(0.5, np.array([0.25, 0.25]))
     values = [np.arange(3.0), np.ones(4, np.float32)]
     gc.collect()
@@ -418,9 +345,9 @@ def test_a_waited_batch_leaves_no_reference_cycle_behind(dispatch):
         gc.enable()
 
 
-def test_add_static_queues_plain_float_arrays_only(dispatch):
+def test_add_static_queues_plain_float_arrays_only(fusion, handles):
     batches = []
-    queue, table = _queue(dispatch, 1 << 20, batches)
+    queue, table = _queue(fusion, handles, 1 << 20, batches)
     x = np.arange(4.0)
     assert queue.add_static(x) is None  # no static plan yet
     queue.static_plan = _Plan(0.5, np.array([0.25, 0.25]))

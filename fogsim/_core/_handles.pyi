@@ -1,10 +1,8 @@
-# Signatures of the compiled module; the implementations are in _dispatch.pyx.
-from collections.abc import Callable, Sequence
+# Signatures of the compiled module; the implementations are in _handles.pyx.
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
-__all__ = ["Handle", "HandleTable", "combine_rows", "layout_fingerprint", "pack"]
+__all__ = ["Handle", "HandleTable"]
 
 class Handle:
     op: str
@@ -32,15 +30,3 @@ class HandleTable:
     ) -> Handle: ...
     def drain(self) -> None: ...
     def __len__(self) -> int: ...
-
-def layout_fingerprint(entries: Sequence[tuple[Any, Any]]) -> int: ...
-def pack(out: Any, arrays: Sequence[np.ndarray], offsets: Sequence[int]) -> Any: ...
-def combine_rows(
-    out: np.ndarray,
-    self_weight: float,
-    x: np.ndarray,
-    weights: np.ndarray,
-    recv: np.ndarray,
-    offset: int = 0,
-    select: np.ndarray | None = None,
-) -> np.ndarray: ...

@@ -1,5 +1,24 @@
-# The timeline part of _dispatch.pyx (included there; same imports and directives): the
-# clock, the event recorder (a C array), op and phase spans, Chrome-trace JSON formatting.
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Compiled trace recorder of the timeline: its clock, events, spans and JSON formatting.
+
+* :func:`trace_now_ns`: the timeline's clock.
+* :class:`TraceRecorder`, :class:`TraceOp`, :class:`TracePhase`: the timeline's events,
+  recorded into a C array (ops and phases without a Python object per event).
+* :func:`format_trace_events`: events as Chrome-trace JSON text.
+
+``_fallback_trace`` is the pure-Python twin.
+"""
+
+cimport cython
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.pythread cimport PyThread_get_thread_ident
+from libc.stdio cimport snprintf
+from libc.string cimport memcpy
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
+
+__all__ = ["TraceOp", "TracePhase", "TraceRecorder", "format_trace_events", "trace_now_ns"]
+
 
 cdef inline long long _now_ns() noexcept nogil:
     cdef timespec t
