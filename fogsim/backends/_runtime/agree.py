@@ -42,12 +42,18 @@ GUARDS: dict[int, Any] = {}
 REPAIRS: dict[int, Callable[[], None]] = {}
 
 
-class LocalError:
-    """A problem found on this rank: the exception type and its message."""
+class LocalError(Exception):
+    """A problem found on this rank: the exception type and its message.
+
+    Never raised itself: :func:`agree` raises, on every rank, the exception it describes
+    (an Exception all the same, so that it travels wherever an error may, e.g. through
+    ``_core.FusionQueue``).
+    """
 
     __slots__ = ("kind", "message")
 
     def __init__(self, exc: BaseException) -> None:
+        super().__init__(str(exc))
         self.kind = type(exc).__name__
         self.message = str(exc)
 

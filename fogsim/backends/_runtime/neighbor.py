@@ -73,7 +73,7 @@ class NeighborOps:
         self.static_dsts: np.ndarray = np.empty(0, np.int64)
         self._transfers = StaticTransfers(transport, path, stall)
         self._fusion = _core.FusionQueue(fusion_threshold, self._transfers.send_batch, handles)
-        self._fingerprints: dict[tuple, int] = {}
+        self._fingerprints: dict[tuple[Any, ...], int] = {}
         self._fuses, self._overlaps = path.fuses, path.overlaps  # read on every call
         if path.overlaps:
             REPAIRS[id(transport)] = path.repair
@@ -154,9 +154,10 @@ class NeighborOps:
             handle = self._fusion.add_static(x)
             if handle is not None:
                 return handle
-        return self._neighbor_allreduce(
+        started: Handle = self._neighbor_allreduce(
             x, self_weight, src_weights, dst_weights, enable_topo_check, name, blocking=False
         )
+        return started
 
     def _parse(
         self, x: Any, self_weight: Any, src_weights: Any, dst_weights: Any, check: bool
@@ -250,7 +251,12 @@ class NeighborOps:
         return weights
 
     def _fingerprint(
-        self, dtype: np.dtype, shape: tuple, key: tuple, plan: RankPlan, exchange: bool
+        self,
+        dtype: np.dtype,
+        shape: tuple[int, ...],
+        key: tuple[Any, ...],
+        plan: RankPlan,
+        exchange: bool,
     ) -> int:
         """Return the fingerprint of a call's dtype, shape, device and plan (cached)."""
         cache_key = (dtype, shape, key, plan.fingerprint, plan.static, exchange)

@@ -110,11 +110,15 @@ class StaticTransfers:
         self.stall.wait(agreement.test, agreement.wait)
 
     def send_batch(
-        self, entries: list, total: int, layout: int | None, error: LocalError | None
+        self, entries: list[Any], total: int, layout: int | None, error: Exception | None
     ) -> None:
         """Agree on the queued calls (``layout``: see :class:`fogsim._core.FusionQueue`),
         pack them and start one transfer; overlapped as in :meth:`checked_exchange` where
-        the path allows it (the first wait then settles the agreement)."""
+        the path allows it (the first wait then settles the agreement).
+
+        ``error``: the first queued call's argument error, a :class:`~.agree.LocalError`
+        (the queue holds what :class:`~.neighbor.NeighborOps` gave it)."""
+        assert error is None or isinstance(error, LocalError)
         overlap = layout is not None and error is None and self.path.overlaps
         if layout is not None:
             fp, describe = fused_terms(layout, error, entries)
