@@ -36,6 +36,7 @@ import contextlib
 import functools
 import inspect
 from collections.abc import Callable
+from types import FrameType
 from typing import Any, Generic, NamedTuple, ParamSpec, Protocol, TypeVar, cast
 
 from . import _context
@@ -98,6 +99,20 @@ def public_op(
         return cast(PublicOp[P, R], op)
 
     return decorate
+
+
+def routed_call(frame: FrameType) -> tuple[str, str | None] | None:
+    """Return the public op and ``name=`` of a routed call's frame, or None for another frame.
+
+    For reports that read the stack (a stalled wait names the op it waits in): every routed
+    op runs in the one function ``routed`` below, whose locals say which op it is.
+    """
+    if frame.f_code is not _ROUTED_CODE:
+        return None
+    local = frame.f_locals
+    args, kwargs, where = local["args"], local["kwargs"], local["where"]
+    name = args[where] if where is not None and len(args) > where else kwargs.get("name")
+    return local["method"], name if isinstance(name, str) else None
 
 
 def _route(
@@ -164,3 +179,6 @@ def _run(call: Call, backend: Any, method: str, label: str, default: str, name: 
             return fn(*call.args)
         finally:
             tl.op_end(tid)
+
+
+_ROUTED_CODE = _route(lambda: None, "", None, "", nonblocking=False).__code__

@@ -65,23 +65,30 @@ def where() -> tuple[str, str | None]:
     """Return the fogsim op the calling thread is in and its ``name=`` (from the stack).
 
     The outermost frame of fogsim's public functions (`fogsim._api`,
-    `fogsim._api_windows`, `fogsim.compat`) names the op; without one, the outermost frame
-    inside the package does.
+    `fogsim._api_windows`, `fogsim.compat`, and the ops routed by `fogsim._routing`) names
+    the op; without one, the outermost frame inside the package does.
     """
+    from ._routing import routed_call
+
     frame: Any = sys._getframe(1)
-    public = inner = None
+    public: tuple[str, str | None] | None = None
+    inner = None
     while frame is not None:
         path = frame.f_code.co_filename
         if path.startswith(_PACKAGE):
             inner = frame
             if path.startswith(_PUBLIC):
-                public = frame
+                name = frame.f_locals.get("name")
+                public = frame.f_code.co_name, name if isinstance(name, str) else None
+            else:  # an op declared once and routed (fogsim._routing) is public too
+                public = routed_call(frame) or public
         frame = frame.f_back
-    found = public or inner
-    if found is None:
+    if public is not None:
+        return public
+    if inner is None:
         return "an op", None
-    name = found.f_locals.get("name")
-    return found.f_code.co_name, name if isinstance(name, str) else None
+    name = inner.f_locals.get("name")
+    return inner.f_code.co_name, name if isinstance(name, str) else None
 
 
 class Guard:
