@@ -7,15 +7,16 @@ match (the topology check; every rank raises the same error, or none does), then
 bytes and combine. This package holds the parts that do not depend on how bytes move:
 
 * :mod:`.transport` -- the :class:`Transport` interface (nonblocking point-to-point send
-  and receive of raw buffers, a small-metadata reduction and allgather, a barrier) and,
+  and receive of raw buffers, one batch of them with one request, a small-metadata
+  reduction and allgather, a barrier) and,
   apart, the :class:`WindowTransport` capability for one-sided windows;
 * :mod:`.agree` -- agreement before data moves;
 * :mod:`.plan` -- one rank's plan of a ``neighbor_allreduce`` call and the send tables;
 * :mod:`.exchange` -- the small exchanges of a dynamic call (send tables, the pair check of
   ``neighbor_allgather``, the lengths of blocks that may differ);
 * :mod:`.neighbor` -- the neighbor ops (:class:`~.neighbor.NeighborOps`, a part each
-  backend builds in its constructor; :mod:`.forward` answers a backend's public neighbor
-  ops with it), over :mod:`.static` (the static topology's transfers and tensor fusion)
+  backend builds in its constructor; :class:`~.backend.DistributedBackend`, the base of
+  the MPI and torch backends, answers the public neighbor ops with it), over :mod:`.static` (the static topology's transfers and tensor fusion)
   and a :class:`~.datapath.DataPath`, what a runtime supplies (its values, how their bytes
   move);
 * :mod:`.inprocess` -- a transport between threads of one process, for tests: it shows

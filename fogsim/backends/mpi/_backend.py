@@ -20,9 +20,9 @@ from ... import timeline as _timeline
 from ..._arrays import Kind, to_numpy, wrap_like
 from ..._handles import Handle, HandleTable
 from ..._stall import Guard
-from .._base import Backend, OneAgentEach, launched_size
+from .._base import launched_size
 from .._runtime.agree import GUARDS, LocalError, agree, fingerprint
-from .._runtime.forward import NeighborForwarding
+from .._runtime.backend import DistributedBackend
 from .._runtime.neighbor import NeighborOps
 from ._machines import MpiMachineOps
 from ._neighbor import MpiDataPath
@@ -34,7 +34,7 @@ from ._windows import MpiWindowOps
 __all__ = ["MPIBackend"]
 
 
-class MPIBackend(OneAgentEach, NeighborForwarding, Backend):
+class MPIBackend(DistributedBackend):
     """One agent per MPI process (see the module docstring)."""
 
     name = "mpi"

@@ -24,9 +24,9 @@ from ... import _arrays, _settings
 from ... import timeline as _timeline
 from ..._handles import Handle, HandleTable
 from ..._stall import Guard, StallError, State, where
-from .._base import Backend, OneAgentEach, launched_size
+from .._base import launched_size
 from .._runtime.agree import GUARDS, LocalError, agree, fingerprint
-from .._runtime.forward import NeighborForwarding
+from .._runtime.backend import DistributedBackend
 from .._runtime.neighbor import NeighborOps
 from . import _world
 from ._machines import TorchMachineOps
@@ -98,7 +98,7 @@ class _WorkGuard(Guard):
                 print(message, file=sys.stderr, flush=True)
 
 
-class TorchBackend(OneAgentEach, NeighborForwarding, Backend):
+class TorchBackend(DistributedBackend):
     """One agent per process over torch.distributed (see the module docstring)."""
 
     name = "torch"

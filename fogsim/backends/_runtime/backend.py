@@ -1,9 +1,9 @@
-"""The neighbor ops of a backend built on the runtime's :class:`~.neighbor.NeighborOps`.
+"""The base class of the distributed runtimes' backends (MPI, torch.distributed).
 
-The MPI and torch backends hold one such part each (``self.neighbors``, built in their
-constructors) and answer the public neighbor ops with it; :class:`NeighborForwarding`
-writes that forwarding once, with the flush and drain their other ops need before a
-collective.
+Both are one agent per process and hold a :class:`~.neighbor.NeighborOps` part
+(``self.neighbors``, built in their constructors over their transport);
+:class:`DistributedBackend` answers the public neighbor ops with it, written once, with the
+flush and drain their other ops need before a collective.
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..._handles import Handle, HandleTable
-from .._base import Backend
+from .._base import OneAgentEach
 from .neighbor import NeighborOps
 
-__all__ = ["NeighborForwarding"]
+__all__ = ["DistributedBackend"]
 
 
-class NeighborForwarding(Backend):
-    """A :class:`~fogsim.backends._base.Backend` whose neighbor ops are ``neighbors``."""
+class DistributedBackend(OneAgentEach):
+    """A backend of one agent per process whose neighbor ops are its ``neighbors`` part."""
 
     neighbors: NeighborOps
     handles: HandleTable
