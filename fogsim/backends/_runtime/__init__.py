@@ -15,10 +15,11 @@ bytes and combine. This package holds the parts that do not depend on how bytes 
 * :mod:`.exchange` -- the small exchanges of a dynamic call (send tables, the pair check of
   ``neighbor_allgather``, the lengths of blocks that may differ);
 * :mod:`.neighbor` -- the neighbor ops (:class:`~.neighbor.NeighborOps`, a part each
-  backend builds in its constructor; :class:`~.backend.DistributedBackend`, the base of
-  the MPI and torch backends, answers the public neighbor ops with it), over :mod:`.static` (the static topology's transfers and tensor fusion)
-  and a :class:`~.datapath.DataPath`, what a runtime supplies (its values, how their bytes
-  move);
+  backend builds in its constructor), over :mod:`.static` (the static topology's
+  transfers and tensor fusion) and a :class:`~.datapath.DataPath`, what a runtime
+  supplies (its values, how their bytes move);
+* :mod:`.backend` -- :class:`~.backend.DistributedBackend`, the base of the MPI and torch
+  backends, which answers the public neighbor and machine-level ops with their parts;
 * :mod:`.inprocess` -- a transport between threads of one process, for tests: it shows
   what a transport must provide, and runs the protocol without a launcher.
 

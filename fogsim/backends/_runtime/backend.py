@@ -3,24 +3,54 @@
 Both are one agent per process and hold a :class:`~.neighbor.NeighborOps` part
 (``self.neighbors``, built in their constructors over their transport);
 :class:`DistributedBackend` answers the public neighbor ops with it, written once, with the
-flush and drain their other ops need before a collective.
+flush and drain their other ops need before a collective, and the machine-level ops with
+its ``machines`` part.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from ..._handles import Handle, HandleTable
 from .._base import OneAgentEach
 from .neighbor import NeighborOps
 
-__all__ = ["DistributedBackend"]
+__all__ = ["DistributedBackend", "MachineOps"]
+
+
+class MachineOps(Protocol):
+    """The part that runs a runtime's machine-level ops (``MpiMachineOps``,
+    ``TorchMachineOps``), with the public functions' arguments."""
+
+    local_size: int  # processes on this rank's machine
+    local_rank: int  # this rank's place among them
+
+    def check(self, op: str) -> None: ...
+
+    def close(self) -> None: ...
+
+    def hierarchical_neighbor_allreduce(
+        self,
+        x: Any,
+        self_weight: Any,
+        src_machine_weights: Any,
+        dst_machine_weights: Any,
+        enable_topo_check: bool,
+        name: str | None,
+    ) -> Any: ...
+
+    def local_allreduce(self, x: Any, average: bool, name: str | None) -> Any: ...
+
+    def decomposed_allreduce(
+        self, x: Any, average: bool, name: str | None, factors: tuple[int, ...] | None
+    ) -> Any: ...
 
 
 class DistributedBackend(OneAgentEach):
     """A backend of one agent per process whose neighbor ops are its ``neighbors`` part."""
 
     neighbors: NeighborOps
+    machines: MachineOps
     handles: HandleTable
 
     def _flush(self) -> None:
@@ -72,3 +102,34 @@ class DistributedBackend(OneAgentEach):
 
     def out_neighbor_ranks(self) -> list[int]:
         return self.load_topology().out_neighbors(self.neighbors.rank)
+
+    # -- machine level: run by the ``machines`` part --------------------------------------
+    def local_size(self) -> int:
+        return self.machines.local_size
+
+    def local_rank(self) -> int:
+        return self.machines.local_rank
+
+    def check_machines(self, op: str) -> None:
+        self.machines.check(op)
+
+    def hierarchical_neighbor_allreduce(
+        self,
+        x: Any,
+        self_weight: Any = None,
+        src_machine_weights: Any = None,
+        dst_machine_weights: Any = None,
+        enable_topo_check: bool = True,
+        name: str | None = None,
+    ) -> Any:
+        return self.machines.hierarchical_neighbor_allreduce(
+            x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
+        )
+
+    def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
+        return self.machines.local_allreduce(x, average, name)
+
+    def decomposed_allreduce(
+        self, x: Any, average: bool, name: str | None, factors: tuple[int, ...] | None
+    ) -> Any:
+        return self.machines.decomposed_allreduce(x, average, name, factors)

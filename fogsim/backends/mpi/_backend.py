@@ -105,12 +105,6 @@ class MPIBackend(DistributedBackend):
         return MPIBackend(local_size=1, settings=self._settings, comm=roots_comm)
 
     # -- world ----------------------------------------------------------------------------
-    def local_size(self) -> int:
-        return self.machines.local_size
-
-    def local_rank(self) -> int:
-        return self.machines.local_rank
-
     def close(self) -> None:
         self._drain()
         self.neighbors.close()
@@ -241,28 +235,3 @@ class MPIBackend(DistributedBackend):
         self._flush()
         req = self.comm.Ibarrier()
         return self.handles.start("barrier", partial(self.stall.wait, req.Test, req.Wait), req.Test)
-
-    # -- machine level: run by the ``machines`` part --------------------------------------
-    def check_machines(self, op: str) -> None:
-        self.machines.check(op)
-
-    def hierarchical_neighbor_allreduce(
-        self,
-        x: Any,
-        self_weight: Any = None,
-        src_machine_weights: Any = None,
-        dst_machine_weights: Any = None,
-        enable_topo_check: bool = True,
-        name: str | None = None,
-    ) -> Any:
-        return self.machines.hierarchical_neighbor_allreduce(
-            x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
-        )
-
-    def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
-        return self.machines.local_allreduce(x, average, name)
-
-    def decomposed_allreduce(
-        self, x: Any, average: bool, name: str | None, factors: tuple[int, ...] | None
-    ) -> Any:
-        return self.machines.decomposed_allreduce(x, average, name, factors)

@@ -162,12 +162,6 @@ class TorchBackend(DistributedBackend):
         return TorchBackend(local_size=1, settings=self._settings, groups=groups)
 
     # -- world ----------------------------------------------------------------------------
-    def local_size(self) -> int:
-        return self.machines.local_size
-
-    def local_rank(self) -> int:
-        return self.machines.local_rank
-
     def close(self) -> None:
         error: Exception | None = None
         try:
@@ -381,28 +375,3 @@ class TorchBackend(DistributedBackend):
         self._flush()
         work = dist.barrier(group=self.group, async_op=True)
         return self._start("barrier", work, lambda: None, None)
-
-    # -- machine level: run by the ``machines`` part --------------------------------------
-    def check_machines(self, op: str) -> None:
-        self.machines.check(op)
-
-    def hierarchical_neighbor_allreduce(
-        self,
-        x: Any,
-        self_weight: Any = None,
-        src_machine_weights: Any = None,
-        dst_machine_weights: Any = None,
-        enable_topo_check: bool = True,
-        name: str | None = None,
-    ) -> Any:
-        return self.machines.hierarchical_neighbor_allreduce(
-            x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
-        )
-
-    def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
-        return self.machines.local_allreduce(x, average, name)
-
-    def decomposed_allreduce(
-        self, x: Any, average: bool, name: str | None, factors: tuple[int, ...] | None
-    ) -> Any:
-        return self.machines.decomposed_allreduce(x, average, name, factors)
