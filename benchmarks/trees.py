@@ -65,7 +65,13 @@ def measure(tree: Path, only: str, quick: bool, np_: int) -> list[dict]:
         cmd = [sys.executable, "-m", "benchmarks", "--only", only, "-np", str(np_)]
         cmd += ["--json", str(out), *(["--quick"] if quick else [])]
         env = {**os.environ, "PYTHONPATH": str(tree)}
-        subprocess.run(cmd, cwd=ROOT, env=env, check=False, stdout=subprocess.DEVNULL)
+        done = subprocess.run(
+            cmd, cwd=ROOT, env=env, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        if done.returncode != 0:  # a benchmark failed: its rows are missing from this round
+            tail = done.stderr.decode(errors="replace").strip().splitlines()[-3:]
+            print(f"   fogsim at {tree.name}: the suite failed ({done.returncode}):", flush=True)
+            print("\n".join("   | " + line for line in tail), flush=True)
         if not out.exists():
             return []
         return list(json.loads(out.read_text())["rows"])

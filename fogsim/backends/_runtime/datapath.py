@@ -121,8 +121,10 @@ class DataPath:
     #: Whether small nonblocking static calls may be queued and sent together.
     fuses = True
     #: Whether a static transfer may start before the ranks agreed on the call: a larger
-    #: message is then truncated quietly, and :meth:`start_static` requests forgive that.
+    #: message is then truncated quietly, and its request's test/wait raise one of
+    #: :attr:`truncation`, which the waits forgive (the agreement tells every rank why).
     overlaps = False
+    truncation: tuple[type[BaseException], ...] = ()
 
     def __init__(
         self,
@@ -156,9 +158,9 @@ class DataPath:
         """Start one call's messages (``device``: its buffers live on a device)."""
         return self.p2p.exchange(sends, recvs)
 
-    def start_static(self, send: np.ndarray, recv: np.ndarray, overlapped: bool) -> Request:
+    def start_static(self, send: np.ndarray, recv: np.ndarray) -> Request:
         """Start sending ``send`` to every out-neighbor and receiving row ``k`` of ``recv``
-        from in-neighbor ``k`` (``overlapped``: the agreement has not settled yet)."""
+        from in-neighbor ``k``."""
         sends = [(send, int(j)) for j in self.dsts]
         recvs = [(recv[k, ...], int(j)) for k, j in enumerate(self.srcs)]
         return self.start(sends, recvs, False, False)

@@ -44,9 +44,15 @@ def describe_array(arr: np.ndarray) -> str:
     return f"{arr.dtype} {arr.shape} in neighbor_allreduce"
 
 
-def _done(data: Request, agreement: Request) -> bool:
-    """Whether a transfer and the agreement started beside it are both complete."""
-    return agreement.test() and data.test()
+def _done(data: Request, agreement: Request, truncation: tuple[type[BaseException], ...]) -> bool:
+    """Whether a transfer and the agreement started beside it are both complete (a
+    truncated message counts as complete)."""
+    if not agreement.test():
+        return False
+    try:
+        return data.test()
+    except truncation:
+        return True
 
 
 class _Batch:
@@ -91,7 +97,7 @@ class StaticTransfers:
         t = 0 if tl is None else tl.clock_ns()
         flags, agreement = start_agree(self.transport, fp, None, posted=True)
         recv = np.empty((len(self.path.srcs), *arr.shape), dtype=arr.dtype)
-        self._wait_overlapped(self.path.start_static(arr, recv, True), agreement)
+        self._wait_overlapped(self.path.start_static(arr, recv), agreement)
         if tl is None:
             settle(self.transport, flags, None, partial(describe_array, arr), posted=True)
             return combine(arr, plan, recv, plan.weights, plan.select)
@@ -105,8 +111,15 @@ class StaticTransfers:
         return out
 
     def _wait_overlapped(self, data: Request, agreement: Request) -> None:
-        """Wait for a transfer, then for the agreement started beside it."""
-        self.stall.wait(data.test, data.wait)
+        """Wait for a transfer, then for the agreement started beside it.
+
+        The request's own test/wait are polled (no wrapper: this is the hot path of a
+        checked static call); a truncated message ends the wait, and the agreement says why.
+        """
+        try:
+            self.stall.wait(data.test, data.wait)
+        except self.path.truncation:
+            pass
         self.stall.wait(agreement.test, agreement.wait)
 
     def send_batch(
@@ -132,7 +145,7 @@ class StaticTransfers:
             recv = np.empty((len(self.path.srcs), total), np.uint8)
         with _timeline.phase("FUSION_COPY_IN"):
             _core.pack(send, [e.arr for e in entries], [e.offset for e in entries])
-        data = self.path.start_static(send, recv, overlap)
+        data = self.path.start_static(send, recv)
         if not overlap:
             wait = self.path.batch_wait
             _core.FusedBatch(entries, send, recv, _Batch(data), wait, None, _timeline.running)
@@ -148,6 +161,6 @@ class StaticTransfers:
             recv,
             _Batch(data),
             settle_batch,
-            partial(_done, data, agreement),
+            partial(_done, data, agreement, self.path.truncation),
             _timeline.running,
         )

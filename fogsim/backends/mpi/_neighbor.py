@@ -28,28 +28,6 @@ __all__ = ["MpiDataPath"]
 _TRUNCATES_QUIETLY = "MPICH" in MPI.Get_library_version()
 
 
-class _Forgiving:
-    """A graph collective's request whose truncated message counts as complete (the
-    agreement started beside it tells why)."""
-
-    __slots__ = ("req",)
-
-    def __init__(self, req: Any) -> None:
-        self.req = req
-
-    def test(self) -> bool:
-        try:
-            return bool(self.req.Test())
-        except MPI.Exception:
-            return True
-
-    def wait(self) -> None:
-        try:
-            self.req.Wait()
-        except MPI.Exception:
-            pass
-
-
 class _Collective:
     """A graph collective's request as a :class:`~fogsim.backends._runtime.Request`."""
 
@@ -65,6 +43,7 @@ class MpiDataPath(DataPath):
     of the static topology (rebuilt by :meth:`on_topology`)."""
 
     overlaps = _TRUNCATES_QUIETLY
+    truncation = (MPI.Exception,)
 
     def __init__(self, comm: Any, to_array: ToArray, stall: Guard) -> None:
         super().__init__(MpiTransport(comm.Dup(), MPI), to_array, stall.wait)
@@ -82,9 +61,8 @@ class MpiDataPath(DataPath):
     def static_allgather(self, send: np.ndarray, recv: np.ndarray) -> None:
         self.graph_comm.Neighbor_allgather(send, recv)
 
-    def start_static(self, send: np.ndarray, recv: np.ndarray, overlapped: bool) -> Any:
-        req = self.graph_comm.Ineighbor_allgather(send, recv)
-        return _Forgiving(req) if overlapped else _Collective(req)
+    def start_static(self, send: np.ndarray, recv: np.ndarray) -> Any:
+        return _Collective(self.graph_comm.Ineighbor_allgather(send, recv))
 
     def repair(self) -> None:
         """Take part, sending nothing, in the graph collective that the other ranks started

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -11,18 +11,14 @@ __all__ = ["MpiTransport"]
 
 
 class _MpiRequest:
-    """An mpi4py request as a :class:`~fogsim.backends._runtime.Request`."""
+    """An mpi4py request as a :class:`~fogsim.backends._runtime.Request`: its own bound
+    ``Test``/``Wait`` (no Python frame per poll of a wait)."""
 
-    __slots__ = ("req",)
+    __slots__ = ("test", "wait")
 
     def __init__(self, req: Any) -> None:
-        self.req = req
-
-    def test(self) -> bool:
-        return bool(self.req.Test())
-
-    def wait(self) -> None:
-        self.req.Wait()
+        self.test: Callable[[], bool] = req.Test
+        self.wait: Callable[[], Any] = req.Wait
 
 
 class _MpiBatch:
