@@ -301,6 +301,7 @@ def _allreduce_variant(is_hierarchical_local: Any, algorithm: Any, factors: Any)
     The machine-local and decomposed variants run when called (the handle is complete).
     """,
     twin_track="allreduce",
+    hot="is_hierarchical_local is False and algorithm is None and factors is None",
 )
 def allreduce(
     x: Any,
@@ -338,6 +339,7 @@ allreduce_nonblocking = allreduce.nonblocking
 
 @public_op(
     "NEIGHBOR_ALLREDUCE",
+    hot="check_weights is True",
     twin_doc=(
         "Start :func:`neighbor_allreduce` and return a handle for :func:`wait` / :func:`poll`."
     ),

@@ -128,3 +128,42 @@ def test_variants_and_checks_are_routed_too(world, tmp_path):
         ("ENQUEUE_NEIGHBOR_ALLREDUCE", "n"),
     ]:
         assert pair in seen, (pair, sorted(seen))
+
+
+@pytest.mark.parametrize(
+    ("op", "hot_kwargs", "cold_kwargs"),
+    [
+        (
+            fs.neighbor_allreduce,
+            {"check_weights": True},
+            {"check_weights": False},
+        ),
+        (
+            fs.allreduce,
+            {"is_hierarchical_local": False, "algorithm": None, "factors": None},
+            {"is_hierarchical_local": True},
+        ),
+    ],
+)
+def test_hot_ops_skip_only_a_body_that_returns_the_arguments(op, hot_kwargs, cold_kwargs):
+    # A hot op calls the backend without its declared body where the hot condition holds;
+    # that is right only if the body would have returned the positional arguments as given.
+    body = op.__wrapped__
+    params = [
+        p.name
+        for p in inspect.signature(body).parameters.values()
+        if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    ]
+    given = tuple(object() for _ in params)  # any values: the body must pass them through
+    assert body(*given, **hot_kwargs) == given
+    assert type(body(*given, **cold_kwargs)) is not tuple  # elsewhere the body decides
+
+
+def test_hot_ops_keep_their_public_signature_errors():
+    fs.init(size=4)
+    x = np.ones((4, 2))
+    with pytest.raises(TypeError, match="neighbor_allreduce_nonblocking"):
+        fs.neighbor_allreduce_nonblocking(x, bogus=1)
+    with pytest.raises(TypeError, match="allreduce"):
+        fs.allreduce(x, True, None, True)  # is_hierarchical_local is keyword-only
+    fs.shutdown()
