@@ -15,7 +15,7 @@ from typing import Any
 import fogsim
 
 from . import _errors
-from ._api import _float_scalar, _float_weights
+from ._args import _float_scalar, _float_weights
 
 __all__ = [
     "win_create",
