@@ -28,6 +28,11 @@ method under its own label and returns a completed handle). Adding an op is one 
 here and one method per backend. The functions that only read or set the world's state
 (``size()``, ``set_topology()``, ``win_names()``, ...) call the backend directly and open
 no span; ``wait()`` and ``poll()`` act on a handle, not on the backend.
+
+Ops called in tight loops (``neighbor_allreduce``, ``allreduce`` and their twins) are
+declared ``hot=``: their public functions are compiled with the declared parameters and
+skip the body where a declared condition says it returns its arguments as given, so that
+routing costs what a hand-written wrapper did (see :func:`public_op`).
 """
 
 from __future__ import annotations
