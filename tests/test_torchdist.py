@@ -13,8 +13,6 @@ two GPUs.
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
 import sys
 import time
 import traceback
@@ -22,7 +20,6 @@ import traceback
 import numpy as np
 
 import fogsim as fs
-from fogsim import _settings
 from fogsim import topology as T
 from tests import dual_cases
 
@@ -482,81 +479,13 @@ dist = torch.distributed
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("this torch has no torch.distributed with gloo", allow_module_level=True)
 
-from fogsim.backends.torchdist import _world  # noqa: E402
 from tests import _jobs  # noqa: E402
-
-TIMEOUT = 200
-DRIVER = ("-m", "tests.test_torchdist")
-
-
-def _env(**extra: str) -> dict[str, str]:
-    return _jobs.job_env(FOGSIM_BACKEND="torch", **extra)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _run_torchrun_style(n: int, cases: list[str]) -> _jobs.Job:
-    """Start n workers with torchrun's variables (what torchrun itself would set).
-
-    The workers are judged as one job: its exit code is the first non-zero worker's, its
-    output rank 0's, and it timed out if any worker did (all are then killed).
-    """
-    port = str(_free_port())
-
-    def worker_env(r: int) -> dict[str, str]:
-        return _env(
-            RANK=str(r),
-            WORLD_SIZE=str(n),
-            LOCAL_RANK=str(r),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=port,
-        )
-
-    script = [sys.executable, *DRIVER, *cases]
-    start = time.monotonic()
-    procs = [
-        subprocess.Popen(
-            script,
-            env=worker_env(r),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=_jobs.ROOT,
-            start_new_session=True,
-        )
-        for r in range(n)
-    ]
-    deadline = start + TIMEOUT
-    outs, timed_out = [], False
-    for p in procs:
-        try:
-            outs.append(p.communicate(timeout=max(1.0, deadline - time.monotonic())))
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            for q in procs:  # a hang fails the cases not reported, not the session
-                _jobs._kill_group(q)
-            outs.append(p.communicate())
-    codes = [p.wait() for p in procs]
-    code = next((c for c in codes if c != 0), 0)
-    stderr = "\n".join(f"[worker {r}] {err}" for r, (_, err) in enumerate(outs))
-    return _jobs.Job(
-        script, None if timed_out else code, outs[0][0], stderr, timed_out, time.monotonic() - start
-    )
-
-
-def _run_fogrun(n: int, cases: list[str], **env: str) -> _jobs.Job:
-    """Start n workers under fogrun (mpiexec): FOGSIM_BACKEND=torch wins over its "mpi"."""
-    return _jobs.fogrun(n, *DRIVER, *cases, timeout=TIMEOUT, env={"FOGSIM_BACKEND": "torch", **env})
-
-
-def _run_alone(n: int, cases: list[str]) -> _jobs.Job:
-    """Start one process without a launcher: a world of one on a free port."""
-    return _jobs.python(*DRIVER, *cases, timeout=TIMEOUT, env=_env())
-
+from tests.torchdist_jobs import (  # noqa: E402
+    _free_port,
+    _run_alone,
+    _run_fogrun,
+    _run_torchrun_style,
+)
 
 # world size -> how its processes start (each way the ranks can meet is used once)
 LAUNCHES = {1: _run_alone, 2: _run_torchrun_style, 4: _run_fogrun}
@@ -606,72 +535,3 @@ def test_cuda_over_nccl():
     job = _run_torchrun_style(2, CUDA_CASES)
     for case in CUDA_CASES:
         job.case(case)
-
-
-# -- in process: where the ranks meet (no communication) ---------------------------------
-@pytest.mark.parametrize(
-    ("env", "want"),
-    [
-        ({}, (0, 1, "127.0.0.1", 0, "store")),
-        (
-            {"RANK": "1", "WORLD_SIZE": "4", "MASTER_ADDR": "h", "MASTER_PORT": "1234"},
-            (1, 4, "h", 1234, "env"),
-        ),
-        (
-            {
-                "RANK": "1",
-                "WORLD_SIZE": "4",
-                "MASTER_ADDR": "h",
-                "MASTER_PORT": "1234",
-                "FOGSIM_TORCH_PORT": "999",
-            },
-            (1, 4, "h", 999, "tcp"),
-        ),
-        (
-            {"PMI_RANK": "2", "PMI_SIZE": "3", "MASTER_PORT": "1234"},
-            (2, 3, "127.0.0.1", 1234, "tcp"),
-        ),
-        (
-            {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "FOGSIM_TORCH_PORT": "7"},
-            (1, 2, "127.0.0.1", 7, "tcp"),
-        ),
-    ],
-)
-def test_endpoint_from_the_launcher_variables(env, want):
-    ep = _world.endpoint(_settings.load(env))
-    assert (ep.rank, ep.size, ep.addr, ep.port, ep.how) == want
-
-
-def test_endpoint_under_mpi_without_a_port(monkeypatch):
-    env = {"PMI_RANK": "0", "PMI_SIZE": "2", "SLURM_JOB_ID": "77", "SLURM_STEP_ID": "3"}
-    ep = _world.endpoint(_settings.load(env))
-    assert (ep.how, ep.port, ep.addr) == ("mpi", None, None)  # rank 0 picks, MPI tells
-    monkeypatch.setattr(_world.importlib.util, "find_spec", lambda name: None)  # no mpi4py
-    ep = _world.endpoint(_settings.load(env))
-    assert ep.how == "tcp" and ep.port == _world.default_port("77.3")
-    assert _world.BASE_PORT <= ep.port < _world.BASE_PORT + 1000
-
-
-def test_default_port_is_the_same_for_one_job():
-    assert _world.default_port("job-1") == _world.default_port("job-1")
-    assert _world.default_port(None, parent_pid=41) == _world.default_port(None, parent_pid=41)
-    assert len({_world.default_port(f"job-{k}") for k in range(50)}) > 40
-
-
-@pytest.mark.parametrize(
-    ("env", "match"),
-    [
-        ({"MASTER_PORT": "70000"}, "MASTER_PORT=70000 is not a TCP port"),
-        ({"FOGSIM_TORCH_PORT": "x"}, "FOGSIM_TORCH_PORT='x' is not an integer"),
-        ({"RANK": "-1"}, "RANK=-1 must be >= 0"),
-    ],
-)
-def test_bad_torch_settings(env, match):
-    with pytest.raises(ValueError, match=match):
-        _settings.load(env)
-
-
-def test_rank_out_of_range_is_refused():
-    env = {"RANK": "4", "WORLD_SIZE": "4", "MASTER_ADDR": "h", "MASTER_PORT": "1"}
-    with pytest.raises(ValueError, match="RANK=4 is out of range for a job of 4 processes"):
-        _world.endpoint(_settings.load(env))
