@@ -45,6 +45,9 @@ _NOT_INHERITED = (
     "RANK",
     "WORLD_SIZE",
     "LOCAL_RANK",
+    # Unbuffered ranks write a print's text and its newline separately, and the launcher
+    # interleaves the ranks' writes: lines of different ranks would run together.
+    "PYTHONUNBUFFERED",
     *(var for pair in _settings._LAUNCHER_VARS for var in pair),
 )
 
