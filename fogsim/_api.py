@@ -139,7 +139,7 @@ def local_rank() -> Any:
     return _backend().local_rank()
 
 
-def local(fn: Callable[[int], Any]) -> Any:
+def local(fn: Callable[[int], Any], *, jit: bool = False) -> Any:
     """Return the agent-local value ``fn(rank)``.
 
     In simulation ``fn(r)`` is called for every agent and the results are stacked: arrays
@@ -147,12 +147,16 @@ def local(fn: Callable[[int], Any]) -> Any:
     axis, anything else (dicts, ragged arrays) into a list of n. Distributed, it is
     ``fn(rank())``. Per-agent data and weights are thus written once, e.g.
     ``src_weights=fs.local(lambda r: {(r - 1) % n: 0.5})``.
+
+    ``jit=True`` compiles ``fn`` with numba and, in simulation, runs the loop over agents
+    in compiled code too (see :func:`vmap`); ``fn`` then returns numbers, arrays or a tuple
+    of them (a tuple gives a tuple of stacked arrays).
     """
-    return _backend().local(fn)
+    return _backend().local(fn, jit=jit)
 
 
 def vmap(
-    fn: Callable[..., Any], in_axes: int | None | Sequence[int | None] = 0
+    fn: Callable[..., Any], in_axes: int | None | Sequence[int | None] = 0, *, jit: bool = False
 ) -> Callable[..., Any]:
     """Return ``fn`` applied agent by agent.
 
@@ -161,8 +165,27 @@ def vmap(
     stacks the results as :func:`local` does. Distributed, it returns ``fn`` itself. Code
     written with batch-friendly operations (``A @ x``, reductions over trailing axes)
     needs no ``vmap``.
+
+    ``jit=True`` compiles ``fn`` with numba (``njit``, cached on disk where numba can find
+    its source) on the first call. In simulation the loop over agents runs compiled as
+    well, a ``prange`` loop shared by ``NUMBA_NUM_THREADS`` threads, writing into stacked
+    outputs allocated once; distributed and in SPMD mode the compiled ``fn`` runs on the
+    agent's own values. ``fn`` must then return numbers, arrays or a tuple of them, every
+    agent's of the same shapes and dtypes. numpy arrays and CPU tensors go in (tensors as
+    zero-copy views, results back as tensors, without autograd); CUDA tensors raise a
+    TypeError naming ``.cpu()``. When numba cannot compile ``fn``, the call raises a
+    TypeError with numba's reason in one line; ``jit=False`` runs it uncompiled, with the
+    same numbers to round-off::
+
+        def newton_sqrt(a):             # a data-dependent loop, one agent's scalar
+            x = a
+            while abs(x * x - a) > 1e-12 * a:
+                x = 0.5 * (x + a / x)
+            return x
+
+        roots = fs.vmap(newton_sqrt, jit=True)(values)   # values: one number per agent
     """
-    mapped: Callable[..., Any] = _backend().vmap(fn, in_axes)
+    mapped: Callable[..., Any] = _backend().vmap(fn, in_axes, jit=jit)
     return mapped
 
 

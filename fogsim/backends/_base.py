@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from .. import _weightcheck
 from .._arrays import check_name
 from .._handles import Handle
+from .._jit import JitFunction, check_axes
 from ..topology import Topology, as_topology
 from ._windows import NoWindows, WindowPart
 
@@ -307,12 +308,19 @@ class Backend(abc.ABC):
 
     # -- agent-local data -----------------------------------------------------------------
     @abc.abstractmethod
-    def local(self, fn: Callable[[int], Any]) -> Any:
-        """Return the agent-local value ``fn(rank)`` (stacked over agents in simulation)."""
+    def local(self, fn: Callable[[int], Any], jit: bool = False) -> Any:
+        """Return the agent-local value ``fn(rank)`` (stacked over agents in simulation);
+        ``jit``: compiled with numba (see `fogsim._jit`)."""
 
     @abc.abstractmethod
-    def vmap(self, fn: Callable[..., Any], in_axes: int | None | Sequence[int | None] = 0):
-        """Return ``fn`` applied per agent (over the stacked axis in simulation)."""
+    def vmap(
+        self,
+        fn: Callable[..., Any],
+        in_axes: int | None | Sequence[int | None] = 0,
+        jit: bool = False,
+    ) -> Callable[..., Any]:
+        """Return ``fn`` applied per agent (over the stacked axis in simulation);
+        ``jit``: compiled with numba (see `fogsim._jit`)."""
 
     @abc.abstractmethod
     def is_main_process(self) -> bool:
@@ -529,15 +537,32 @@ class OneAgentEach(Backend):
     def rank(self) -> int:
         return self._rank
 
-    def local(self, fn: Callable[[int], Any]) -> Any:
+    def local(self, fn: Callable[[int], Any], jit: bool = False) -> Any:
         if not callable(fn):
             raise TypeError(f"local() takes a function of the rank, got {type(fn).__name__}")
+        if jit:
+            return JitFunction(fn, "local").call(self._rank)
         return fn(self._rank)
 
-    def vmap(self, fn: Callable[..., Any], in_axes: int | None | Sequence[int | None] = 0):
+    def vmap(
+        self,
+        fn: Callable[..., Any],
+        in_axes: int | None | Sequence[int | None] = 0,
+        jit: bool = False,
+    ) -> Callable[..., Any]:
         if not callable(fn):
             raise TypeError(f"vmap() takes a function, got {type(fn).__name__}")
-        return fn
+        if not jit:
+            return fn
+        compiled = JitFunction(fn, "vmap")
+
+        def one_agent(*args: Any) -> Any:
+            check_axes(in_axes, len(args))
+            return compiled.call(*args)
+
+        one_agent.__wrapped__ = fn  # type: ignore[attr-defined]
+        one_agent.__doc__ = fn.__doc__
+        return one_agent
 
     def is_main_process(self) -> bool:
         return self._rank == 0

@@ -16,6 +16,7 @@ import numpy as np
 from ... import _arrays, _settings, _weightcheck
 from ... import timeline as _timeline
 from ..._arrays import Kind, to_numpy, wrap_like
+from ..._jit import JitFunction, check_axes
 from ...hierarchy._decomposed import check_factors, default_factors, staged_sum
 from ...topology import Topology
 from .._base import Backend
@@ -33,7 +34,7 @@ from ._plan import (
 )
 from ._pool import BufferPool
 from ._shapes import ShapeGuard
-from ._stack import stack_agents
+from ._stack import stack_agents, stack_outputs
 from ._window import SimWindow
 from ._windows import SimWindowOps
 
@@ -134,31 +135,39 @@ class SimBackend(Backend):
         return [topo.out_neighbors(i) for i in range(self._n)]
 
     # -- agent-local data -----------------------------------------------------------------
-    def local(self, fn: Callable[[int], Any]) -> Any:
+    def local(self, fn: Callable[[int], Any], jit: bool = False) -> Any:
         if not callable(fn):
             raise TypeError(f"local() takes a function of the rank, got {type(fn).__name__}")
-        value = stack_agents([fn(r) for r in range(self._n)])
-        if hasattr(value, "shape") and len(value.shape):  # an array or a tensor
-            self._shapes.made(value)
+        if jit:
+            value = JitFunction(fn, "local").local_stacked(self._n)
+        else:
+            value = stack_agents([fn(r) for r in range(self._n)])
+        for part in value if isinstance(value, tuple) else (value,):
+            if hasattr(part, "shape") and len(part.shape):  # an array or a tensor
+                self._shapes.made(part)
         return value
 
-    def vmap(self, fn: Callable[..., Any], in_axes: int | None | Sequence[int | None] = 0):
+    def vmap(
+        self,
+        fn: Callable[..., Any],
+        in_axes: int | None | Sequence[int | None] = 0,
+        jit: bool = False,
+    ) -> Callable[..., Any]:
         if not callable(fn):
             raise TypeError(f"vmap() takes a function, got {type(fn).__name__}")
         n = self._n
+        compiled = JitFunction(fn, "vmap") if jit else None
 
         def per_agent(*args: Any) -> Any:
-            axes = in_axes if isinstance(in_axes, Sequence) else [in_axes] * len(args)
-            if len(axes) != len(args):
-                raise ValueError(f"in_axes has {len(axes)} entries for {len(args)} arguments")
+            axes = check_axes(in_axes, len(args))
+            if compiled is not None:
+                return compiled.stacked(n, args, axes)
             for k, (a, ax) in enumerate(zip(args, axes, strict=True)):
-                if ax not in (0, None):
-                    raise ValueError(f"in_axes[{k}] must be 0 or None, got {ax!r}")
                 if ax == 0 and len(a) != n:
                     raise ValueError(
                         f"argument {k} has {len(a)} entries on its agent axis, expected {n}"
                     )
-            return stack_agents(
+            return stack_outputs(
                 [
                     fn(*[a[i] if ax == 0 else a for a, ax in zip(args, axes, strict=True)])
                     for i in range(n)

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..._arrays import is_tensor
 
-__all__ = ["stack_agents"]
+__all__ = ["stack_agents", "stack_outputs"]
 
 
 def stack_agents(values: Sequence[Any]) -> Any:
@@ -33,6 +33,19 @@ def stack_agents(values: Sequence[Any]) -> Any:
         if all(np.shape(v) == shape for v in values):
             return np.stack([np.asarray(v) for v in values])
     return list(values)
+
+
+def stack_outputs(values: Sequence[Any]) -> Any:
+    """Stack per-agent results as :func:`stack_agents` does, except that tuples of one
+    length give a tuple of stacked outputs (as ``out1, out2 = fn(...)`` reads for one
+    agent); tuples whose parts do not stack stay a list of n."""
+    if values and all(isinstance(v, tuple) for v in values):
+        width = len(values[0])
+        if width and all(len(v) == width for v in values):
+            parts = [stack_agents([v[k] for v in values]) for k in range(width)]
+            if not any(isinstance(p, list) for p in parts):
+                return tuple(parts)
+    return stack_agents(values)
 
 
 def _is_array_like(v: Any) -> bool:
