@@ -26,6 +26,7 @@ in this order:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib.util
 import os
 import socket
@@ -168,10 +169,22 @@ def _store_over_mpi(ep: Endpoint) -> Any:
 
 
 def _destroy_default() -> None:
+    """Wait for every rank, then destroy the default group while the interpreter lives.
+
+    Without the barrier a rank could tear down its gloo pairs (and rank 0 the store)
+    while another still exchanges on them; gloo's threads then died at interpreter exit
+    now and then ("terminate called without an active exception"). A rank that died
+    makes the barrier fail at once (its connections close): nothing waits on it.
+    """
+    import gc
+
     import torch.distributed as dist
 
     if dist.is_initialized():
+        with contextlib.suppress(Exception):
+            dist.barrier()
         dist.destroy_process_group()
+    gc.collect()  # the groups' C++ objects go now, not during finalization
 
 
 def new_groups(rank: int, size: int) -> tuple[Any, Any]:
