@@ -144,13 +144,14 @@ def local(fn: Callable[[int], Any], *, jit: bool = False) -> Any:
 
     In simulation ``fn(r)`` is called for every agent and the results are stacked: arrays
     and numbers of one shape into one array (tensors into one tensor) with a leading agent
-    axis, anything else (dicts, ragged arrays) into a list of n. Distributed, it is
-    ``fn(rank())``. Per-agent data and weights are thus written once, e.g.
-    ``src_weights=fs.local(lambda r: {(r - 1) % n: 0.5})``.
+    axis, a tuple of those into a tuple of stacked values (``A, b = fs.local(data)`` reads
+    as it does for one agent), anything else (dicts, ragged arrays) into a list of n.
+    Distributed, it is ``fn(rank())``. Per-agent data and weights are thus written once,
+    e.g. ``src_weights=fs.local(lambda r: {(r - 1) % n: 0.5})``.
 
     ``jit=True`` compiles ``fn`` with numba and, in simulation, runs the loop over agents
     in compiled code too (see :func:`vmap`); ``fn`` then returns numbers, arrays or a tuple
-    of them (a tuple gives a tuple of stacked arrays).
+    of them.
     """
     return _backend().local(fn, jit=jit)
 

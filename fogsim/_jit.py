@@ -29,7 +29,7 @@ import numpy as np
 
 from ._arrays import is_tensor
 
-__all__ = ["JitFunction", "check_axes"]
+__all__ = ["JitFunction", "check_axes", "compiled"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -45,6 +45,30 @@ def check_axes(in_axes: Any, nargs: int) -> list[int | None]:
     return axes
 
 
+_COMPILED_LOCK = threading.Lock()
+_ATTR = "__fogsim_jit__"
+
+
+def compiled(fn: Callable[..., Any], api: str) -> JitFunction:
+    """Return ``fn``'s :class:`JitFunction`, made once per function (kept in an attribute
+    of ``fn``, so it lives as long as ``fn``): ``fs.vmap(fn, jit=True)`` called again, in a
+    loop say, reuses the compiled kernels."""
+    if not callable(fn):
+        raise TypeError(f"{api}() takes a function, got {type(fn).__name__}")
+    with _COMPILED_LOCK:
+        per_api: dict[str, JitFunction] | None = getattr(fn, _ATTR, None)
+        if not isinstance(per_api, dict):
+            per_api = {}
+            try:
+                setattr(fn, _ATTR, per_api)
+            except (AttributeError, TypeError):  # a bound method, a builtin: made afresh
+                pass
+        made = per_api.get(api)
+        if made is None:
+            made = per_api[api] = JitFunction(fn, api)
+        return made
+
+
 class JitFunction:
     """``fn`` compiled with numba on first use; ``api`` names the call in messages."""
 
@@ -54,7 +78,7 @@ class JitFunction:
         self.fn, self.api = fn, api
         self.name = getattr(fn, "__qualname__", None) or repr(fn)
         self._compiled: Any = None
-        self._kernels: dict[tuple, Any] = {}
+        self._kernels: dict[tuple[Any, ...], Any] = {}
         self._lock = threading.Lock()  # SPMD agents may make the first call together
 
     # -- one agent ------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from .. import _weightcheck
 from .._arrays import check_name
 from .._handles import Handle
-from .._jit import JitFunction, check_axes
+from .._jit import check_axes, compiled
 from ..topology import Topology, as_topology
 from ._windows import NoWindows, WindowPart
 
@@ -541,7 +541,7 @@ class OneAgentEach(Backend):
         if not callable(fn):
             raise TypeError(f"local() takes a function of the rank, got {type(fn).__name__}")
         if jit:
-            return JitFunction(fn, "local").call(self._rank)
+            return compiled(fn, "local").call(self._rank)
         return fn(self._rank)
 
     def vmap(
@@ -554,11 +554,11 @@ class OneAgentEach(Backend):
             raise TypeError(f"vmap() takes a function, got {type(fn).__name__}")
         if not jit:
             return fn
-        compiled = JitFunction(fn, "vmap")
+        jitted = compiled(fn, "vmap")
 
         def one_agent(*args: Any) -> Any:
             check_axes(in_axes, len(args))
-            return compiled.call(*args)
+            return jitted.call(*args)
 
         one_agent.__wrapped__ = fn  # type: ignore[attr-defined]
         one_agent.__doc__ = fn.__doc__

@@ -16,7 +16,7 @@ import numpy as np
 from ... import _arrays, _settings, _weightcheck
 from ... import timeline as _timeline
 from ..._arrays import Kind, to_numpy, wrap_like
-from ..._jit import JitFunction, check_axes
+from ..._jit import check_axes, compiled
 from ...hierarchy._decomposed import check_factors, default_factors, staged_sum
 from ...topology import Topology
 from .._base import Backend
@@ -34,7 +34,7 @@ from ._plan import (
 )
 from ._pool import BufferPool
 from ._shapes import ShapeGuard
-from ._stack import stack_agents, stack_outputs
+from ._stack import stack_outputs
 from ._window import SimWindow
 from ._windows import SimWindowOps
 
@@ -139,9 +139,9 @@ class SimBackend(Backend):
         if not callable(fn):
             raise TypeError(f"local() takes a function of the rank, got {type(fn).__name__}")
         if jit:
-            value = JitFunction(fn, "local").local_stacked(self._n)
+            value = compiled(fn, "local").local_stacked(self._n)
         else:
-            value = stack_agents([fn(r) for r in range(self._n)])
+            value = stack_outputs([fn(r) for r in range(self._n)])
         for part in value if isinstance(value, tuple) else (value,):
             if hasattr(part, "shape") and len(part.shape):  # an array or a tensor
                 self._shapes.made(part)
@@ -156,12 +156,12 @@ class SimBackend(Backend):
         if not callable(fn):
             raise TypeError(f"vmap() takes a function, got {type(fn).__name__}")
         n = self._n
-        compiled = JitFunction(fn, "vmap") if jit else None
+        jitted = compiled(fn, "vmap") if jit else None
 
         def per_agent(*args: Any) -> Any:
             axes = check_axes(in_axes, len(args))
-            if compiled is not None:
-                return compiled.stacked(n, args, axes)
+            if jitted is not None:
+                return jitted.stacked(n, args, axes)
             for k, (a, ax) in enumerate(zip(args, axes, strict=True)):
                 if ax == 0 and len(a) != n:
                     raise ValueError(

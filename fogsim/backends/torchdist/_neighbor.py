@@ -34,6 +34,8 @@ def as_bytes(tensor: Any) -> Any:
     if not tensor.numel():  # torch will not view every empty layout as bytes
         return torch.empty(0, dtype=torch.uint8, device=tensor.device)
     flat = tensor.reshape(-1)
+    if flat.stride(0) != 1:  # one value broadcast (stride 0), which torch calls contiguous
+        flat = torch.empty(flat.shape, dtype=flat.dtype, device=flat.device).copy_(flat)
     return flat if flat.dtype == torch.uint8 else flat.view(torch.uint8)
 
 
