@@ -11,8 +11,11 @@ of ``--repeat``:
 * ``numba``: the same call in compiled code (``fogsim._rng_nb``): the same numbers.
 
 Then a whole ``fish_school.simulate`` with the Python-loop draws against the compiled
-ones (seconds per step, setup included), and, apart, the one-time cost of importing numba
-and loading the cached kernels (a fresh interpreter; the first compile ever is longer).
+ones (seconds per step, setup included); one ``neighbor_allreduce`` step under
+``faults.inject(noise=..., link_drop=...)`` on the exponential-2 graph with the noise added
+by ``np.add.at`` against the numba loop (``fogsim._faults_nb``); and, apart, the one-time
+cost of importing numba and loading the cached kernels (a fresh interpreter; the first
+compile ever is longer).
 
     python benchmarks/bench_internal_numba.py            # 10^4, 10^5, 10^6 agents
     python benchmarks/bench_internal_numba.py --quick    # 10^4, 10^5; a smaller school
@@ -29,7 +32,8 @@ import numpy as np
 from _record import record, save
 
 import fogsim as fs
-from fogsim import _rng
+from fogsim import _rng, faults
+from fogsim import topology as T
 from fogsim._rng import StackedGenerator
 from fogsim.demos import fish_school as fish
 
@@ -105,6 +109,37 @@ def school(n: int, steps: int, repeat: int) -> None:
     )
 
 
+def noisy_links(n: int, d: int, repeat: int) -> None:
+    fs.init(size=n, topology=T.exponential_two_graph, seed=0)
+    x = np.random.default_rng(0).standard_normal((n, d))
+
+    def step(compile_after: int):
+        def go() -> None:
+            faults._COMPILE_AFTER = compile_after
+            fs.neighbor_allreduce(x)
+
+        return go
+
+    saved = faults._COMPILE_AFTER
+    faults.inject(noise=1e-3, link_drop=0.1, seed=1)
+    try:
+        t = median_times({"numpy": step(1 << 62), "numba": step(0)}, repeat)
+    finally:
+        faults._COMPILE_AFTER = saved
+        fs.shutdown()
+    print(
+        f"faulty neighbor_allreduce, {n} agents x {d}: {t['numpy'] * 1e3:.1f} ms with "
+        f"np.add.at noise, {t['numba'] * 1e3:.1f} ms compiled ({t['numpy'] / t['numba']:.2f}x)"
+    )
+    record(
+        "internal_numba",
+        f"neighbor_allreduce with noisy links, {n} agents x {d}, numba vs np.add.at noise",
+        t["numba"],
+        t["numpy"],
+        goal="<= 1.0",
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
@@ -129,6 +164,9 @@ def main() -> None:
         school(3_000 if args.quick else 10_000, 20, 1 if args.quick else 2)
     finally:
         _rng._COMPILE_AFTER = saved
+    print()
+    for n in sizes[:2]:
+        noisy_links(n, 4, repeat)
     save()
 
 
