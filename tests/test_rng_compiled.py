@@ -4,6 +4,8 @@ numpy ``Generator``, whichever path runs; and the fish school, which draws throu
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -117,3 +119,26 @@ def test_fish_school_is_the_same_with_compiled_draws(monkeypatch):
     compiled = fish.simulate(**kwargs)
     np.testing.assert_array_equal(compiled.trajectories(), python.trajectories())
     np.testing.assert_array_equal(compiled.estimates_alone, python.estimates_alone)
+
+
+SMALL_RUNS = """
+import sys
+import numpy as np
+import fogsim as fs
+from fogsim import faults
+from fogsim.demos import fish_school as fish
+fs.init(size=64, seed=0)
+for _ in range(100):
+    fs.rng().standard_normal(3)
+faults.inject(noise=0.1, link_drop=0.1)
+x = np.ones((64, 4))
+for _ in range(100):
+    x = fs.neighbor_allreduce(x)
+fish.simulate(n=100, steps=30)
+assert 'numba' not in sys.modules, 'numba imported'
+"""
+
+
+def test_small_runs_do_not_import_numba():
+    run = subprocess.run([sys.executable, "-c", SMALL_RUNS], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
