@@ -68,6 +68,12 @@ __all__ = ["FaultStep", "Faults", "clear", "current", "inject"]
 
 _DROPPED = ("self", "sender", "none")
 
+# The noise is added in numba (``_faults_nb``, the same numbers) once a Faults has added
+# this many entries (messages x values) in all: ``np.add.at`` and its temporaries cost about
+# 30-50 ns an entry, importing numba and loading the kernel about 1 s, so small runs never
+# import numba and a long one loses at most about that second.
+_COMPILE_AFTER = 1 << 24
+
 
 def _probability(value: Any, argname: str) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -138,6 +144,7 @@ class Faults:
         self.delivered: int = 0
         self.delayed: int = 0
         self.last: FaultStep | None = None
+        self._noise_entries: int = 0  # noise entries added so far (see _COMPILE_AFTER)
 
     def failed(self, step: int | None = None) -> np.ndarray:
         """The agents down at ``step`` (default: the next step), as a boolean mask."""
@@ -203,8 +210,10 @@ class Faults:
         out = off @ stale + diag[:, None] * x
         coo = sp.coo_array(off)
         if self.noise:
-            eps = self.rng.standard_normal((coo.nnz, x.shape[1])) * self.noise
-            np.add.at(out, coo.row, coo.data[:, None] * eps)
+            eps = self.rng.standard_normal((coo.nnz, x.shape[1]))
+            compiled = self._noise_entries >= _COMPILE_AFTER
+            self._noise_entries += eps.size
+            _add_noise(out, coo.row, coo.data, eps, self.noise, compiled)
         self.messages += messages
         self.unsent += unsent
         self.dropped += dropped
@@ -214,6 +223,26 @@ class Faults:
         self.step += 1
         result: np.ndarray = out.astype(x.dtype, copy=False)
         return result
+
+
+def _add_noise(
+    out: np.ndarray,
+    rows: np.ndarray,
+    weights: np.ndarray,
+    eps: np.ndarray,
+    sigma: float,
+    compiled: bool,
+) -> None:
+    """Add ``weights[k] * (sigma * eps[k])`` to ``out[rows[k]]`` for each message ``k`` in turn."""
+    if compiled and out.dtype == np.float64 and out.ndim == 2:
+        try:
+            from ._faults_nb import add_noise
+        except ImportError:  # numba missing: np.add.at adds the same numbers
+            pass
+        else:
+            add_noise(out, rows, weights, eps, sigma)
+            return
+    np.add.at(out, rows, weights[:, None] * (eps * sigma))
 
 
 def inject(

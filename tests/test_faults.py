@@ -298,3 +298,20 @@ def test_the_example_keeps_learning_after_the_failure_that_stops_the_server(tmp_
     server, dec = curves["parameter server"], curves["decentralized"]
     assert server[-1] == server[30] > 10 * dec[-1]  # frozen at the failure; DGD went on
     assert (tmp_path / "f.png").stat().st_size > 5_000
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_compiled_noise_adds_the_same_numbers(world, monkeypatch, dtype):
+    pytest.importorskip("numba")
+    x0 = fs.local(lambda r: np.array([float(r), 1.0, -2.0 * r], dtype=dtype))
+    runs = []
+    for compile_after in (1 << 62, 0, 200):  # np.add.at, numba, numba from the third step
+        monkeypatch.setattr(faults, "_COMPILE_AFTER", compile_after)
+        faults.inject(noise=0.1, link_drop=0.3, stragglers={2: 1}, fail={5: 1}, seed=3)
+        x = x0
+        for _ in range(4):
+            x = fs.neighbor_allreduce(x)
+        runs.append(x)
+    assert runs[0].dtype == dtype
+    np.testing.assert_array_equal(runs[1], runs[0])
+    np.testing.assert_array_equal(runs[2], runs[0])

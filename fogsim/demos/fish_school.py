@@ -42,6 +42,7 @@ import scipy.sparse as sp
 from scipy.spatial import cKDTree
 
 import fogsim as fs
+from fogsim._rng import StackedGenerator
 from fogsim.topology import Topology, as_topology
 from fogsim.topology._exact import exact_rows
 
@@ -330,9 +331,10 @@ def _run(params: _Params, track: np.ndarray, seed: int, progress: bool) -> Schoo
     """
     n, me, steps = fs.size(), fs.rank(), track.shape[0] - 1
     gens = fs.local(lambda r: np.random.default_rng([seed, r]))  # fish r's own generator
+    if isinstance(gens, list):  # simulated: one StackedGenerator draws for every fish at once
+        gens = StackedGenerator(gens)
     start = fs.vmap(lambda g: _start(g, params))(gens)
     p, v = start[..., :2], start[..., 2:]
-    draw = fs.vmap(lambda g: g.standard_normal(2))
     P, V, E, A = (np.empty((steps + 1, n, 2)) for _ in range(4))
     central = np.empty((steps + 1, 2))
     modes = [_mode(params, k) for k in range(steps + 1)]
@@ -341,7 +343,7 @@ def _run(params: _Params, track: np.ndarray, seed: int, progress: bool) -> Schoo
     alone: np.ndarray | None = None
     center: np.ndarray | None = None
     for k in _progress(range(steps + 1), progress):
-        z = _measure(p, track[k], draw(gens), params.noise)
+        z = _measure(p, track[k], gens.standard_normal(2), params.noise)
         # This step's positions, velocities and fixes, and the estimates of the step before
         # (recorded one step late, so that one allgather per step does).
         before = np.zeros_like(start) if mine is None or alone is None else _estimates(mine, alone)
