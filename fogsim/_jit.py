@@ -10,7 +10,7 @@ it two ways:
   generated kernel runs the remaining agents in compiled code, a ``prange`` loop shared by
   numba's threads (``NUMBA_NUM_THREADS``, ``numba.set_num_threads``), on one thread too:
   there it ran 2-4x faster per agent than the same body in a plain ``range`` loop, for a
-  compile about 1.3x as long (benchmarks/bench_kernels.py; the numbers are the same).
+  compile about 1.4x as long (benchmarks/bench_kernels.py; the numbers are the same).
 
 Torch CPU tensors go in as zero-copy numpy views and results come back as tensors; CUDA
 tensors are refused with the way out (``.cpu()``). numba's compile errors become one
