@@ -3,7 +3,7 @@
     python -m benchmarks                          # everything (2-3 minutes on 2 cores)
     python -m benchmarks --quick                  # smaller grids, fewer rounds (1-2 minutes)
     python -m benchmarks --only mpi,fusion        # some of: sim, mpi, fusion, torch,
-                                                  # torch_raw, hierarchy, timeline, spmd,
+                                                  # torch_raw, hierarchy, timeline, spmd, kernels,
                                                   # notebooks, internal_numba (SUITE below)
     python -m benchmarks -np 2                    # MPI/torch jobs on 2 processes (default 4)
     python -m benchmarks --compare OLD.json       # run, then the change from an earlier run
@@ -74,6 +74,7 @@ SUITE = {
     "hierarchy": Entry("bench_hierarchy.py"),
     "timeline": Entry("bench_timeline.py"),
     "spmd": Entry("bench_spmd.py", quick=("--quick",), mpi=False),
+    "kernels": Entry("bench_kernels.py", quick=("--quick",), mpi=False),
     "notebooks": Entry("bench_notebooks.py", quick=("--only", "01_consensus"), mpi=False),
     "internal_numba": Entry("bench_internal_numba.py", quick=("--quick",), mpi=False),
 }

@@ -7,9 +7,10 @@ it two ways:
 * :meth:`JitFunction.call`: one agent's values (the distributed runtimes, SPMD mode);
 * :meth:`JitFunction.stacked`: every agent of the simulator. Agent 0 is called from Python
   to learn the outputs' shapes and dtypes, the stacked outputs are allocated once, and a
-  generated kernel runs the remaining agents in compiled code, a ``prange`` loop when numba
-  has more than one thread (``NUMBA_NUM_THREADS``, ``numba.set_num_threads``), a plain loop
-  otherwise (the same numbers, and the loop compiles several times faster).
+  generated kernel runs the remaining agents in compiled code, a ``prange`` loop shared by
+  numba's threads (``NUMBA_NUM_THREADS``, ``numba.set_num_threads``), on one thread too:
+  there it ran 2-4x faster per agent than the same body in a plain ``range`` loop, for a
+  compile about 1.4x as long (benchmarks/bench_kernels.py; the numbers are the same).
 
 Torch CPU tensors go in as zero-copy numpy views and results come back as tensors; CUDA
 tensors are refused with the way out (``.cpu()``). numba's compile errors become one
@@ -137,17 +138,14 @@ class JitFunction:
 
     def _kernel(self, axes: tuple[int | None, ...], ndims: list[int], is_tuple: bool) -> Any:
         """The loop over agents 1..n-1 for these argument axes and outputs, compiled."""
-        import numba
-
-        parallel = numba.get_num_threads() > 1
-        key = (axes, tuple(ndims), is_tuple, parallel)
+        key = (axes, tuple(ndims), is_tuple)
         kernel = self._kernels.get(key)
         if kernel is None:
             with self._lock:
                 kernel = self._kernels.get(key)
                 if kernel is None:
                     kernel = self._kernels[key] = _make_kernel(
-                        self._dispatcher(), axes, ndims, is_tuple, parallel
+                        self._dispatcher(), axes, ndims, is_tuple
                     )
         return kernel
 
@@ -187,9 +185,7 @@ def _njit(fn: Callable[..., Any], **options: Any) -> Any:
         return numba.njit(**options)(fn)
 
 
-def _make_kernel(
-    inner: Any, axes: tuple[int | None, ...], ndims: list[int], is_tuple: bool, parallel: bool
-) -> Any:
+def _make_kernel(inner: Any, axes: tuple[int | None, ...], ndims: list[int], is_tuple: bool) -> Any:
     """Generate and compile ``kernel(n, a0.., out0..)`` looping ``inner`` over agents."""
     import numba
 
@@ -198,7 +194,7 @@ def _make_kernel(
     call = ", ".join(f"{a}[i]" if ax == 0 else a for a, ax in zip(args, axes, strict=True))
     lines = [
         f"def kernel(n, {', '.join(args + outs)}, bad):",
-        f"    for i in {'prange' if parallel else 'range'}(1, n):",
+        "    for i in prange(1, n):",
         f"        r = inner({call})",
     ]
     for k, (name, ndim) in enumerate(zip(outs, ndims, strict=True)):
@@ -214,7 +210,7 @@ def _make_kernel(
             lines.append(f"        {name}[i] = {value}")
     namespace: dict[str, Any] = {"inner": inner, "prange": numba.prange}
     exec("\n".join(lines), namespace)  # noqa: S102 - source built above from names only
-    return numba.njit(parallel=parallel, nogil=True)(namespace["kernel"])
+    return numba.njit(parallel=True, nogil=True)(namespace["kernel"])
 
 
 def _inputs(args: Sequence[Any], where: str) -> tuple[list[Any], bool]:
