@@ -66,9 +66,18 @@ def simulation_only(script: str) -> bool:
     return rank == 0
 
 
-def setup(args) -> object:
-    """Start fogsim; return the schedule for fogsim.algorithms (None: the static topology)."""
-    fs.init(size=args.size, seed=args.seed)
+def setup(args, default_size: int | None = None) -> object:
+    """Start fogsim; return the schedule for fogsim.algorithms (None: the static topology).
+
+    ``default_size`` replaces fogsim's default of 16 simulated agents when neither
+    ``--size``, ``FOGSIM_SIZE`` nor a launcher gives the number.
+    """
+    size = args.size
+    if size is None and default_size is not None:
+        settings = _settings.load()
+        if settings.size is None and settings.launcher_size is None and not settings.torchrun:
+            size = default_size
+    fs.init(size=size, seed=args.seed)
     if args.topology in TOPOLOGIES:
         fs.set_topology(TOPOLOGIES[args.topology](fs.size()), is_weighted=True)
     return schedule(args)

@@ -171,6 +171,7 @@ EXAMPLES = {
     "push_diging": ("--iters", "20"),
     "async_push_sum": ("--iters", "20"),
     "fish_school": ("--steps", "10"),
+    "local_solver": ("--iters", "5"),  # fs.vmap(jit=True): compiled per agent under SPMD
     "decentralized_training": ("--epochs", "1"),  # float32: agrees to float32's round-off
 }
 

@@ -60,6 +60,7 @@ OTHERS = {
     "gradient_tracking": ("one-peer-exp2",),  # a matrix per step
     "push_diging": ("random-push",),  # column-stochastic, time-varying, directed
     "async_push_sum": ("exp2", "--lockstep", "--report-every", "10"),
+    "local_solver": ("ring",),  # a per-agent Newton loop compiled with numba (jit=True)
 }
 
 
@@ -73,6 +74,19 @@ def test_other_examples_same_numbers_in_both_modes(tmp_path, example):
     assert simulated.shape[0] == 4
     np.testing.assert_allclose(distributed, simulated, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(threads, simulated, rtol=1e-12, atol=1e-14)
+
+
+def test_local_solver_gives_the_same_numbers_compiled_and_uncompiled(tmp_path):
+    """--no-jit runs the same per-agent Newton solver with fs.vmap(jit=False)."""
+    script = str(ROOT / "examples" / "local_solver.py")
+    saved = {}
+    for name, flags in {"jit": [], "no-jit": ["--no-jit"]}.items():
+        out = tmp_path / f"{name}.npy"
+        options = ["--agents", "64", "--iters", "5", "--save", str(out), *flags]
+        _jobs.python(script, *options, timeout=300).check()
+        saved[name] = np.load(out)
+    assert saved["jit"].shape == (64, 3)
+    np.testing.assert_allclose(saved["no-jit"], saved["jit"], rtol=1e-12, atol=1e-14)
 
 
 def test_every_example_is_covered():

@@ -26,6 +26,7 @@ def test_the_lessons_are_there():
         "01_consensus.ipynb",
         "02_decentralized_optimization.ipynb",
         "03_push_sum_and_async.ipynb",
+        "05_compiled_local_solvers.ipynb",
     }
     assert lessons <= names
 
