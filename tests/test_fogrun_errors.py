@@ -274,7 +274,7 @@ def test_an_error_before_importing_fogsim_is_printed_once_too(tmp_path, form):
 
 ARGV_AND_PATH = """
 import os, sys
-sys.stdout.write(f"{sys.argv!r} {os.path.basename(sys.path[0]) or '<cwd>'} {__name__}\n")
+sys.stdout.write(f"{sys.argv!r} {os.path.basename(sys.path[0]) or '<cwd>'} {__name__}\\n")
 """
 
 

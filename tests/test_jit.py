@@ -162,7 +162,10 @@ def test_tensors_off_the_cpu_are_refused_naming_the_cpu_copy(sim):
     assert "jit=False" in str(info.value)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; this torch sees none")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="needs hardware this machine lacks: a CUDA GPU (this torch sees none)",
+)
 def test_cuda_tensors_are_refused_naming_the_cpu_copy(sim):
     with pytest.raises(TypeError, match=r"cuda.*\.cpu\(\)"):
         fs.vmap(lambda v: v * 2, jit=True)(torch.ones((N, 2), device="cuda"))
