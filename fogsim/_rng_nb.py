@@ -76,7 +76,7 @@ _next_double = _next(_NEXT_DOUBLE, types.float64)
 
 @njit(nogil=True, cache=True)
 def _normal(bitgen):  # type: ignore[no-untyped-def]
-    # numpy's random_standard_normal (distributions.c), line for line.
+    # numpy's 256-step ziggurat for normals, step for step: the same numbers.
     while True:
         r = _next_uint64(bitgen)
         idx = r & 0xFF
