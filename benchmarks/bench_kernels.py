@@ -296,8 +296,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  {name:<15} {s:6.2f}")
         record("kernels", f"first call of {name} (cold compile)", s, note="1 thread")
     print(
-        "warm-up of new fs.vmap objects (numba's internals warm, fn from the disk cache, "
-        "the agent loop compiled anew), s: "
+        "warm-up at each size (first calls: fn from the disk cache, the agent loops and "
+        "hand loops compiled where this process has not compiled them yet), s: "
         + ", ".join(f"{n} agents {s:.2f}" for n, s in warm_ups.items())
     )
 

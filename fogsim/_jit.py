@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -46,27 +47,33 @@ def check_axes(in_axes: Any, nargs: int) -> list[int | None]:
     return axes
 
 
-_COMPILED_LOCK = threading.Lock()
-_ATTR = "__fogsim_jit__"
+_RECENT: OrderedDict[tuple[Any, str], JitFunction] = OrderedDict()
+_RECENT_LOCK = threading.Lock()
+_RECENT_SIZE = 64
 
 
 def compiled(fn: Callable[..., Any], api: str) -> JitFunction:
-    """Return ``fn``'s :class:`JitFunction`, made once per function (kept in an attribute
-    of ``fn``, so it lives as long as ``fn``): ``fs.vmap(fn, jit=True)`` called again, in a
-    loop say, reuses the compiled kernels."""
+    """Return ``fn``'s :class:`JitFunction`, kept for the last ``_RECENT_SIZE`` functions:
+    ``fs.vmap(fn, jit=True)`` made again, in a loop say, reuses the compiled kernels.
+
+    Kept here, not on ``fn``: an attribute would travel wherever ``fn`` is pickled (numba
+    pickles closures' functions for its cache keys, and a lock does not pickle). The
+    references are strong, so the cache is bounded.
+    """
     if not callable(fn):
         raise TypeError(f"{api}() takes a function, got {type(fn).__name__}")
-    with _COMPILED_LOCK:
-        per_api: dict[str, JitFunction] | None = getattr(fn, _ATTR, None)
-        if not isinstance(per_api, dict):
-            per_api = {}
-            try:
-                setattr(fn, _ATTR, per_api)
-            except (AttributeError, TypeError):  # a bound method, a builtin: made afresh
-                pass
-        made = per_api.get(api)
+    key = (fn, api)
+    with _RECENT_LOCK:
+        try:
+            made = _RECENT.get(key)
+        except TypeError:  # an unhashable callable: made afresh
+            return JitFunction(fn, api)
         if made is None:
-            made = per_api[api] = JitFunction(fn, api)
+            made = _RECENT[key] = JitFunction(fn, api)
+            if len(_RECENT) > _RECENT_SIZE:
+                _RECENT.popitem(last=False)
+        else:
+            _RECENT.move_to_end(key)
         return made
 
 

@@ -234,3 +234,17 @@ def test_numba_threads_give_the_same_numbers():
         np.testing.assert_array_equal(one, two)
     finally:
         fs.shutdown()
+
+
+def test_the_function_is_left_as_it_was(sim):
+    """Nothing is stored on ``fn``: it pickles as before, into numba's own cache keys too."""
+    import pickle
+
+    def twice(v):
+        return 2.0 * v
+
+    before = dict(twice.__dict__)
+    fs.vmap(twice, jit=True)(np.ones((N, 2)))
+    fs.local(newton_sqrt, jit=True)
+    assert twice.__dict__ == before and newton_sqrt.__dict__ == {}
+    assert pickle.loads(pickle.dumps(newton_sqrt)) is newton_sqrt
