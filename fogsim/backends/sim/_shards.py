@@ -20,13 +20,21 @@ Blocks: agent counts differ by at most one, the first ``n % P`` blocks holding o
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ... import _core
 from ._plan import CircPlan, CsrPlan, Plan
 
-__all__ = ["ShardPlan", "apply_shard", "block_bounds", "block_of", "shard_plan"]
+__all__ = [
+    "ShardPlan",
+    "apply_shard",
+    "block_bounds",
+    "block_of",
+    "exchange_halo",
+    "shard_plan",
+]
 
 
 def block_bounds(n: int, parts: int) -> np.ndarray:
@@ -145,3 +153,19 @@ def apply_shard(shard: ShardPlan, block: np.ndarray, halo_rows: np.ndarray) -> n
     out = np.empty_like(x)
     _core.csr_combine(shard.indptr, shard.indices, shard.data, shard.self_weight, x, out)
     return out[: shard.size]
+
+
+def exchange_halo(
+    transport: Any, shard: ShardPlan, block: np.ndarray, tag: int = 0
+) -> tuple[Any, np.ndarray]:
+    """Start moving the halo over ``transport`` (a runtime ``Transport`` whose ranks are
+    the blocks); return the request and the ``(h, *row)`` halo buffer it fills.
+
+    Only boundary rows move: to each process the rows of ``block`` it reads, from each the
+    run of halo rows it holds, in one batch. Every process calls it for the same step.
+    """
+    block = np.ascontiguousarray(block)
+    halo = np.empty((len(shard.halo), *block.shape[1:]), dtype=block.dtype)
+    sends = [(np.ascontiguousarray(block[rows]), q) for q, rows in shard.send.items()]
+    recvs = [(halo[a:z], q) for q, (a, z) in shard.recv.items()]
+    return transport.exchange(sends, recvs, tag), halo
