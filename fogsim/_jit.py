@@ -87,7 +87,7 @@ class JitFunction:
         self.name = getattr(fn, "__qualname__", None) or repr(fn)
         self._compiled: Any = None
         self._kernels: dict[tuple[Any, ...], Any] = {}
-        self._lock = threading.Lock()  # SPMD agents may make the first call together
+        self._lock = threading.RLock()  # SPMD agents may make the first call together
 
     # -- one agent ------------------------------------------------------------------------
     def call(self, *args: Any) -> Any:
