@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import is_tensor
+from ._arrays import is_tensor, to_numpy
 
 __all__ = ["JitFunction", "check_axes", "compiled"]
 
@@ -231,7 +231,8 @@ def _inputs(args: Sequence[Any], where: str) -> tuple[list[Any], bool]:
                     f"{where}: argument {k} is a tensor on {a.device}; jit=True runs on the "
                     f"CPU: pass x.cpu() (and move the result back), or use jit=False"
                 )
-            out.append(a.detach().resolve_conj().resolve_neg().numpy())
+            # to_numpy's conversion: zero-copy, bfloat16 widened to float32 (numpy has none)
+            out.append(to_numpy(a.resolve_conj().resolve_neg(), f"{where}: argument {k}")[0])
             torch_out = True
         elif isinstance(a, list):
             out.append(np.asarray(a))  # numba's reflected lists are deprecated

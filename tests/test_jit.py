@@ -155,6 +155,13 @@ def test_torch_tensors_in_give_tensors_out(sim):
     np.testing.assert_array_equal(doubled.numpy(), 2 * x32.detach().numpy())
 
 
+def test_bfloat16_tensors_are_computed_in_float32(sim):
+    x = torch.linspace(-2, 2, N * 2).reshape(N, 2).to(torch.bfloat16)
+    got = fs.vmap(lambda v: v + v + v, jit=True)(x)
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.float32
+    torch.testing.assert_close(got, x.float() * 3.0, rtol=0, atol=0)
+
+
 def test_tensors_off_the_cpu_are_refused_naming_the_cpu_copy(sim):
     meta = torch.empty((N, 4), device="meta")
     with pytest.raises(TypeError, match=r"\.cpu\(\)") as info:
