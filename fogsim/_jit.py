@@ -128,9 +128,9 @@ class JitFunction:
                 )
         return _wrap(stacked, torch_out, single=not isinstance(first, tuple))
 
-    def local_stacked(self, n: int) -> Any:
-        """Return ``fn(r)`` for every rank ``r`` below ``n``, stacked."""
-        return self.stacked(n, [np.arange(n, dtype=np.int64)], [0])
+    def local_stacked(self, n: int, first: int = 0) -> Any:
+        """Return ``fn(r)`` for the ``n`` ranks ``r`` from ``first`` on, stacked."""
+        return self.stacked(n, [np.arange(first, first + n, dtype=np.int64)], [0])
 
     # -- compiling ------------------------------------------------------------------------
     def _where(self) -> str:

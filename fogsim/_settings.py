@@ -11,6 +11,13 @@ is listed here with its meaning:
     Seed used by :func:`fogsim.init` when no seed is given.
 ``FOGSIM_LOCAL_SIZE``
     Agents per (emulated) machine.
+``FOGSIM_SHARDS``
+    Processes a simulation is sharded over (set by ``fogrun --sim --shards P``): with
+    ``P > 1``, ``init(backend="sim")`` in each of the P launched processes holds one
+    contiguous block of the agents (see :mod:`fogsim.backends.sim._sharded`).
+``FOGSIM_SHARD_TRANSPORT``
+    How a sharded simulation's processes talk: ``mpi`` (default under an MPI launcher) or
+    ``torch`` (torch.distributed; the default under torchrun).
 ``FOGSIM_FUSION_THRESHOLD``
     Bytes up to which queued nonblocking tensors are fused into one message (0: off).
 ``FOGSIM_TIMELINE``
@@ -106,6 +113,8 @@ class Settings:
     job_id: str | None = None
     pure_python: bool = False  # FOGSIM_PURE_PYTHON
     check_weights: str = "warn"  # FOGSIM_CHECK_WEIGHTS: warn, error or off
+    shards: int | None = None  # FOGSIM_SHARDS
+    shard_transport: str | None = None  # FOGSIM_SHARD_TRANSPORT: mpi or torch
 
     @property
     def launched(self) -> bool:
@@ -173,6 +182,8 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         job_id=_job_id(env),
         pure_python=pure_python(env),
         check_weights=_check_weights(env),
+        shards=_int(env, "FOGSIM_SHARDS", 1),
+        shard_transport=_shard_transport(env),
     )
 
 
@@ -189,6 +200,13 @@ def pure_python(environ: Mapping[str, str] | None = None) -> bool:
     if text.lower() in ("1", "true", "yes", "on"):
         return True
     raise ValueError(f"FOGSIM_PURE_PYTHON={text!r} is not 1 (pure-Python twins) or 0 (compiled)")
+
+
+def _shard_transport(environ: Mapping[str, str]) -> str | None:
+    text = environ.get("FOGSIM_SHARD_TRANSPORT", "").strip().lower()
+    if text in ("", "mpi", "torch"):
+        return text or None
+    raise ValueError(f"FOGSIM_SHARD_TRANSPORT={text!r} is not mpi or torch")
 
 
 def _stall_timeout(environ: Mapping[str, str]) -> float | None:

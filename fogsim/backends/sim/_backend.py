@@ -76,6 +76,8 @@ class SimBackend(Backend):
                 f"local_size={self._local} does not divide size={self._n}: simulated machines "
                 "must all hold the same number of agents"
             )
+        # The agents this process stacks: all n here; a block of them when sharded.
+        self._rows, self._first = self._n, 0
         self._pool = BufferPool()
         self._shapes = ShapeGuard(self._n)  # per-agent values that grew an agent axis
         self._static_plan: Any = None  # a Plan once a topology is set
@@ -94,13 +96,13 @@ class SimBackend(Backend):
         return self._n
 
     def rank(self) -> np.ndarray:
-        return np.arange(self._n)
+        return np.arange(self._first, self._first + self._rows)
 
     def local_size(self) -> int:
         return self._local
 
     def local_rank(self) -> np.ndarray:
-        return np.arange(self._n) % self._local
+        return self.rank() % self._local
 
     def close(self) -> None:
         self.windows.close()
@@ -138,10 +140,11 @@ class SimBackend(Backend):
     def local(self, fn: Callable[[int], Any], jit: bool = False) -> Any:
         if not callable(fn):
             raise TypeError(f"local() takes a function of the rank, got {type(fn).__name__}")
+        first, rows = self._first, self._rows
         if jit:
-            value = compiled(fn, "local").local_stacked(self._n)
+            value = compiled(fn, "local").local_stacked(rows, first)
         else:
-            value = stack_outputs([fn(r) for r in range(self._n)])
+            value = stack_outputs([fn(r) for r in range(first, first + rows)])
         for part in value if isinstance(value, tuple) else (value,):
             if hasattr(part, "shape") and len(part.shape):  # an array or a tensor
                 self._shapes.made(part)
@@ -155,7 +158,7 @@ class SimBackend(Backend):
     ) -> Callable[..., Any]:
         if not callable(fn):
             raise TypeError(f"vmap() takes a function, got {type(fn).__name__}")
-        n = self._n
+        n = self._rows
         jitted = compiled(fn, "vmap") if jit else None
 
         def per_agent(*args: Any) -> Any:
@@ -186,6 +189,10 @@ class SimBackend(Backend):
         return wrap_like(arr.copy(), kind)
 
     # -- helpers --------------------------------------------------------------------------
+    def _held(self) -> str:
+        """Say which agents this process stacks (for errors about the agent axis)."""
+        return f"but the world has {self._n} agents; stack one value per agent (see fogsim.local)"
+
     def _stacked(
         self, x: Any, op: str, averaging: bool, adds: bool | None = None
     ) -> tuple[np.ndarray, Kind]:
@@ -196,11 +203,10 @@ class SimBackend(Backend):
         """
         arr, kind = to_numpy(x)
         if arr.ndim == 0:  # a scalar is the same value on every agent
-            arr = np.full(self._n, arr[()])
-        elif arr.shape[0] != self._n:
+            arr = np.full(self._rows, arr[()])
+        elif arr.shape[0] != self._rows:
             raise ValueError(
-                f"{op}: x has {arr.shape[0]} entries on its leading (agent) axis but the "
-                f"world has {self._n} agents; stack one value per agent (see fogsim.local)"
+                f"{op}: x has {arr.shape[0]} entries on its leading (agent) axis {self._held()}"
             )
         if averaging:
             _arrays.require_float(arr, op)
@@ -317,7 +323,7 @@ class SimBackend(Backend):
         meter = self._cost
         if meter is None:
             return
-        seconds = meter.record(op, arr.nbytes // self._n, size=self._n, **info)
+        seconds = meter.record(op, arr.nbytes // self._rows, size=self._n, **info)
         tl = _timeline.active
         if tl is not None:
             tl.modelled("COMMUNICATE", seconds, tl.now())
