@@ -11,12 +11,14 @@ __all__ = ["Options", "make_parser", "parse_args"]
 
 _DESCRIPTION = (
     "Run a fogsim script with one process per agent under MPI, or (--sim) in one process "
-    "with the simulator. Python commands run through 'python -m mpi4py', so one failing "
+    "with the simulator, or (--sim --shards P) simulated over P MPI processes. Python "
+    "commands run through 'python -m mpi4py', so one failing "
     "rank aborts the whole job instead of hanging."
 )
 _EPILOG = """examples:
   fogrun -np 4 python consensus.py --iters 100
   fogrun --sim -np 1000 python consensus.py --iters 100
+  fogrun --sim -np 1000000 --shards 4 python consensus.py --iters 100
   fogrun -np 8 --local-size 4 --timeline-filename trace/t python -m mypkg.train
   fogrun -np 2 --extra-mpi-flags "-genv FOO 1" --dry-run python script.py
   fogrun --check-modes -np 4 python dgd.py --iters 20
@@ -32,6 +34,7 @@ _WITH_VALUE = frozenset(
         "--timeline-filename",
         "--extra-mpi-flags",
         "--timeout",
+        "--shards",
     }
 )
 
@@ -47,12 +50,23 @@ class Options:
     timeline_filename: str | None = None
     extra_mpi_flags: str = ""
     sim: bool = False
+    shards: int = 1
     spmd: bool = False
     check_modes: bool = False
     bluefog: bool = False
     timeout: float | None = None
     dry_run: bool = False
     verbose: bool = False
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the job is one simulation split over several MPI processes."""
+        return self.sim and self.shards > 1
+
+    @property
+    def one_process(self) -> bool:
+        """Whether the job runs in one process, without ``mpiexec``."""
+        return (self.sim and self.shards == 1) or self.spmd or self.check_modes
 
 
 def _positive_int(text: str) -> int:
@@ -116,6 +130,13 @@ def make_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run the script once, simulating N agents "
         "(FOGSIM_BACKEND=sim FOGSIM_SIZE=N; no mpiexec)",
+    )
+    add(
+        "--shards",
+        type=_positive_int,
+        metavar="P",
+        help="with --sim: split the N simulated agents into P contiguous blocks, one per "
+        "MPI process (mpiexec -n P; sets FOGSIM_SHARDS=P); 1: plain --sim",
     )
     add(
         "--spmd",
@@ -194,6 +215,16 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
             "--sim and --spmd exclude each other: --sim runs the script once for "
             "all agents, --spmd once per agent in threads"
         )
+    if ns.shards is not None and not ns.sim:
+        parser.error(
+            "--shards needs --sim: it splits one simulation over P processes, "
+            "e.g. fogrun --sim -np 1000 --shards 4 python script.py"
+        )
+    if ns.shards is not None and ns.shards > ns.np:
+        parser.error(
+            f"--shards {ns.shards} is more processes than the {ns.np} simulated agents "
+            f"of -np {ns.np}: each process holds at least one agent"
+        )
     return Options(
         np=ns.np,
         command=tuple(command),
@@ -202,6 +233,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         timeline_filename=ns.timeline_filename,
         extra_mpi_flags=ns.extra_mpi_flags,
         sim=ns.sim,
+        shards=1 if ns.shards is None else ns.shards,
         spmd=ns.spmd,
         check_modes=ns.check_modes,
         bluefog=ns.bluefog,

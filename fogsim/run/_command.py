@@ -142,18 +142,24 @@ def env_changes(
     """Return the variables to set for the job, given the user's environment ``environ``.
 
     Defaults (thread counts, Open MPI's laptop settings) yield to variables the user set;
-    what a ``fogrun`` option asks for (``--sim``, ``--local-size``, ...) is always set.
+    what a ``fogrun`` option asks for (``--sim``, ``--shards``, ``--local-size``, ...) is
+    always set.
     """
     defaults: dict[str, str] = {}
     explicit: dict[str, str] = {}
     if options.sim:
         explicit.update(FOGSIM_BACKEND="sim", FOGSIM_SIZE=str(options.np))
+        if options.sharded or "FOGSIM_SHARDS" in environ:
+            # plain --sim is one process: a FOGSIM_SHARDS left in the shell must not
+            # make it wait for peers that were never launched
+            explicit["FOGSIM_SHARDS"] = str(options.shards)
     elif options.spmd or options.check_modes:
         explicit["FOGSIM_SIZE"] = str(options.np)
     else:
         # One process per agent even for -np 1 (mpiexec alone picks MPI only above 1);
         # a user's FOGSIM_BACKEND (e.g. "torch") still wins.
         defaults["FOGSIM_BACKEND"] = "mpi"
+    if not options.one_process:
         defaults.update(_ONE_THREAD)
         if mpi is not None and mpi.implementation == OPENMPI:
             older = mpi.major is not None and mpi.major < 5
@@ -198,7 +204,8 @@ def _exported(env: Mapping[str, str], changes: Mapping[str, str]) -> list[str]:
 def _mpiexec_args(
     options: Options, mpi: MPIInfo, env: Mapping[str, str], changes: Mapping[str, str]
 ) -> list[str]:
-    args = [mpi.mpiexec, "-n", str(options.np)]
+    processes = options.shards if options.sharded else options.np
+    args = [mpi.mpiexec, "-n", str(processes)]
     if options.hosts:
         args += ["--host" if mpi.implementation == OPENMPI else "-hosts", options.hosts]
     if mpi.implementation == OPENMPI:
@@ -215,21 +222,22 @@ def build_command(
 
     Pure: ``environ`` is the user's environment (``fogsim._settings.environ()``) and
     ``mpi`` the launcher found by :func:`fogsim.run.find_mpi`; nothing is read or run.
-    Raise `LaunchError` when MPI is needed (no ``--sim``/``--spmd``) and ``mpi`` is None.
+    Raise `LaunchError` when MPI is needed (no ``--sim``/``--spmd``, or ``--sim --shards P``
+    with P > 1) and ``mpi`` is None.
     """
     command = list(options.command)
     if options.spmd or options.check_modes:
         return _spmd_command(options, command), {**environ, **env_changes(options, environ)}
     if is_python(command[0]):
         command[0] = _interpreter(command[0])
-        if not options.sim:
+        if not options.one_process:
             # the bootstrap needs fogsim: only where the ranks run fogrun's own interpreter
             command = with_mpi4py(command, reporting=command[0] == sys.executable)
         elif options.bluefog:
             command = with_bootstrap(command)
     changes = env_changes(options, environ, mpi)
     env = {**environ, **changes}
-    if options.sim:
+    if options.one_process:
         return command, env
     if mpi is None:
         raise LaunchError(NO_MPI_MESSAGE)

@@ -235,8 +235,7 @@ def _name_dead_ranks(
 def _check_mpi4py(options: Options, mpi: _mpi.MPIInfo | None) -> None:
     # Only this interpreter can be asked cheaply; another one named on the command line
     # reports a missing mpi4py itself.
-    one_process = options.sim or options.spmd or options.check_modes
-    if one_process or options.command[0] not in ("python", "python3", sys.executable):
+    if options.one_process or options.command[0] not in ("python", "python3", sys.executable):
         return
     if importlib.util.find_spec("mpi4py") is None:
         # The mpich wheel would put a second mpiexec over an installed Open MPI's.
@@ -265,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     environ = _settings.environ()
     try:
         mpi = None
-        if not (options.sim or options.spmd or options.check_modes):
+        if not options.one_process:
             mpi = _mpi.find_mpi(environ)
             if mpi is None:
                 raise LaunchError(NO_MPI_MESSAGE)
