@@ -72,6 +72,7 @@ def init(
     topology: Any = None,
     seed: int | None = None,
     local_size: int | None = None,
+    shards: int | None = None,
 ) -> Context:
     """Start fogsim and return the new current :class:`Context`.
 
@@ -86,13 +87,25 @@ def init(
     exponential-2 graph. ``local_size`` groups the agents into machines of that many
     consecutive ranks (simulation, or emulated machines on one host; default
     ``FOGSIM_LOCAL_SIZE``, else: simulated, one machine; distributed, the real hosts).
+    ``shards`` splits a simulation (``backend="sim"``) over that many launched processes,
+    each holding a contiguous block of the ``size`` agents (``rank()`` is the block's
+    ranks; see the README's "Sharded simulation"); by default ``FOGSIM_SHARDS``, else the
+    number of processes a launcher started, so ``init(backend="sim", size=N)`` under
+    ``mpiexec -n P`` or ``fogrun --sim --shards P -np N`` is sharded over P processes.
     Calling ``init`` again replaces the current context (the old one is shut down).
     """
     agent = _context.spmd_agent()
     if agent is not None:  # fogsim.spmd: an agent thread (re)starts its own view of the run
         return agent.init(backend, size, topology, seed, local_size)
     old = _context.peek()
-    ctx = Context(backend=backend, size=size, topology=topology, seed=seed, local_size=local_size)
+    ctx = Context(
+        backend=backend,
+        size=size,
+        topology=topology,
+        seed=seed,
+        local_size=local_size,
+        shards="auto" if shards is None else shards,
+    )
     if old is not None and old is not ctx:
         _timeline.stop()
         old.close()

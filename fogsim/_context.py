@@ -70,6 +70,7 @@ class Context:
         *,
         local_size: int | None = None,
         settings: _settings.Settings | None = None,
+        shards: int | str | None = None,
     ) -> None:
         self.settings = _settings.load() if settings is None else settings
         _weightcheck.configure(self.settings.check_weights)
@@ -87,14 +88,46 @@ class Context:
         self.seed: int | None = None if seed is None else int(seed)
         self.rng = np.random.default_rng(self.seed)
         self.agent_rng: Any = None  # fogsim.rng(): this agent's generator(s), made on first use
-        self.backend: Backend = create_backend(
-            name.lower(),
-            size=size,
-            local_size=local_size if local_size is not None else self.settings.local_size,
-            settings=self.settings,
-        )
+        options: dict[str, Any] = {
+            "size": size,
+            "local_size": local_size if local_size is not None else self.settings.local_size,
+            "settings": self.settings,
+        }
+        parts = self._shards(name.lower(), shards)
+        if parts > 1:
+            from .backends.sim._sharded import ShardedSimBackend
+
+            self.backend: Backend = ShardedSimBackend(shards=parts, **options)
+        else:
+            self.backend = create_backend(name.lower(), **options)
         self.backend.set_topology(self._default_topology() if topology is None else topology)
         self._closed = False
+
+    def _shards(self, name: str, shards: int | str | None) -> int:
+        """Return the number of processes the simulation is split over (1: not split).
+
+        ``None`` (a :class:`Context` made by hand): ``FOGSIM_SHARDS``, else 1. ``"auto"``
+        (:func:`fogsim.init`): ``FOGSIM_SHARDS``, else the processes a launcher started.
+        """
+        if shards is None or shards == "auto":
+            settings = self.settings
+            if settings.shards is not None or shards is None:
+                shards = settings.shards or 1
+            elif settings.torchrun and settings.torch_world_size is not None:
+                shards = settings.torch_world_size
+            else:
+                shards = settings.launcher_size or 1
+            return int(shards) if name == "sim" else 1
+        if isinstance(shards, bool) or not isinstance(shards, int | np.integer):
+            raise TypeError(f"shards must be an integer, got {type(shards).__name__}")
+        if shards < 1:
+            raise ValueError(f"shards must be >= 1, got {shards}")
+        if shards > 1 and name != "sim":
+            raise ValueError(
+                f"shards={shards} splits a simulation over processes: it needs backend='sim', "
+                f"not {name!r}"
+            )
+        return int(shards)
 
     def _default_topology(self) -> Topology:
         from .topology import exponential_two_graph
@@ -103,7 +136,8 @@ class Context:
 
     @property
     def is_simulated(self) -> bool:
-        """Whether this world is the simulator (all agents stacked in this process)."""
+        """Whether this world is the simulator (agents stacked in this process: all of them,
+        or one block of them when sharded)."""
         from .backends.sim import SimBackend
 
         return isinstance(self.backend, SimBackend)

@@ -127,6 +127,7 @@ def test_signatures_are_the_contract():
         "topology",
         "seed",
         "local_size",
+        "shards",
     ]
     assert list(inspect.signature(fs.hierarchical_neighbor_allreduce).parameters) == [
         "x",

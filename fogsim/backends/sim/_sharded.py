@@ -1,0 +1,568 @@
+"""The simulator sharded over P processes: N agents, one contiguous block per process.
+
+The same stacked-agent script runs unchanged when P processes are launched
+(``fogrun --sim --shards P -np N``, ``mpiexec -n P python -m mpi4py script.py`` with
+``init(backend="sim", size=N)``, or ``init(..., shards=P)``): process ``p`` holds agents
+``[lo_p, hi_p)`` (:func:`~._shards.block_bounds`: sizes differ by at most one), so
+``fs.rank()`` is its block's ranks, ``fs.local(fn)`` builds only the block, and every op
+takes and returns the block's rows. ``fs.size()`` stays N.
+
+What moves between processes, per op:
+
+* ``neighbor_allreduce`` and ``neighbor_allgather``: only boundary rows. Each step plan
+  (the static topology's, or one per call) is split once into what each block reads from
+  the others and what it sends (:func:`~._shards.shard_plan`, cached per plan); the halo
+  arrives straight into rows ``[b, b + h)`` of an extended buffer whose first ``b`` rows
+  are the block, and the block's rows are combined with the one-process plan's products in
+  its order: the numbers are those of one process, bit for bit. The result is itself the
+  first rows of such a buffer, so ``x = fs.neighbor_allreduce(x)`` copies nothing.
+* ``allreduce``: each process sums its block, the P partial sums are exchanged and added
+  in process order (the same numbers as one process up to rounding: 1e-12 relative).
+* ``broadcast``: the root's row from the process holding it.
+* ``global_view`` and ``allgather``: every block to every process -- N rows on each,
+  for metrics and plots (their cost is one process's whole state, on every process).
+* hierarchical ops: machine means computed by the process holding each machine's first
+  agent (the machine's other rows sent to it), then all M means on every process.
+
+Per-agent weight arguments (``self_weight`` vectors, ``src_weights``/``dst_weights``
+dicts, ``src_ranks``) may be given for the block (as ``fs.local`` builds them) or for the
+world; they are gathered to the world's (one message per call) so that every process
+builds the same plan. Window ops, modelled asynchrony and fault injection need every
+agent in one process: they raise ``NotImplementedError`` naming the op.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from ... import _arrays, _settings, _weightcheck
+from ... import timeline as _timeline
+from ..._arrays import wrap_like
+from ...hierarchy._decomposed import check_factors, default_factors
+from ...topology import Topology
+from .._weights import is_matrix, machine_words
+from .._windows import NoWindows
+from ._backend import SimBackend, _roots
+from ._plan import (
+    CsrPlan,
+    Plan,
+    apply_plan,
+    check_plan,
+    check_same_pattern,
+    plan_messages,
+    rank_rows,
+    resolve_plan,
+    static_plan,
+    transpose,
+)
+from ._pool import BufferPool
+from ._shapes import ShapeGuard
+from ._shards import ShardPlan, block_bounds, block_of, shard_plan
+
+__all__ = ["ShardedSimBackend", "open_transport"]
+
+#: Message tags: one per kind of op (all processes run ops in the same order, and
+#: messages between two processes with one tag arrive in the order they were sent).
+_TAG_NEIGHBOR, _TAG_GATHER, _TAG_MACHINE = 11, 12, 13
+#: Step plans whose split is remembered (a dynamic schedule cycles through a few).
+_CACHED_SHARDS = 32
+_MODE = "the sharded simulator (agents split over processes)"
+
+
+def open_transport(settings: _settings.Settings) -> Any:
+    """Return the transport among this job's processes: MPI, or torch.distributed under
+    torchrun or with ``FOGSIM_SHARD_TRANSPORT=torch``."""
+    kind = settings.shard_transport or ("torch" if settings.torchrun else "mpi")
+    if kind == "torch":
+        from ..torchdist import _world
+        from ..torchdist._transport import TorchTransport
+
+        rank, size = _world.start(settings)
+        group, _ = _world.new_groups(rank, size)
+        return TorchTransport(group, size, rank)
+    try:
+        from mpi4py import MPI
+    except ImportError as exc:  # pragma: no cover - mpi4py is a dependency
+        raise ValueError("a sharded simulation over MPI needs mpi4py, which is missing") from exc
+    from ..mpi._transport import MpiTransport
+
+    return MpiTransport(MPI.COMM_WORLD.Dup(), MPI)
+
+
+class ShardedWindows(NoWindows):
+    """The window part of the sharded simulator: every window op refuses, naming itself."""
+
+    def _refuse(self, op: str) -> Any:
+        raise NotImplementedError(
+            f"{op} is not implemented in {_MODE}: run windows with every agent in one "
+            "process (shards=1) or one process per agent (backend 'mpi')"
+        )
+
+
+class ShardedSimBackend(SimBackend):
+    """Simulate ``size`` agents over the processes of ``transport``, one block each.
+
+    ``shards``, when given, must be the number of processes (a check of the launch);
+    ``transport`` defaults to :func:`open_transport`. See the module docstring.
+    """
+
+    def __init__(
+        self,
+        size: int | None = None,
+        local_size: int | None = None,
+        settings: _settings.Settings | None = None,
+        shards: int | None = None,
+        transport: Any = None,
+    ) -> None:
+        super().__init__(size, local_size, settings)
+        settings = settings or _settings.Settings()
+        self._t = open_transport(settings) if transport is None else transport
+        parts, me = int(self._t.size), int(self._t.rank)
+        if shards is not None and shards != parts:
+            raise ValueError(
+                f"shards={shards} but {parts} process(es) were launched: start the script "
+                f"with fogrun --sim --shards {shards} -np {self._n}, or mpiexec -n {shards}"
+            )
+        self._parts, self._me = parts, me
+        self._bounds = block_bounds(self._n, parts)
+        lo, hi = int(self._bounds[me]), int(self._bounds[me + 1])
+        self._rows, self._first = hi - lo, lo
+        self._shapes = ShapeGuard(self._rows)
+        self.windows = ShardedWindows(self.name)  # type: ignore[assignment]  # no windows here
+        self._extended = BufferPool()  # (block + halo) buffers: inputs and outputs
+        self._shards: OrderedDict[int, tuple[Plan, ShardPlan]] = OrderedDict()
+        self._gather_plan: tuple[Any, CsrPlan] | None = None
+        self._members: CsrPlan | None = None
+
+    # -- world ----------------------------------------------------------------------------
+    @property
+    def shards(self) -> int:
+        """The number of processes the agents are split over."""
+        return self._parts
+
+    @property
+    def block(self) -> tuple[int, int]:
+        """This process's agents ``[lo, hi)``."""
+        return self._first, self._first + self._rows
+
+    def is_main_process(self) -> bool:
+        return self._me == 0
+
+    def _held(self) -> str:
+        lo, hi = self.block
+        return (
+            f"but this process holds agents {lo}..{hi - 1} ({self._rows} of the world's "
+            f"{self._n}, sharded over {self._parts} processes); stack one value per agent "
+            "of the block (see fogsim.local)"
+        )
+
+    def close(self) -> None:
+        self._pool.clear()
+        self._extended.clear()
+        self._shards.clear()
+
+    def barrier(self) -> None:
+        """Block until every process of the sharded simulation has reached the barrier."""
+        self._t.barrier()
+
+    def _on_topology(self) -> None:
+        self._static_plan = static_plan(self.load_topology(), self._is_weighted)
+
+    def in_neighbor_ranks(self) -> list[list[int]]:
+        topo = self.load_topology()
+        return [topo.in_neighbors(i) for i in range(*self.block)]
+
+    def out_neighbor_ranks(self) -> list[list[int]]:
+        topo = self.load_topology()
+        return [topo.out_neighbors(i) for i in range(*self.block)]
+
+    def in_neighbor_machine_ranks(self) -> list[list[int]]:
+        topo = self.load_machine_topology()
+        return [topo.in_neighbors(i // self._local) for i in range(*self.block)]
+
+    def out_neighbor_machine_ranks(self) -> list[list[int]]:
+        topo = self.load_machine_topology()
+        return [topo.out_neighbors(i // self._local) for i in range(*self.block)]
+
+    # -- what needs every agent in one process -------------------------------------------
+    def set_faults(self, faults: Any) -> None:
+        if faults is not None:
+            raise NotImplementedError(
+                f"fault injection (fogsim.faults) is not implemented in {_MODE}: inject "
+                "faults with every agent in one process (shards=1)"
+            )
+
+    def window(self, name: str) -> Any:
+        raise NotImplementedError(f"window inspection is not implemented in {_MODE}")
+
+    def set_asynchrony(self, activation: str = "all", **options: Any) -> None:
+        raise NotImplementedError(
+            f"set_asynchrony (modelled asynchrony) is not implemented in {_MODE}: model "
+            "asynchrony with every agent in one process (shards=1)"
+        )
+
+    # -- moving rows ----------------------------------------------------------------------
+    def _blocks(self) -> list[tuple[int, int]]:
+        b = self._bounds
+        return [(int(b[q]), int(b[q + 1])) for q in range(self._parts)]
+
+    def _gather_blocks(self, arr: np.ndarray) -> np.ndarray:
+        """Return all N agents' rows on every process (every block to every process)."""
+        whole = np.empty((self._n, *arr.shape[1:]), dtype=arr.dtype)
+        lo, hi = self.block
+        whole[lo:hi] = arr
+        self._all_to_all(whole[lo:hi], [whole[a:z] for a, z in self._blocks()], _TAG_GATHER)
+        return whole
+
+    def _all_to_all(self, mine: np.ndarray, parts: list[np.ndarray], tag: int) -> None:
+        """Send ``mine`` to every other process; receive process q's into ``parts[q]``."""
+        me = self._me
+        others = [q for q in range(self._parts) if q != me]
+        if others:
+            self._t.exchange(
+                [(mine, q) for q in others], [(parts[q], q) for q in others], tag
+            ).wait()
+
+    def _shard(self, plan: Plan) -> ShardPlan:
+        """Return this process's split of ``plan`` (computed once per plan object)."""
+        key = id(plan)
+        hit = self._shards.get(key)
+        if hit is not None and hit[0] is plan:
+            self._shards.move_to_end(key)
+            return hit[1]
+        shard = shard_plan(plan, self._n, self._parts, self._me)
+        self._shards[key] = (plan, shard)
+        if len(self._shards) > _CACHED_SHARDS:
+            self._shards.popitem(last=False)
+        return shard
+
+    def _with_halo(self, flat: np.ndarray, shard: ShardPlan) -> tuple[np.ndarray, Any]:
+        """Return the ``(b + h, m)`` extended rows of ``flat`` and the request filling the
+        halo rows. ``flat`` that is already the first rows of such a buffer (an earlier
+        result) is used in place."""
+        b, h, m = self._rows, len(shard.halo), flat.shape[1]
+        base = flat.base
+        if (
+            isinstance(base, np.ndarray)
+            and base.shape == (b + h, m)
+            and base.dtype == flat.dtype
+            and base.flags.c_contiguous
+            and flat.flags.c_contiguous
+            and base.ctypes.data == flat.ctypes.data
+        ):
+            ext = base
+        else:
+            ext = self._extended.empty((b + h, m), flat.dtype)
+            ext[:b] = flat
+        sends = [(np.ascontiguousarray(ext[rows]), q) for q, rows in shard.send.items()]
+        recvs = [(ext[b + a : b + z], q) for q, (a, z) in shard.recv.items()]
+        return ext, self._t.exchange(sends, recvs, _TAG_NEIGHBOR)
+
+    def _combine(self, plan: Plan, flat: np.ndarray) -> np.ndarray:
+        """Return the block's rows of ``W x`` for the block's rows ``flat`` ``(b, m)``."""
+        shard = self._shard(plan)
+        ext, request = self._with_halo(flat, shard)
+        out = self._extended.empty(ext.shape, ext.dtype)
+        with _timeline.phase("COMPUTE_AVERAGE"):
+            _combine_extended(shard, ext, out, request)
+        return out[: self._rows]
+
+    # -- per-agent arguments --------------------------------------------------------------
+    def _world_arg(self, value: Any, argname: str) -> Any:
+        """Return a per-agent argument for the whole world, gathering block-sized ones.
+
+        Every process gathers whenever the argument is per agent (by its type, the same on
+        every process running the same script), so the processes never disagree on
+        whether to communicate; lengths that fit neither form raise on every process.
+        """
+        if value is None or isinstance(value, numbers.Real) or is_matrix(value):
+            return value
+        if _arrays.is_tensor(value):
+            value = value.detach().cpu().numpy()
+        if not isinstance(value, np.ndarray | list | tuple) or np.ndim(value) == 0:
+            return value  # the plan's parser names what is wrong with it
+        parts = self._t.allgather_object(value)
+        lengths = [len(p) for p in parts]
+        if all(n == self._n for n in lengths):
+            return value
+        sizes = np.diff(self._bounds).tolist()
+        if lengths == sizes:
+            if isinstance(value, np.ndarray):
+                return np.concatenate([np.asarray(p) for p in parts])
+            return [v for p in parts for v in p]
+        raise ValueError(
+            f"{argname}: the processes gave {lengths} entries; give one per agent of the "
+            f"process's block ({sizes}, as fogsim.local builds it) or one per agent of the "
+            f"world ({self._n}) on every process"
+        )
+
+    # -- ops ------------------------------------------------------------------------------
+    def neighbor_allreduce(
+        self,
+        x: Any,
+        self_weight: Any = None,
+        src_weights: Any = None,
+        dst_weights: Any = None,
+        enable_topo_check: bool = True,
+        name: str | None = None,
+    ) -> Any:
+        _arrays.check_name(name)
+        if not isinstance(enable_topo_check, bool):
+            raise TypeError("enable_topo_check must be a bool")
+        arr, kind = self._stacked(x, "neighbor_allreduce", averaging=True)
+        sw = self._world_arg(self_weight, "self_weight")
+        src = self._world_arg(src_weights, "src_weights")
+        dst = self._world_arg(dst_weights, "dst_weights")
+        plan = resolve_plan(
+            self._n, self.load_topology(), self._is_weighted, self._static_plan, sw, src, dst
+        )
+        if plan is not self._static_plan and _weightcheck.enabled():
+            same = sw is None and dst is None and isinstance(src, Topology)
+            check_plan(plan, self._n, src if same else None)
+        flat = np.ascontiguousarray(arr.reshape(self._rows, -1))
+        if flat.shape[1]:
+            out = self._combine(plan, flat)
+        else:
+            out = np.empty_like(flat)
+        if self._cost is not None:
+            self._charge("neighbor_allreduce", arr, topology=plan_messages(plan, self._n))
+        return wrap_like(out.reshape(arr.shape), kind)
+
+    def _sum(self, arr: np.ndarray) -> np.ndarray:
+        """Return the sum over all N agents of ``arr`` (blocks summed, then added by process)."""
+        part = arr.sum(axis=0, dtype=arr.dtype)
+        parts = np.empty((self._parts, *part.shape), dtype=arr.dtype)
+        parts[self._me] = part
+        self._all_to_all(parts[self._me], list(parts), _TAG_GATHER)
+        total = parts[0].copy()
+        for q in range(1, self._parts):
+            total += parts[q]
+        return total
+
+    def allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
+        _arrays.check_name(name)
+        if not isinstance(average, bool):
+            raise TypeError(f"average must be a bool, got {type(average).__name__}")
+        arr, kind = self._stacked(x, "allreduce", averaging=average, adds=True)
+        total = self._sum(arr)
+        out = self._pool.empty(arr.shape, arr.dtype)
+        out[...] = total / self._n if average else total
+        self._charge("allreduce", arr)
+        return wrap_like(out, kind)
+
+    def decomposed_allreduce(self, x, average, name, factors):
+        _arrays.check_name(name)
+        if not isinstance(average, bool):
+            raise TypeError(f"average must be a bool, got {type(average).__name__}")
+        factors = (
+            default_factors(self._n, self._local)
+            if factors is None
+            else check_factors(factors, self._n)
+        )
+        arr, kind = self._stacked(x, "allreduce", averaging=average, adds=True)
+        total = self._sum(arr)
+        out = self._pool.empty(arr.shape, arr.dtype)
+        out[...] = total / self._n if average else total
+        self._charge("allreduce", arr, algorithm="decomposed", factors=factors)
+        return wrap_like(out, kind)
+
+    def broadcast(self, x: Any, root_rank: int, name: str | None = None) -> Any:
+        _arrays.check_name(name)
+        root = self.check_rank(root_rank, "root_rank")
+        arr, kind = self._stacked(x, "broadcast", averaging=False)
+        owner = int(block_of(np.array([root]), self._bounds)[0])
+        row = np.empty((1, *arr.shape[1:]), dtype=arr.dtype)
+        others = [q for q in range(self._parts) if q != self._me]
+        if self._me == owner:
+            row[0] = arr[root - self._first]
+            self._t.exchange([(row, q) for q in others], [], _TAG_GATHER).wait()
+        else:
+            self._t.exchange([], [(row, owner)], _TAG_GATHER).wait()
+        out = self._pool.empty(arr.shape, arr.dtype)
+        out[...] = row[0]
+        self._charge("broadcast", arr)
+        return wrap_like(out, kind)
+
+    def global_view(self, x: Any) -> Any:
+        """Return all N agents' values on every process (every block is sent to every
+        process: one process's whole state, for metrics and plots)."""
+        arr, kind = self._stacked(x, "global_view", averaging=False)
+        return wrap_like(self._gather_blocks(np.ascontiguousarray(arr)), kind)
+
+    def allgather(self, x: Any, name: str | None = None) -> Any:
+        _arrays.check_name(name)
+        if isinstance(x, list | tuple) and len(x) == self._rows:
+            return self._allgather_values(x)
+        arr, kind = self._stacked(x, "allgather", averaging=False)
+        return self._allgathered(self._gather_blocks(np.ascontiguousarray(arr)), kind, arr)
+
+    def _allgathered(self, whole: np.ndarray, kind: Any, arr: np.ndarray) -> Any:
+        per_agent = (
+            whole.reshape(self._n, -1, *whole.shape[2:]) if whole.ndim > 1 else whole[:, None]
+        )
+        flat = per_agent.reshape(1, -1, *per_agent.shape[2:])
+        out = self._pool.empty((self._rows, *flat.shape[1:]), whole.dtype)
+        out[...] = flat
+        self._charge("allgather", arr)
+        return wrap_like(out, kind)
+
+    def _allgather_values(self, values: Any) -> Any:
+        """allgather of one value per agent given as a sequence (sizes may differ)."""
+        parts = [_arrays.to_numpy(v, f"x[{i}]") for i, v in enumerate(values)]
+        arrays = [np.atleast_1d(a) for a, _ in parts]
+        everyone = [a for block in self._t.allgather_object(arrays) for a in block]
+        shapes = {a.shape for a in everyone}
+        trailing = {s[1:] for s in shapes}
+        if len(trailing) > 1:
+            raise ValueError(
+                f"allgather: agents' values differ beyond the first dimension: {sorted(trailing)}"
+            )
+        if len(shapes) == 1:  # alike on every process: the stacked form, as one process has
+            arr, kind = self._stacked(values, "allgather", averaging=False)
+            whole = np.concatenate(everyone).reshape(self._n, *arr.shape[1:])
+            return self._allgathered(whole, kind, arr)
+        whole = np.concatenate(everyone)
+        return [wrap_like(whole.copy(), kind) for _, kind in parts]
+
+    def neighbor_allgather(
+        self, x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
+    ) -> Any:
+        _arrays.check_name(name)
+        arr, kind = self._stacked(x, "neighbor_allgather", averaging=False)
+        if (src_ranks is None) != (dst_ranks is None):
+            raise ValueError("neighbor_allgather needs both src_ranks and dst_ranks, or neither")
+        if src_ranks is None:
+            plan = self._static_gather_plan()
+        else:
+            n = self._n
+            src = self._world_arg(src_ranks, "src_ranks")
+            dst = self._world_arg(dst_ranks, "dst_ranks")
+            recv = rank_rows(src, n, "src_ranks")
+            send = transpose(*rank_rows(dst, n, "dst_ranks"), n)
+            check_same_pattern(recv, send, n, names=("src_ranks", "dst_ranks"))
+            plan = _pattern_plan(recv[0], recv[1], n)
+        per_agent = arr[:, None] if arr.ndim == 1 else arr
+        flat = np.ascontiguousarray(per_agent.reshape(self._rows, -1))
+        shard = self._shard(plan)
+        ext, request = self._with_halo(flat, shard)
+        request.wait()
+        b = self._rows
+        indptr = shard.indptr[: b + 1]
+        gathered = ext[shard.indices[: indptr[-1]]].reshape(-1, *per_agent.shape[1:])
+        degrees = np.diff(plan.indptr)
+        if degrees.size and np.all(degrees == degrees[0]):
+            out = gathered.reshape(b, -1, *per_agent.shape[2:])
+            return wrap_like(out, kind)
+        chunks = np.split(gathered, indptr[1:-1])
+        return [wrap_like(c.reshape(-1, *per_agent.shape[2:]), kind) for c in chunks]
+
+    def _static_gather_plan(self) -> CsrPlan:
+        topo = self.load_topology()
+        if self._gather_plan is None or self._gather_plan[0] is not topo:
+            indptr, indices, _ = topo.offdiag_csr()
+            self._gather_plan = (topo, _pattern_plan(indptr, indices, self._n))
+        return self._gather_plan[1]
+
+    # -- machine level --------------------------------------------------------------------
+    def _machine_totals(self, arr: np.ndarray) -> np.ndarray:
+        """Every machine's sum ``(M, m)`` on every process, each added in local-rank order
+        (as one process adds them) by the process holding the machine's first agent."""
+        k, n = self._local, self._n
+        flat = np.ascontiguousarray(arr.reshape(self._rows, -1))
+        if self._members is None:
+            firsts = np.arange(0, n, k)
+            indptr = np.zeros(n + 1, dtype=np.int64)
+            indptr[firsts + 1] = k - 1
+            indices = (firsts[:, None] + np.arange(1, k)).ravel().astype(np.int32)
+            self._members = CsrPlan(np.zeros(n), np.cumsum(indptr), indices, np.ones(indices.size))
+        shard = self._shard(self._members)
+        ext, request = self._with_halo(flat, shard)
+        request.wait()
+        owned = [(-(-a // k), -(-z // k)) for a, z in self._blocks()]  # machines by first agent
+        c0, c1 = owned[self._me]
+        rows = np.arange(c0, c1) * k - self._first
+        totals = np.empty((n // k, flat.shape[1]), dtype=flat.dtype)
+        mine = totals[c0:c1]
+        mine[...] = ext[rows]
+        for j in range(k - 1):
+            mine += ext[shard.indices[shard.indptr[rows] + j]]
+        self._all_to_all(mine, [totals[a:z] for a, z in owned], _TAG_MACHINE)
+        return totals
+
+    def _machine_rows(self, per_machine: np.ndarray, arr: np.ndarray) -> np.ndarray:
+        """The block's rows of a per-machine ``(M, m)`` value, shaped like ``arr``."""
+        out = self._pool.empty(arr.shape, per_machine.dtype)
+        out.reshape(self._rows, -1)[...] = per_machine[self.rank() // self._local]
+        return out
+
+    def hierarchical_neighbor_allreduce(
+        self,
+        x: Any,
+        self_weight: Any = None,
+        src_machine_weights: Any = None,
+        dst_machine_weights: Any = None,
+        enable_topo_check: bool = True,
+        name: str | None = None,
+    ) -> Any:
+        _arrays.check_name(name)
+        if not isinstance(enable_topo_check, bool):
+            raise TypeError("enable_topo_check must be a bool")
+        op = "hierarchical_neighbor_allreduce"
+        arr, kind = self._stacked(x, op, averaging=True)
+        topo = self.load_machine_topology()
+        machines, k = self._n // self._local, self._local
+        if self._machine_plan is None or self._machine_plan_of is not topo:
+            self._machine_plan = static_plan(topo, self._machine_weighted)
+            self._machine_plan_of = topo
+        args = (
+            _roots(self._world_arg(self_weight, "self_weight"), self._n, k, "self_weight"),
+            _roots(
+                self._world_arg(src_machine_weights, "src_machine_weights"),
+                self._n,
+                k,
+                "src_machine_weights",
+            ),
+            _roots(
+                self._world_arg(dst_machine_weights, "dst_machine_weights"),
+                self._n,
+                k,
+                "dst_machine_weights",
+            ),
+        )
+        with machine_words():
+            plan = resolve_plan(machines, topo, self._machine_weighted, self._machine_plan, *args)
+        means = self._machine_totals(arr)
+        np.divide(means, k, out=means)
+        mixed = np.empty_like(means)
+        if means.shape[1]:
+            apply_plan(plan, means, mixed)
+        if self._cost is not None:
+            self._charge(op, arr, machine_topology=plan_messages(plan, machines))
+        return wrap_like(self._machine_rows(mixed, arr), kind)
+
+    def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
+        _arrays.check_name(name)
+        if not isinstance(average, bool):
+            raise TypeError(f"average must be a bool, got {type(average).__name__}")
+        arr, kind = self._stacked(x, "allreduce", averaging=average, adds=True)
+        totals = self._machine_totals(arr)
+        if average:
+            totals = totals / self._local
+        return wrap_like(self._machine_rows(totals, arr), kind)
+
+
+def _pattern_plan(indptr: np.ndarray, indices: np.ndarray, n: int) -> CsrPlan:
+    """A plan whose entries are the edges of a pattern (what neighbor_allgather reads)."""
+    return CsrPlan(np.zeros(n), indptr, indices, np.ones(len(indices)))
+
+
+def _combine_extended(shard: ShardPlan, ext: np.ndarray, out: np.ndarray, request: Any) -> None:
+    """Compute the block's rows of ``out`` from ``ext`` once the halo has arrived."""
+    from ... import _core
+
+    request.wait()
+    _core.csr_combine(shard.indptr, shard.indices, shard.data, shard.self_weight, ext, out)
