@@ -87,6 +87,21 @@ def test_sim_mode_runs_the_simulator():
     assert done.stdout.strip() == "3"
 
 
+@needs_mpi
+def test_sim_shards_splits_one_simulation_over_processes():
+    # The script is the one-process script: -np names the agents, --shards the processes.
+    code = (
+        "import fogsim as fs; fs.init(); r = fs.rank(); "
+        "print(fs.size(), r[0], r[-1], fs.is_main_process(), flush=True)"
+    )
+    done = fogrun("--sim", "-np", "11", "--shards", "2", "python", "-c", code)
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.split("\n")[:-1]) == ["11 0 5 True", "11 6 10 False"]
+    one = fogrun("--sim", "-np", "11", "--shards", "1", "python", "-c", code)
+    assert one.returncode == 0, one.stderr
+    assert one.stdout == "11 0 10 True\n"
+
+
 def test_spmd_mode_runs_one_thread_per_agent(tmp_path):
     script = tmp_path / "agent.py"
     script.write_text(
