@@ -101,10 +101,15 @@ def _need_gb(topology: str, n: int, p: int) -> float:
     """A generous guess of the memory a run needs, all processes together.
 
     A process keeps its block and halo rows about four times (state, result, the combine's
-    extended copy, the plan's temporaries); one process at 10^7 agents peaked at 2 GB.
+    extended copy, temporaries); one process at 10^7 agents peaked at 2 GB. Sharded, each
+    process also reads the whole circulant plan as CSR once (``shard_plan``: about 50 bytes
+    per agent and offset, measured at 10^6 agents), until circulant plans split per block.
     """
-    held = n if p == 1 else sum(b + h for b, h in _held_rows(topology, n, p))
-    return 4 * held * ROW / 2**30 + 0.25 * p
+    if p == 1:
+        return 4 * n * ROW / 2**30 + 0.25
+    held = sum(b + h for b, h in _held_rows(topology, n, p))
+    plan = p * n * len(_offsets(topology, n)) * 50
+    return (4 * held * ROW + plan) / 2**30 + 0.25 * p
 
 
 def launch(
