@@ -47,6 +47,7 @@ from ...topology import Topology
 from .._weights import is_matrix, machine_words
 from .._windows import NoWindows
 from ._backend import SimBackend, _roots
+from ._bands import BandPlan, band_plan, combine_band, exchange_band
 from ._plan import (
     CsrPlan,
     Plan,
@@ -134,7 +135,7 @@ class ShardedSimBackend(SimBackend):
         self._shapes = ShapeGuard(self._rows)
         self.windows = ShardedWindows(self.name)  # type: ignore[assignment]  # no windows here
         self._extended = BufferPool()  # (block + halo) buffers: inputs and outputs
-        self._shards: OrderedDict[int, tuple[Plan, ShardPlan]] = OrderedDict()
+        self._shards: OrderedDict[tuple[int, bool], tuple[Plan, Any]] = OrderedDict()
         self._gather_plan: tuple[Any, CsrPlan] | None = None
         self._members: CsrPlan | None = None
 
@@ -227,49 +228,77 @@ class ShardedSimBackend(SimBackend):
                 [(mine, q) for q in others], [(parts[q], q) for q in others], tag
             ).wait()
 
-    def _shard(self, plan: Plan) -> ShardPlan:
-        """Return this process's split of ``plan`` (computed once per plan object)."""
-        key = id(plan)
+    def _split(self, plan: Plan, narrow: bool = False) -> Any:
+        """Return this process's part of ``plan``, computed once per plan object: a
+        :class:`BandPlan` when ``narrow`` allows one and the plan is a narrow circulant,
+        else a :class:`ShardPlan`."""
+        key = (id(plan), narrow)
         hit = self._shards.get(key)
         if hit is not None and hit[0] is plan:
             self._shards.move_to_end(key)
             return hit[1]
-        shard = shard_plan(plan, self._n, self._parts, self._me)
-        self._shards[key] = (plan, shard)
+        split: BandPlan | ShardPlan | None = None
+        if narrow:
+            split = band_plan(plan, self._n, self._parts, self._me)
+        if split is None:
+            split = shard_plan(plan, self._n, self._parts, self._me)
+        self._shards[key] = (plan, split)
         if len(self._shards) > _CACHED_SHARDS:
             self._shards.popitem(last=False)
-        return shard
+        return split
 
-    def _with_halo(self, flat: np.ndarray, shard: ShardPlan) -> tuple[np.ndarray, Any]:
-        """Return the ``(b + h, m)`` extended rows of ``flat`` and the request filling the
-        halo rows. ``flat`` that is already the first rows of such a buffer (an earlier
-        result) is used in place."""
-        b, h, m = self._rows, len(shard.halo), flat.shape[1]
+    def _shard(self, plan: Plan) -> ShardPlan:
+        """Return this process's :class:`ShardPlan` of ``plan`` (cached)."""
+        split: ShardPlan = self._split(plan)
+        return split
+
+    def _extended_rows(self, flat: np.ndarray, before: int, total: int) -> np.ndarray:
+        """Return a ``(total, m)`` buffer holding ``flat`` at rows ``[before, before + b)``.
+
+        ``flat`` that already sits there in such a buffer (an earlier result) is used in
+        place: ``x = fs.neighbor_allreduce(x)`` copies no block.
+        """
+        b, m = self._rows, flat.shape[1]
         base = flat.base
         if (
             isinstance(base, np.ndarray)
-            and base.shape == (b + h, m)
+            and base.shape == (total, m)
             and base.dtype == flat.dtype
             and base.flags.c_contiguous
             and flat.flags.c_contiguous
-            and base.ctypes.data == flat.ctypes.data
+            and flat.ctypes.data == base.ctypes.data + before * m * base.itemsize
         ):
-            ext = base
-        else:
-            ext = self._extended.empty((b + h, m), flat.dtype)
-            ext[:b] = flat
+            return base
+        ext = self._extended.empty((total, m), flat.dtype)
+        ext[before : before + b] = flat
+        return ext
+
+    def _with_halo(self, flat: np.ndarray, shard: ShardPlan) -> tuple[np.ndarray, Any]:
+        """Return the ``(b + h, m)`` extended rows of ``flat`` and the request filling the
+        halo rows ``[b, b + h)``."""
+        b = self._rows
+        ext = self._extended_rows(flat, 0, b + len(shard.halo))
         sends = [(np.ascontiguousarray(ext[rows]), q) for q, rows in shard.send.items()]
         recvs = [(ext[b + a : b + z], q) for q, (a, z) in shard.recv.items()]
         return ext, self._t.exchange(sends, recvs, _TAG_NEIGHBOR)
 
     def _combine(self, plan: Plan, flat: np.ndarray) -> np.ndarray:
         """Return the block's rows of ``W x`` for the block's rows ``flat`` ``(b, m)``."""
-        shard = self._shard(plan)
-        ext, request = self._with_halo(flat, shard)
+        split = self._split(plan, narrow=True)
+        b = self._rows
+        if isinstance(split, BandPlan):
+            a = split.before
+            ext = self._extended_rows(flat, a, a + b + split.after)
+            request = exchange_band(self._t, split, ext, _TAG_NEIGHBOR)
+            out = self._extended.empty(ext.shape, ext.dtype)
+            with _timeline.phase("COMPUTE_AVERAGE"):
+                combine_band(split, ext, out, request)
+            return out[a : a + b]
+        ext, request = self._with_halo(flat, split)
         out = self._extended.empty(ext.shape, ext.dtype)
         with _timeline.phase("COMPUTE_AVERAGE"):
-            _combine_extended(shard, ext, out, request)
-        return out[: self._rows]
+            _combine_extended(split, ext, out, request)
+        return out[:b]
 
     # -- per-agent arguments --------------------------------------------------------------
     def _world_arg(self, value: Any, argname: str) -> Any:
