@@ -44,14 +44,13 @@ from ... import timeline as _timeline
 from ..._arrays import wrap_like
 from ...hierarchy._decomposed import check_factors, default_factors
 from ...topology import Topology
-from .._weights import is_matrix, machine_words
+from .._weights import is_matrix
 from .._windows import NoWindows
-from ._backend import SimBackend, _roots
+from ._backend import SimBackend
 from ._bands import BandPlan, band_plan, combine_band, exchange_band
 from ._plan import (
     CsrPlan,
     Plan,
-    apply_plan,
     check_plan,
     check_same_pattern,
     plan_messages,
@@ -62,13 +61,14 @@ from ._plan import (
 )
 from ._pool import BufferPool
 from ._shapes import ShapeGuard
+from ._sharded_machines import ShardedMachines
 from ._shards import ShardPlan, block_bounds, block_of, shard_plan
 
 __all__ = ["ShardedSimBackend", "open_transport"]
 
 #: Message tags: one per kind of op (all processes run ops in the same order, and
 #: messages between two processes with one tag arrive in the order they were sent).
-_TAG_NEIGHBOR, _TAG_GATHER, _TAG_MACHINE = 11, 12, 13
+_TAG_NEIGHBOR, _TAG_GATHER = 11, 12  # (13: the machine-level ops)
 #: Step plans whose split is remembered (a dynamic schedule cycles through a few).
 _CACHED_SHARDS = 32
 _MODE = "the sharded simulator (agents split over processes)"
@@ -104,7 +104,7 @@ class ShardedWindows(NoWindows):
         )
 
 
-class ShardedSimBackend(SimBackend):
+class ShardedSimBackend(ShardedMachines, SimBackend):
     """Simulate ``size`` agents over the processes of ``transport``, one block each.
 
     ``shards``, when given, must be the number of processes (a check of the launch);
@@ -495,93 +495,6 @@ class ShardedSimBackend(SimBackend):
             indptr, indices, _ = topo.offdiag_csr()
             self._gather_plan = (topo, _pattern_plan(indptr, indices, self._n))
         return self._gather_plan[1]
-
-    # -- machine level --------------------------------------------------------------------
-    def _machine_totals(self, arr: np.ndarray) -> np.ndarray:
-        """Every machine's sum ``(M, m)`` on every process, each added in local-rank order
-        (as one process adds them) by the process holding the machine's first agent."""
-        k, n = self._local, self._n
-        flat = np.ascontiguousarray(arr.reshape(self._rows, -1))
-        if self._members is None:
-            firsts = np.arange(0, n, k)
-            indptr = np.zeros(n + 1, dtype=np.int64)
-            indptr[firsts + 1] = k - 1
-            indices = (firsts[:, None] + np.arange(1, k)).ravel().astype(np.int32)
-            self._members = CsrPlan(np.zeros(n), np.cumsum(indptr), indices, np.ones(indices.size))
-        shard = self._shard(self._members)
-        ext, request = self._with_halo(flat, shard)
-        request.wait()
-        owned = [(-(-a // k), -(-z // k)) for a, z in self._blocks()]  # machines by first agent
-        c0, c1 = owned[self._me]
-        rows = np.arange(c0, c1) * k - self._first
-        totals = np.empty((n // k, flat.shape[1]), dtype=flat.dtype)
-        mine = totals[c0:c1]
-        mine[...] = ext[rows]
-        for j in range(k - 1):
-            mine += ext[shard.indices[shard.indptr[rows] + j]]
-        self._all_to_all(mine, [totals[a:z] for a, z in owned], _TAG_MACHINE)
-        return totals
-
-    def _machine_rows(self, per_machine: np.ndarray, arr: np.ndarray) -> np.ndarray:
-        """The block's rows of a per-machine ``(M, m)`` value, shaped like ``arr``."""
-        out = self._pool.empty(arr.shape, per_machine.dtype)
-        out.reshape(self._rows, -1)[...] = per_machine[self.rank() // self._local]
-        return out
-
-    def hierarchical_neighbor_allreduce(
-        self,
-        x: Any,
-        self_weight: Any = None,
-        src_machine_weights: Any = None,
-        dst_machine_weights: Any = None,
-        enable_topo_check: bool = True,
-        name: str | None = None,
-    ) -> Any:
-        _arrays.check_name(name)
-        if not isinstance(enable_topo_check, bool):
-            raise TypeError("enable_topo_check must be a bool")
-        op = "hierarchical_neighbor_allreduce"
-        arr, kind = self._stacked(x, op, averaging=True)
-        topo = self.load_machine_topology()
-        machines, k = self._n // self._local, self._local
-        if self._machine_plan is None or self._machine_plan_of is not topo:
-            self._machine_plan = static_plan(topo, self._machine_weighted)
-            self._machine_plan_of = topo
-        args = (
-            _roots(self._world_arg(self_weight, "self_weight"), self._n, k, "self_weight"),
-            _roots(
-                self._world_arg(src_machine_weights, "src_machine_weights"),
-                self._n,
-                k,
-                "src_machine_weights",
-            ),
-            _roots(
-                self._world_arg(dst_machine_weights, "dst_machine_weights"),
-                self._n,
-                k,
-                "dst_machine_weights",
-            ),
-        )
-        with machine_words():
-            plan = resolve_plan(machines, topo, self._machine_weighted, self._machine_plan, *args)
-        means = self._machine_totals(arr)
-        np.divide(means, k, out=means)
-        mixed = np.empty_like(means)
-        if means.shape[1]:
-            apply_plan(plan, means, mixed)
-        if self._cost is not None:
-            self._charge(op, arr, machine_topology=plan_messages(plan, machines))
-        return wrap_like(self._machine_rows(mixed, arr), kind)
-
-    def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
-        _arrays.check_name(name)
-        if not isinstance(average, bool):
-            raise TypeError(f"average must be a bool, got {type(average).__name__}")
-        arr, kind = self._stacked(x, "allreduce", averaging=average, adds=True)
-        totals = self._machine_totals(arr)
-        if average:
-            totals = totals / self._local
-        return wrap_like(self._machine_rows(totals, arr), kind)
 
 
 def _pattern_plan(indptr: np.ndarray, indices: np.ndarray, n: int) -> CsrPlan:
