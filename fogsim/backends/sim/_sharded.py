@@ -146,6 +146,11 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
         return self._parts
 
     @property
+    def shard(self) -> int:
+        """This process's index among the :attr:`shards` (0: the main process)."""
+        return self._me
+
+    @property
     def block(self) -> tuple[int, int]:
         """This process's agents ``[lo, hi)``."""
         return self._first, self._first + self._rows
