@@ -162,3 +162,34 @@ def test_a_block_smaller_than_the_reach_and_more_processes_than_agents():
 def test_shards_must_match_the_processes_launched():
     with pytest.raises(ValueError, match="shards=3 but 2 process"):
         sharded(8, 2, lambda backend: None, shards=3)
+
+
+def test_a_dynamic_schedule_is_split_once_per_topology(monkeypatch):
+    from fogsim.backends.sim import _sharded
+
+    n, parts = 64, 2
+    x = np.random.default_rng(4).standard_normal((n, 2))
+    steps = [next(s) for s in [T.one_peer_exponential_two(n)] for _ in range(18)]  # 3 cycles
+    with fs.Context(backend="sim", size=n) as ctx:
+        want = x
+        for step in steps:
+            want = ctx.backend.neighbor_allreduce(want, src_weights=step.weights)
+    splits = []
+    for name in ("band_plan", "shard_plan"):
+        real = getattr(_sharded, name)
+        monkeypatch.setattr(
+            _sharded, name, lambda *a, real=real, name=name: splits.append(name) or real(*a)
+        )
+
+    def work(backend):
+        backend.set_topology(T.exponential_two_graph(n))
+        lo, hi = backend.block
+        y = x[lo:hi]
+        for step in steps:
+            y = backend.neighbor_allreduce(y, src_weights=step.weights)
+        return lo, hi, y
+
+    for lo, hi, y in sharded(n, parts, work):
+        np.testing.assert_array_equal(y, want[lo:hi])
+    distinct = len({id(step.weights) for step in steps})
+    assert distinct == 6 and 0 < splits.count("band_plan") <= parts * distinct

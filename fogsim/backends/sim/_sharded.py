@@ -135,7 +135,7 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
         self._shapes = ShapeGuard(self._rows)
         self.windows = ShardedWindows(self.name)  # type: ignore[assignment]  # no windows here
         self._extended = BufferPool()  # (block + halo) buffers: inputs and outputs
-        self._shards: OrderedDict[tuple[int, bool], tuple[Plan, Any]] = OrderedDict()
+        self._shards: OrderedDict[tuple[tuple[int, ...], bool], tuple[Plan, Any]] = OrderedDict()
         self._gather_plan: tuple[Any, CsrPlan] | None = None
         self._members: CsrPlan | None = None
 
@@ -234,12 +234,15 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
             ).wait()
 
     def _split(self, plan: Plan, narrow: bool = False) -> Any:
-        """Return this process's part of ``plan``, computed once per plan object: a
-        :class:`BandPlan` when ``narrow`` allows one and the plan is a narrow circulant,
-        else a :class:`ShardPlan`."""
-        key = (id(plan), narrow)
+        """Return this process's part of ``plan``: a :class:`BandPlan` when ``narrow``
+        allows one and the plan is a narrow circulant, else a :class:`ShardPlan`.
+
+        Computed once per plan's arrays: a dynamic schedule's Topology objects give plans
+        made afresh each step but holding the same (cached) arrays.
+        """
+        key = (_plan_key(plan), narrow)
         hit = self._shards.get(key)
-        if hit is not None and hit[0] is plan:
+        if hit is not None and _plan_key(hit[0]) == key[0]:
             self._shards.move_to_end(key)
             return hit[1]
         split: BandPlan | ShardPlan | None = None
@@ -500,6 +503,13 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
             indptr, indices, _ = topo.offdiag_csr()
             self._gather_plan = (topo, _pattern_plan(indptr, indices, self._n))
         return self._gather_plan[1]
+
+
+def _plan_key(plan: Plan) -> tuple[int, ...]:
+    """The identity of what a plan is made of (the cache holds the plan, so it lives on)."""
+    if isinstance(plan, CsrPlan):
+        return (id(plan.indptr), id(plan.indices), id(plan.data), id(plan.self_weight))
+    return (id(plan.form),)
 
 
 def _pattern_plan(indptr: np.ndarray, indices: np.ndarray, n: int) -> CsrPlan:
