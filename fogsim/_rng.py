@@ -48,7 +48,8 @@ def rng() -> Any:
         if isinstance(rank, numbers.Integral):
             gen = agent_generator(ctx.seed, int(rank))
         else:
-            gen = StackedGenerator([agent_generator(ctx.seed, r) for r in range(backend.size_int)])
+            # the stacked agents: all of them, or this process's block when sharded
+            gen = StackedGenerator([agent_generator(ctx.seed, int(r)) for r in rank])
         ctx.agent_rng = gen
     return gen
 

@@ -340,7 +340,9 @@ def start(prefix: str, max_agents: int = 32, bluefog: bool = False) -> Timeline:
     """Start recording for the current fogsim world; return the :class:`Timeline`.
 
     Distributed, this rank writes ``PREFIX<rank>.json``; in simulation ``PREFIX.json`` with
-    tracks for the first ``max_agents`` agents. A running timeline is stopped first.
+    tracks for the first ``max_agents`` agents (sharded over P processes, process p writes
+    ``PREFIX-shard<p>.json`` for the first agents of its block). A running timeline is
+    stopped first.
     ``bluefog``: write BlueFog's layout (see the module docstring).
     """
     import numpy as np
@@ -357,8 +359,12 @@ def start(prefix: str, max_agents: int = 32, bluefog: bool = False) -> Timeline:
     stop()
     rank = fs.rank()
     kind = _bluefog_kind() if bluefog else Timeline
-    if np.ndim(rank):  # simulation: every agent in this process
-        active = kind(f"{prefix}.json", list(range(min(fs.size(), max_agents))), "agent")
+    if np.ndim(rank):  # simulation: every agent in this process, or a block of them
+        agents = [int(r) for r in rank[:max_agents]]
+        backend = fs._context.current().backend
+        shards = getattr(backend, "shards", 1)
+        name = f"{prefix}.json" if shards == 1 else f"{prefix}-shard{backend.shard}.json"
+        active = kind(name, agents, "agent")
     else:
         active = kind(f"{prefix}{int(rank)}.json", [int(rank)], "rank")
     return active

@@ -28,12 +28,23 @@ WORLDS = ((64, 4), (50, 5))
 SUMS = ("allreduce", "allreduce_sum", "local_allreduce", "local_allreduce_sum")
 
 
+def cube_root_of_rank(r):
+    """A per-agent function numba compiles (Newton's iteration for the cube root of r + 1)."""
+    y = 1.0
+    for _ in range(30):
+        y = y - (y * y * y - (r + 1.0)) / (3.0 * y * y)
+    return y
+
+
 def script(n: int) -> dict[str, np.ndarray]:
     """The ops under test, written once for the stacked agents of the current world."""
     out: dict[str, np.ndarray] = {}
     ranks = fs.rank()
     x = fs.local(lambda r: np.random.default_rng(r).standard_normal(3))
     out["ranks"] = np.asarray(ranks, dtype=float)
+    out["rng"] = fs.rng().standard_normal(2)
+    out["vmap"] = fs.vmap(lambda v, c: v * c + 1.0, in_axes=(0, None))(ranks, 0.5)
+    out["local_jit"] = fs.local(cube_root_of_rank, jit=True)
     out["exp2"] = fs.neighbor_allreduce(x)
     y = x
     for _ in range(3):  # the consensus loop: each result is the next input
@@ -121,6 +132,10 @@ def job(out: str) -> None:
     from mpi4py import MPI
 
     reports = {f"{n}": compare(n, k) for n, k in WORLDS}
+    fs.init(backend="sim", size=12)
+    fs.timeline.start(str(Path(out).parent / "trace"))  # one file per process
+    fs.neighbor_allreduce(fs.local(lambda r: np.ones(2)))
+    fs.timeline.stop()
     gathered = MPI.COMM_WORLD.gather(reports, root=0)
     if MPI.COMM_WORLD.Get_rank() == 0:
         Path(out).write_text(json.dumps(gathered))
@@ -135,6 +150,12 @@ def test_the_script_sharded_gives_one_processs_numbers(tmp_path, parts, transpor
     _jobs.fogrun(parts, "-m", "tests.test_sim_sharded", str(out), timeout=240, env=env).check()
     reports = json.loads(out.read_text())
     assert len(reports) == parts
+    traces = sorted(p.name for p in tmp_path.glob("trace*.json"))
+    assert traces == [f"trace-shard{p}.json" for p in range(parts)]
+    for p, block in enumerate(np.array_split(np.arange(12), parts)):  # its own agents
+        events = json.loads((tmp_path / f"trace-shard{p}.json").read_text())["traceEvents"]
+        pids = {e["pid"] for e in events if "pid" in e}
+        assert block[0] in pids and pids <= set(block.tolist())
     for n, _k in WORLDS:
         blocks = [r[str(n)]["block"] for r in reports]
         assert blocks[0][0] == 0 and blocks[-1][1] == n  # contiguous blocks cover the world
@@ -145,7 +166,7 @@ def test_the_script_sharded_gives_one_processs_numbers(tmp_path, parts, transpor
             report = r[str(n)]
             assert report["size"] == n and report["shards"] == parts
             assert report["held"] == hi - lo < n  # each process holds only its block
-            assert len(report["same"]) == 22
+            assert len(report["same"]) == 25
             wrong = [case for case, ok in report["same"].items() if not ok]
             assert not wrong, f"N={n}, block {lo}..{hi}: differ from one process: {wrong}"
             assert report["refusals"] == ["win_create", "set_asynchrony"]

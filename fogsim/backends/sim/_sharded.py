@@ -44,13 +44,13 @@ from ... import timeline as _timeline
 from ..._arrays import wrap_like
 from ...hierarchy._decomposed import check_factors, default_factors
 from ...topology import Topology
-from .._weights import is_matrix, machine_words
+from .._weights import is_matrix
 from .._windows import NoWindows
-from ._backend import SimBackend, _roots
+from ._backend import SimBackend
+from ._bands import BandPlan, band_plan, combine_band, exchange_band
 from ._plan import (
     CsrPlan,
     Plan,
-    apply_plan,
     check_plan,
     check_same_pattern,
     plan_messages,
@@ -61,13 +61,14 @@ from ._plan import (
 )
 from ._pool import BufferPool
 from ._shapes import ShapeGuard
+from ._sharded_machines import ShardedMachines
 from ._shards import ShardPlan, block_bounds, block_of, shard_plan
 
 __all__ = ["ShardedSimBackend", "open_transport"]
 
 #: Message tags: one per kind of op (all processes run ops in the same order, and
 #: messages between two processes with one tag arrive in the order they were sent).
-_TAG_NEIGHBOR, _TAG_GATHER, _TAG_MACHINE = 11, 12, 13
+_TAG_NEIGHBOR, _TAG_GATHER = 11, 12  # (13: the machine-level ops)
 #: Step plans whose split is remembered (a dynamic schedule cycles through a few).
 _CACHED_SHARDS = 32
 _MODE = "the sharded simulator (agents split over processes)"
@@ -103,7 +104,7 @@ class ShardedWindows(NoWindows):
         )
 
 
-class ShardedSimBackend(SimBackend):
+class ShardedSimBackend(ShardedMachines, SimBackend):
     """Simulate ``size`` agents over the processes of ``transport``, one block each.
 
     ``shards``, when given, must be the number of processes (a check of the launch);
@@ -134,7 +135,7 @@ class ShardedSimBackend(SimBackend):
         self._shapes = ShapeGuard(self._rows)
         self.windows = ShardedWindows(self.name)  # type: ignore[assignment]  # no windows here
         self._extended = BufferPool()  # (block + halo) buffers: inputs and outputs
-        self._shards: OrderedDict[int, tuple[Plan, ShardPlan]] = OrderedDict()
+        self._shards: OrderedDict[tuple[tuple[int, ...], bool], tuple[Plan, Any]] = OrderedDict()
         self._gather_plan: tuple[Any, CsrPlan] | None = None
         self._members: CsrPlan | None = None
 
@@ -143,6 +144,11 @@ class ShardedSimBackend(SimBackend):
     def shards(self) -> int:
         """The number of processes the agents are split over."""
         return self._parts
+
+    @property
+    def shard(self) -> int:
+        """This process's index among the :attr:`shards` (0: the main process)."""
+        return self._me
 
     @property
     def block(self) -> tuple[int, int]:
@@ -227,49 +233,80 @@ class ShardedSimBackend(SimBackend):
                 [(mine, q) for q in others], [(parts[q], q) for q in others], tag
             ).wait()
 
-    def _shard(self, plan: Plan) -> ShardPlan:
-        """Return this process's split of ``plan`` (computed once per plan object)."""
-        key = id(plan)
+    def _split(self, plan: Plan, narrow: bool = False) -> Any:
+        """Return this process's part of ``plan``: a :class:`BandPlan` when ``narrow``
+        allows one and the plan is a narrow circulant, else a :class:`ShardPlan`.
+
+        Computed once per plan's arrays: a dynamic schedule's Topology objects give plans
+        made afresh each step but holding the same (cached) arrays.
+        """
+        key = (_plan_key(plan), narrow)
         hit = self._shards.get(key)
-        if hit is not None and hit[0] is plan:
+        if hit is not None and _plan_key(hit[0]) == key[0]:
             self._shards.move_to_end(key)
             return hit[1]
-        shard = shard_plan(plan, self._n, self._parts, self._me)
-        self._shards[key] = (plan, shard)
+        split: BandPlan | ShardPlan | None = None
+        if narrow:
+            split = band_plan(plan, self._n, self._parts, self._me)
+        if split is None:
+            split = shard_plan(plan, self._n, self._parts, self._me)
+        self._shards[key] = (plan, split)
         if len(self._shards) > _CACHED_SHARDS:
             self._shards.popitem(last=False)
-        return shard
+        return split
 
-    def _with_halo(self, flat: np.ndarray, shard: ShardPlan) -> tuple[np.ndarray, Any]:
-        """Return the ``(b + h, m)`` extended rows of ``flat`` and the request filling the
-        halo rows. ``flat`` that is already the first rows of such a buffer (an earlier
-        result) is used in place."""
-        b, h, m = self._rows, len(shard.halo), flat.shape[1]
+    def _shard(self, plan: Plan) -> ShardPlan:
+        """Return this process's :class:`ShardPlan` of ``plan`` (cached)."""
+        split: ShardPlan = self._split(plan)
+        return split
+
+    def _extended_rows(self, flat: np.ndarray, before: int, total: int) -> np.ndarray:
+        """Return a ``(total, m)`` buffer holding ``flat`` at rows ``[before, before + b)``.
+
+        ``flat`` that already sits there in such a buffer (an earlier result) is used in
+        place: ``x = fs.neighbor_allreduce(x)`` copies no block.
+        """
+        b, m = self._rows, flat.shape[1]
         base = flat.base
         if (
             isinstance(base, np.ndarray)
-            and base.shape == (b + h, m)
+            and base.shape == (total, m)
             and base.dtype == flat.dtype
             and base.flags.c_contiguous
             and flat.flags.c_contiguous
-            and base.ctypes.data == flat.ctypes.data
+            and flat.ctypes.data == base.ctypes.data + before * m * base.itemsize
         ):
-            ext = base
-        else:
-            ext = self._extended.empty((b + h, m), flat.dtype)
-            ext[:b] = flat
+            return base
+        ext = self._extended.empty((total, m), flat.dtype)
+        ext[before : before + b] = flat
+        return ext
+
+    def _with_halo(self, flat: np.ndarray, shard: ShardPlan) -> tuple[np.ndarray, Any]:
+        """Return the ``(b + h, m)`` extended rows of ``flat`` and the request filling the
+        halo rows ``[b, b + h)``."""
+        b = self._rows
+        ext = self._extended_rows(flat, 0, b + len(shard.halo))
         sends = [(np.ascontiguousarray(ext[rows]), q) for q, rows in shard.send.items()]
         recvs = [(ext[b + a : b + z], q) for q, (a, z) in shard.recv.items()]
         return ext, self._t.exchange(sends, recvs, _TAG_NEIGHBOR)
 
     def _combine(self, plan: Plan, flat: np.ndarray) -> np.ndarray:
         """Return the block's rows of ``W x`` for the block's rows ``flat`` ``(b, m)``."""
-        shard = self._shard(plan)
-        ext, request = self._with_halo(flat, shard)
+        split = self._split(plan, narrow=True)
+        b = self._rows
+        if isinstance(split, BandPlan):
+            a = split.before
+            ext = self._extended_rows(flat, a, a + b + split.after)
+            request = exchange_band(self._t, split, ext, _TAG_NEIGHBOR)
+            out = self._extended.empty(ext.shape, ext.dtype)
+            with _timeline.phase("COMPUTE_AVERAGE"):
+                combine_band(split, ext, out, request)
+            return out[a : a + b]
+        ext, request = self._with_halo(flat, split)
         out = self._extended.empty(ext.shape, ext.dtype)
         with _timeline.phase("COMPUTE_AVERAGE"):
-            _combine_extended(shard, ext, out, request)
-        return out[: self._rows]
+            _combine_extended(split, ext, out, request)
+        return out[:b]
 
     # -- per-agent arguments --------------------------------------------------------------
     def _world_arg(self, value: Any, argname: str) -> Any:
@@ -467,92 +504,12 @@ class ShardedSimBackend(SimBackend):
             self._gather_plan = (topo, _pattern_plan(indptr, indices, self._n))
         return self._gather_plan[1]
 
-    # -- machine level --------------------------------------------------------------------
-    def _machine_totals(self, arr: np.ndarray) -> np.ndarray:
-        """Every machine's sum ``(M, m)`` on every process, each added in local-rank order
-        (as one process adds them) by the process holding the machine's first agent."""
-        k, n = self._local, self._n
-        flat = np.ascontiguousarray(arr.reshape(self._rows, -1))
-        if self._members is None:
-            firsts = np.arange(0, n, k)
-            indptr = np.zeros(n + 1, dtype=np.int64)
-            indptr[firsts + 1] = k - 1
-            indices = (firsts[:, None] + np.arange(1, k)).ravel().astype(np.int32)
-            self._members = CsrPlan(np.zeros(n), np.cumsum(indptr), indices, np.ones(indices.size))
-        shard = self._shard(self._members)
-        ext, request = self._with_halo(flat, shard)
-        request.wait()
-        owned = [(-(-a // k), -(-z // k)) for a, z in self._blocks()]  # machines by first agent
-        c0, c1 = owned[self._me]
-        rows = np.arange(c0, c1) * k - self._first
-        totals = np.empty((n // k, flat.shape[1]), dtype=flat.dtype)
-        mine = totals[c0:c1]
-        mine[...] = ext[rows]
-        for j in range(k - 1):
-            mine += ext[shard.indices[shard.indptr[rows] + j]]
-        self._all_to_all(mine, [totals[a:z] for a, z in owned], _TAG_MACHINE)
-        return totals
 
-    def _machine_rows(self, per_machine: np.ndarray, arr: np.ndarray) -> np.ndarray:
-        """The block's rows of a per-machine ``(M, m)`` value, shaped like ``arr``."""
-        out = self._pool.empty(arr.shape, per_machine.dtype)
-        out.reshape(self._rows, -1)[...] = per_machine[self.rank() // self._local]
-        return out
-
-    def hierarchical_neighbor_allreduce(
-        self,
-        x: Any,
-        self_weight: Any = None,
-        src_machine_weights: Any = None,
-        dst_machine_weights: Any = None,
-        enable_topo_check: bool = True,
-        name: str | None = None,
-    ) -> Any:
-        _arrays.check_name(name)
-        if not isinstance(enable_topo_check, bool):
-            raise TypeError("enable_topo_check must be a bool")
-        op = "hierarchical_neighbor_allreduce"
-        arr, kind = self._stacked(x, op, averaging=True)
-        topo = self.load_machine_topology()
-        machines, k = self._n // self._local, self._local
-        if self._machine_plan is None or self._machine_plan_of is not topo:
-            self._machine_plan = static_plan(topo, self._machine_weighted)
-            self._machine_plan_of = topo
-        args = (
-            _roots(self._world_arg(self_weight, "self_weight"), self._n, k, "self_weight"),
-            _roots(
-                self._world_arg(src_machine_weights, "src_machine_weights"),
-                self._n,
-                k,
-                "src_machine_weights",
-            ),
-            _roots(
-                self._world_arg(dst_machine_weights, "dst_machine_weights"),
-                self._n,
-                k,
-                "dst_machine_weights",
-            ),
-        )
-        with machine_words():
-            plan = resolve_plan(machines, topo, self._machine_weighted, self._machine_plan, *args)
-        means = self._machine_totals(arr)
-        np.divide(means, k, out=means)
-        mixed = np.empty_like(means)
-        if means.shape[1]:
-            apply_plan(plan, means, mixed)
-        if self._cost is not None:
-            self._charge(op, arr, machine_topology=plan_messages(plan, machines))
-        return wrap_like(self._machine_rows(mixed, arr), kind)
-
-    def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
-        _arrays.check_name(name)
-        if not isinstance(average, bool):
-            raise TypeError(f"average must be a bool, got {type(average).__name__}")
-        arr, kind = self._stacked(x, "allreduce", averaging=average, adds=True)
-        totals = self._machine_totals(arr)
-        if average:
-            totals = totals / self._local
-        return wrap_like(self._machine_rows(totals, arr), kind)
+def _plan_key(plan: Plan) -> tuple[int, ...]:
+    """The identity of what a plan is made of (the cache holds the plan, so it lives on)."""
+    if isinstance(plan, CsrPlan):
+        return (id(plan.indptr), id(plan.indices), id(plan.data), id(plan.self_weight))
+    return (id(plan.form),)
 
 
 def _pattern_plan(indptr: np.ndarray, indices: np.ndarray, n: int) -> CsrPlan:

@@ -1,0 +1,195 @@
+"""The sharded simulator's blocks, run as threads over the in-process transport.
+
+Each of P threads holds one block of the N agents (a :class:`ShardedSimBackend` on its
+end of an :class:`InProcessWorld`); what they compute is compared with one process's
+simulator. The launched runs (MPI, torch.distributed) are in ``test_sim_sharded.py``;
+these cover many plans and sizes quickly, the narrow circulant path of ``_bands`` most.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import fogsim as fs
+from fogsim import topology as T
+from fogsim.backends._runtime.inprocess import InProcessWorld
+from fogsim.backends.sim._bands import BandPlan
+from fogsim.backends.sim._sharded import ShardedSimBackend
+
+
+def sharded(n: int, parts: int, work, **options) -> list:
+    """Run ``work(backend)`` on each of ``parts`` blocks in threads; return the results."""
+    world = InProcessWorld(parts, timeout=20)
+    results: list = [None] * parts
+    errors: list = []
+
+    def block(rank: int) -> None:
+        try:
+            backend = ShardedSimBackend(size=n, transport=world.transport(rank), **options)
+            results[rank] = work(backend)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=block, args=(r,)) for r in range(parts)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def circulants(n: int):
+    """Narrow circulant topologies: both directions, one direction, uneven reach,
+    per-agent weights and self weights."""
+    rng = np.random.default_rng(n)
+    yield "ring", T.ring_graph(n)
+    yield "ring_right", T.ring_graph(n, style="right")
+    yield "reach_3_back_1_ahead", T.Topology.circulant(n, [1, n - 3, n - 2, n - 1], 0.2, 0.2)
+    k = 3
+    w = rng.uniform(0.05, 0.3, size=(k, n))
+    yield "per_agent", T.Topology.circulant(n, [1, 2, n - 1], w, 1 - w.sum(axis=0))  # rows sum to 1
+
+
+def one_process(topo: T.Topology, x: np.ndarray, steps: int) -> np.ndarray:
+    with fs.Context(backend="sim", size=len(x), topology=topo) as ctx:
+        ctx.backend.set_topology(topo, is_weighted=True)
+        for _ in range(steps):
+            x = ctx.backend.neighbor_allreduce(x)
+    return x
+
+
+@pytest.mark.parametrize("n", [7, 33, 50, 64])
+@pytest.mark.parametrize("parts", [2, 3, 4])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_narrow_circulants_give_one_processs_rows_bit_for_bit(n, parts, dtype):
+    x = np.random.default_rng(1).standard_normal((n, 3)).astype(dtype)
+    for name, topo in circulants(n):
+        want = one_process(topo, x, 3)
+
+        def work(backend, topo=topo):
+            backend.set_topology(topo, is_weighted=True)
+            lo, hi = backend.block
+            y = x[lo:hi]
+            for _ in range(3):  # each result is the next input: the in-place path
+                y = backend.neighbor_allreduce(y)
+            split = backend._split(backend._static_plan, narrow=True)
+            return lo, hi, y, isinstance(split, BandPlan)
+
+        blocks = sharded(n, parts, work)
+        for lo, hi, got, _banded in blocks:
+            assert got.dtype == dtype
+            np.testing.assert_array_equal(got, want[lo:hi], err_msg=f"{name} block {lo}..{hi}")
+        reach = {"ring": 2, "ring_right": 1, "reach_3_back_1_ahead": 4, "per_agent": 3}[name]
+        smallest = min(hi - lo for lo, hi, _, _ in blocks)
+        assert all(b for *_, b in blocks) == (reach < smallest), name
+
+
+def test_a_ring_block_receives_one_row_from_each_side_and_copies_nothing_in_a_loop():
+    n, parts = 40, 4
+
+    def work(backend):
+        backend.set_topology(T.ring_graph(n))
+        lo, hi = backend.block
+        x = np.arange(lo, hi, dtype=float)[:, None] * np.ones(5)
+        y = backend.neighbor_allreduce(x)
+        z = backend.neighbor_allreduce(y)
+        band = backend._split(backend._static_plan, narrow=True)
+        # y sits at rows [1, 1 + b) of a buffer with one halo row each side: z used it
+        return band.before, band.after, [(q, e - s) for q, s, e in band.recv], y.base.shape, z
+
+    for rank, (before, after, recv, base_shape, _z) in enumerate(sharded(n, parts, work)):
+        assert (before, after) == (1, 1)
+        assert recv == [((rank - 1) % parts, 1), ((rank + 1) % parts, 1)]
+        assert base_shape == (n // parts + 2, 5)
+
+
+def test_wide_plans_and_per_call_weights_take_the_csr_split():
+    n, parts = 32, 2
+    x = np.random.default_rng(2).standard_normal((n, 2))
+    want = one_process(T.exponential_two_graph(n), x, 2)
+
+    def work(backend):
+        backend.set_topology(T.exponential_two_graph(n))
+        lo, hi = backend.block
+        y = backend.neighbor_allreduce(backend.neighbor_allreduce(x[lo:hi]))
+        return lo, hi, y, backend._split(backend._static_plan, narrow=True)
+
+    for lo, hi, y, split in sharded(n, parts, work):
+        assert not isinstance(split, BandPlan)
+        np.testing.assert_array_equal(y, want[lo:hi])
+
+
+def test_a_result_kept_by_the_caller_is_never_overwritten():
+    n, parts = 24, 2  # big enough rows for the buffer pool to recycle (1 MiB)
+    m = 1 << 15
+
+    def work(backend):
+        backend.set_topology(T.ring_graph(n))
+        lo, hi = backend.block
+        x = np.random.default_rng(lo).standard_normal((hi - lo, m))
+        kept = [backend.neighbor_allreduce(x)]
+        copies = [kept[0].copy()]
+        for _ in range(6):
+            kept.append(backend.neighbor_allreduce(kept[-1]))
+            copies.append(kept[-1].copy())
+        return all(np.array_equal(k, c) for k, c in zip(kept, copies, strict=True))
+
+    assert all(sharded(n, parts, work))
+
+
+def test_a_block_smaller_than_the_reach_and_more_processes_than_agents():
+    n = 9
+    x = np.random.default_rng(3).standard_normal((n, 2))
+    topo = T.Topology.circulant(n, [1, 2, 3, n - 3, n - 2, n - 1], 1 / 7, 1 / 7)
+    want = one_process(topo, x, 1)
+
+    def work(backend):
+        backend.set_topology(topo, is_weighted=True)
+        lo, hi = backend.block
+        return lo, hi, backend.neighbor_allreduce(x[lo:hi])
+
+    for lo, hi, y in sharded(n, 4, work):  # blocks of 2 and 3 agents, reach 3 each way
+        np.testing.assert_array_equal(y, want[lo:hi])
+    with pytest.raises(ValueError, match="cannot be split over 10 processes"):
+        sharded(n, 10, lambda backend: None)
+
+
+def test_shards_must_match_the_processes_launched():
+    with pytest.raises(ValueError, match="shards=3 but 2 process"):
+        sharded(8, 2, lambda backend: None, shards=3)
+
+
+def test_a_dynamic_schedule_is_split_once_per_topology(monkeypatch):
+    from fogsim.backends.sim import _sharded
+
+    n, parts = 64, 2
+    x = np.random.default_rng(4).standard_normal((n, 2))
+    steps = [next(s) for s in [T.one_peer_exponential_two(n)] for _ in range(18)]  # 3 cycles
+    with fs.Context(backend="sim", size=n) as ctx:
+        want = x
+        for step in steps:
+            want = ctx.backend.neighbor_allreduce(want, src_weights=step.weights)
+    splits = []
+    for name in ("band_plan", "shard_plan"):
+        real = getattr(_sharded, name)
+        monkeypatch.setattr(
+            _sharded, name, lambda *a, real=real, name=name: splits.append(name) or real(*a)
+        )
+
+    def work(backend):
+        backend.set_topology(T.exponential_two_graph(n))
+        lo, hi = backend.block
+        y = x[lo:hi]
+        for step in steps:
+            y = backend.neighbor_allreduce(y, src_weights=step.weights)
+        return lo, hi, y
+
+    for lo, hi, y in sharded(n, parts, work):
+        np.testing.assert_array_equal(y, want[lo:hi])
+    distinct = len({id(step.weights) for step in steps})
+    assert distinct == 6 and 0 < splits.count("band_plan") <= parts * distinct
