@@ -37,6 +37,7 @@ from _record import record, save
 
 import fogsim as fs
 from fogsim import topology as T
+from fogsim.backends.sim._bands import band_plan
 from fogsim.backends.sim._plan import static_plan
 from fogsim.backends.sim._shards import block_bounds, shard_plan
 from fogsim.hierarchy import cost
@@ -101,14 +102,16 @@ def _need_gb(topology: str, n: int, p: int) -> float:
     """A generous guess of the memory a run needs, all processes together.
 
     A process keeps its block and halo rows about four times (state, result, the combine's
-    extended copy, temporaries); one process at 10^7 agents peaked at 2 GB. Sharded, each
-    process also reads the whole circulant plan as CSR once (``shard_plan``: about 50 bytes
-    per agent and offset, measured at 10^6 agents), until circulant plans split per block.
+    extended copy, temporaries); one process at 10^7 agents peaked at 2 GB. Sharded, a
+    plan reaching further than a block (exponential-2) is split by ``shard_plan``, which
+    reads the whole circulant plan as CSR on each process (about 50 bytes per agent and
+    offset, measured at 10^6 agents); narrow ones (the ring) are split per block.
     """
     if p == 1:
         return 4 * n * ROW / 2**30 + 0.25
     held = sum(b + h for b, h in _held_rows(topology, n, p))
-    plan = p * n * len(_offsets(topology, n)) * 50
+    wide = band_plan(static_plan(TOPOLOGIES[topology](n), False), n, p, 0) is None
+    plan = p * n * len(_offsets(topology, n)) * 50 if wide else 0
     return (4 * held * ROW + plan) / 2**30 + 0.25 * p
 
 
