@@ -14,6 +14,7 @@ ring: 2 processes >= 1.4x one), and the cost model's prediction for P = 64 proce
 
     python benchmarks/bench_sharded.py              # the full grid (about 5-10 minutes)
     python benchmarks/bench_sharded.py --quick      # N = 10^4, 10^5; P = 1, 2 (seconds)
+    python benchmarks/bench_sharded.py --repeat 3   # 3 alternating rounds, medians kept
 
 Runs whose state cannot fit in this machine's available memory are skipped with the reason,
 and a job is killed (and reported) if the machine's available memory falls under
@@ -253,12 +254,59 @@ def _mb(values: list[float]) -> str:
     return "/".join(f"{v:.0f}" for v in values)
 
 
+def _case(topology: str, n: int, p: int, steps: int, args: argparse.Namespace) -> dict | str:
+    """Run one case unless it cannot fit in memory; return its result or why there is none."""
+    need, free = _need_gb(topology, n, p), _available_gb()
+    if need > free - args.reserve_gb:
+        return (
+            f"skipped: needs about {need:.1f} GB, {free:.1f} GB available "
+            f"(keeping {args.reserve_gb:g} GB)"
+        )
+    r = launch(topology, n, p, steps, args.seconds, args.timeout, args.reserve_gb)
+    if isinstance(r, dict) and p > 1 and r["processes"] != p:
+        return (
+            f"not sharded: {r['processes']} process(es) of {r['block']} agents; "
+            "this fogsim has no sharded simulator"
+        )
+    return r
+
+
+def _report(results: dict, topology: str, n: int, p: int, rates: list[float]) -> None:
+    """Print and record one case's line (its median run; every run's steps/s in the note)."""
+    r, base = results[topology, n, p], results.get((topology, n, 1))
+    if not isinstance(r, dict):
+        blank = f"{'':>9} {'':>7} {'':>8} {'':>10} {'':>20}"
+        print(f"{topology:<8} {n:>9} {p:>2} {blank}  {r}", flush=True)
+        return
+    vs = r["steps_per_s"] / base["steps_per_s"] if isinstance(base, dict) else None
+    halo = max(h for _, h in _held_rows(topology, n, p)) if p > 1 else 0
+    spread = "runs " + ", ".join(f"{v:.4g}" for v in rates) if len(rates) > 1 else ""
+    print(
+        f"{topology:<8} {n:>9} {p:>2} {r['steps_per_s']:>9.2f} "
+        f"{'' if vs is None else f'{vs:.2f}x':>7} {r['setup_s']:>8.2f} "
+        f"{halo:>10} {_mb(r['rss_mb']):>20}  {spread}",
+        flush=True,
+    )
+    record(
+        "sharded",
+        f"{topology}, N={n}, P={p}: steps/s",
+        r["steps_per_s"],
+        base["steps_per_s"] if p > 1 and isinstance(base, dict) else None,
+        goal=">= 1.4" if (topology, n, p) == ("ring", 10**6, 2) else None,
+        unit="steps/s",
+        note=f"peak RSS {_mb(r['rss_mb'])} MB/process",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="N = 10^4, 10^5; P = 1, 2")
     parser.add_argument("--agents", help="comma-separated N (default: the grid)")
     parser.add_argument("--processes", help="comma-separated P (default: 1,2,4)")
     parser.add_argument("--seconds", type=float, default=2.0, help="timed loop per run")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="rounds of alternating runs; the median is kept"
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
     parser.add_argument("--reserve-gb", type=float, default=2.0, help="memory left to others")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -287,49 +335,24 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(header))
     for topology in TOPOLOGIES:
         for n in agents:
+            # P = 1 first: every P runs as many steps as one process did in --seconds;
+            # --repeat alternates the P's round after round and keeps each one's median
             steps = 0
-            for p in processes:
-                need, free = _need_gb(topology, n, p), _available_gb()
-                if need > free - args.reserve_gb:
-                    r: dict | str = (
-                        f"skipped: needs about {need:.1f} GB, {free:.1f} GB available "
-                        f"(keeping {args.reserve_gb:g} GB)"
-                    )
-                else:
-                    r = launch(topology, n, p, steps, args.seconds, args.timeout, args.reserve_gb)
-                if isinstance(r, dict) and p > 1 and r["processes"] != p:
-                    r = (
-                        f"not sharded: {r['processes']} process(es) of {r['block']} agents; "
-                        "this fogsim has no sharded simulator"
-                    )
-                results[topology, n, p] = r
-                base = results.get((topology, n, 1))
-                if isinstance(r, dict):
-                    if p == 1:  # every P runs as many steps as one process did in --seconds
+            runs: dict[int, list[dict | str]] = {p: [] for p in processes}
+            for _ in range(args.repeat):
+                for p in processes:
+                    if runs[p] and isinstance(runs[p][-1], str):
+                        continue  # skipped, failed or killed: once is enough
+                    r = _case(topology, n, p, steps, args)
+                    if isinstance(r, dict) and p == 1:
                         steps = r["steps"]
-                    vs = r["steps_per_s"] / base["steps_per_s"] if isinstance(base, dict) else None
-                    halo = max(h for _, h in _held_rows(topology, n, p)) if p > 1 else 0
-                    print(
-                        f"{topology:<8} {n:>9} {p:>2} {r['steps_per_s']:>9.2f} "
-                        f"{'' if vs is None else f'{vs:.2f}x':>7} {r['setup_s']:>8.2f} "
-                        f"{halo:>10} {_mb(r['rss_mb']):>20}",
-                        flush=True,
-                    )
-                    record(
-                        "sharded",
-                        f"{topology}, N={n}, P={p}: steps/s",
-                        r["steps_per_s"],
-                        base["steps_per_s"] if p > 1 and isinstance(base, dict) else None,
-                        goal=">= 1.4" if (topology, n, p) == ("ring", 10**6, 2) else None,
-                        unit="steps/s",
-                        note=f"peak RSS {_mb(r['rss_mb'])} MB/process",
-                    )
-                else:
-                    print(
-                        f"{topology:<8} {n:>9} {p:>2} {'':>9} {'':>7} {'':>8} {'':>10} "
-                        f"{'':>20}  {r}",
-                        flush=True,
-                    )
+                    runs[p].append(r)
+            for p in processes:
+                done = sorted(
+                    (r for r in runs[p] if isinstance(r, dict)), key=lambda r: r["steps_per_s"]
+                )
+                results[topology, n, p] = done[len(done) // 2] if done else runs[p][-1]
+                _report(results, topology, n, p, [r["steps_per_s"] for r in done])
 
     r1, r2 = results.get(("ring", 10**6, 1)), results.get(("ring", 10**6, 2))
     if isinstance(r1, dict) and isinstance(r2, dict):
