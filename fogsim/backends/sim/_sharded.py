@@ -372,13 +372,15 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
     def _sum(self, arr: np.ndarray) -> np.ndarray:
         """Return the sum over all N agents of ``arr`` (blocks summed, then added by process)."""
         part = arr.sum(axis=0, dtype=arr.dtype)
-        parts = np.empty((self._parts, *part.shape), dtype=arr.dtype)
-        parts[self._me] = part
+        # rows of a 2-d array: buffers even for per-agent scalars, whose 0-d parts would
+        # be read-only numpy scalars
+        parts = np.empty((self._parts, part.size), dtype=arr.dtype)
+        parts[self._me] = part.ravel()
         self._all_to_all(parts[self._me], list(parts), _TAG_GATHER)
         total = parts[0].copy()
         for q in range(1, self._parts):
             total += parts[q]
-        return total
+        return total.reshape(part.shape)
 
     def allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
         _arrays.check_name(name)
