@@ -12,7 +12,6 @@ entries give; the overlapped combine, whose halo arrives only when waited for, m
 from __future__ import annotations
 
 import dataclasses
-import time
 import tracemalloc
 
 import numpy as np
@@ -159,7 +158,7 @@ def test_a_circulant_plan_shards_as_its_entries_do(n, parts):
             assert got.indices.dtype == np.int32 and got.indptr.dtype == np.int64
 
 
-def test_circulant_planning_is_block_sized_in_time_and_memory():
+def test_circulant_planning_is_block_sized_in_memory():
     # 2 * 10^6 agents, 21 offsets: the whole plan's n k entries would take 8 n k = 336 MB
     # per int64 array; each process's share is b k entries of 12 bytes (index and weight).
     n, parts = 2_000_000, 4
@@ -176,12 +175,7 @@ def test_circulant_planning_is_block_sized_in_time_and_memory():
             tracemalloc.stop()
         b, h = shard.size, len(shard.halo)
         assert peak < 14 * b * k + 40 * (b + h) + (1 << 20) < 8 * n * k, (peak, b, h)
-        seconds = []
-        for _ in range(3):
-            start = time.perf_counter()
-            shard_plan(plan, n, parts, me)
-            seconds.append(time.perf_counter() - start)
-        assert min(seconds) < 1.0, seconds
+        # (its speed is benchmarks/bench_shard_plan.py's: timings are no test's business)
 
 
 # -- interior and boundary runs, the overlapped combine -----------------------------------

@@ -62,7 +62,14 @@ from ._plan import (
 from ._pool import BufferPool
 from ._shapes import ShapeGuard
 from ._sharded_machines import ShardedMachines
-from ._shards import ShardPlan, block_bounds, block_of, shard_plan
+from ._shards import (
+    ShardPlan,
+    block_bounds,
+    block_of,
+    combine_overlapped,
+    exchange_into,
+    shard_plan,
+)
 
 __all__ = ["ShardedSimBackend", "open_transport"]
 
@@ -284,11 +291,8 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
     def _with_halo(self, flat: np.ndarray, shard: ShardPlan) -> tuple[np.ndarray, Any]:
         """Return the ``(b + h, m)`` extended rows of ``flat`` and the request filling the
         halo rows ``[b, b + h)``."""
-        b = self._rows
-        ext = self._extended_rows(flat, 0, b + len(shard.halo))
-        sends = [(np.ascontiguousarray(ext[rows]), q) for q, rows in shard.send.items()]
-        recvs = [(ext[b + a : b + z], q) for q, (a, z) in shard.recv.items()]
-        return ext, self._t.exchange(sends, recvs, _TAG_NEIGHBOR)
+        ext = self._extended_rows(flat, 0, self._rows + len(shard.halo))
+        return ext, exchange_into(self._t, shard, ext, _TAG_NEIGHBOR)
 
     def _combine(self, plan: Plan, flat: np.ndarray) -> np.ndarray:
         """Return the block's rows of ``W x`` for the block's rows ``flat`` ``(b, m)``."""
@@ -305,7 +309,7 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
         ext, request = self._with_halo(flat, split)
         out = self._extended.empty(ext.shape, ext.dtype)
         with _timeline.phase("COMPUTE_AVERAGE"):
-            _combine_extended(split, ext, out, request)
+            combine_overlapped(split, ext, out, request)
         return out[:b]
 
     # -- per-agent arguments --------------------------------------------------------------
@@ -517,11 +521,3 @@ def _plan_key(plan: Plan) -> tuple[int, ...]:
 def _pattern_plan(indptr: np.ndarray, indices: np.ndarray, n: int) -> CsrPlan:
     """A plan whose entries are the edges of a pattern (what neighbor_allgather reads)."""
     return CsrPlan(np.zeros(n), indptr, indices, np.ones(len(indices)))
-
-
-def _combine_extended(shard: ShardPlan, ext: np.ndarray, out: np.ndarray, request: Any) -> None:
-    """Compute the block's rows of ``out`` from ``ext`` once the halo has arrived."""
-    from ... import _core
-
-    request.wait()
-    _core.csr_combine(shard.indptr, shard.indices, shard.data, shard.self_weight, ext, out)
