@@ -337,7 +337,10 @@ class ShardedSimBackend(SimBackend):
         part = arr.sum(axis=0, dtype=arr.dtype)
         parts = np.empty((self._parts, *part.shape), dtype=arr.dtype)
         parts[self._me] = part
-        self._all_to_all(parts[self._me], list(parts), _TAG_GATHER)
+        # parts[q, ...], not list(parts): a per-agent scalar's parts must be writable
+        # 0-d views, not numpy scalars.
+        views = [parts[q, ...] for q in range(self._parts)]
+        self._all_to_all(views[self._me], views, _TAG_GATHER)
         total = parts[0].copy()
         for q in range(1, self._parts):
             total += parts[q]
