@@ -61,6 +61,9 @@ class SimBackend(Backend):
 
     name = "sim"
     windows: SimWindowOps
+    #: Whether tensors on other devices may be copied to the host (the sharded simulator's
+    #: collective ops); here they are combined on their device or refused.
+    _host_staging = False
 
     def __init__(
         self,
@@ -208,7 +211,7 @@ class SimBackend(Backend):
         An op that ``adds`` values (default: one that averages) gets float16 as float32,
         to be rounded back once by ``wrap_like``.
         """
-        arr, kind = to_numpy(x)
+        arr, kind = to_numpy(x, allow_cuda=self._host_staging)
         if arr.ndim == 0:  # a scalar is the same value on every agent
             arr = np.full(self._rows, arr[()])
         elif arr.shape[0] != self._rows:

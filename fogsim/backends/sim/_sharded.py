@@ -46,6 +46,7 @@ from ...hierarchy._decomposed import check_factors, default_factors
 from ...topology import Topology
 from .._weights import is_matrix
 from .._windows import NoWindows
+from . import _torchops
 from ._backend import SimBackend
 from ._bands import BandPlan, band_plan, combine_band, exchange_band
 from ._plan import (
@@ -118,6 +119,10 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
     ``transport`` defaults to :func:`open_transport`. See the module docstring.
     """
 
+    #: Tensors on other devices go through host memory in the ops other than
+    #: ``neighbor_allreduce`` (which combines them on their device).
+    _host_staging = True
+
     def __init__(
         self,
         size: int | None = None,
@@ -145,6 +150,7 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
         self._shards: OrderedDict[tuple[tuple[int, ...], bool], tuple[Plan, Any]] = OrderedDict()
         self._gather_plan: tuple[Any, CsrPlan] | None = None
         self._members: CsrPlan | None = None
+        self._device_plans_of: dict[int, tuple[ShardPlan, CsrPlan]] = {}
 
     # -- world ----------------------------------------------------------------------------
     @property
@@ -312,6 +318,52 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
             combine_overlapped(split, ext, out, request)
         return out[:b]
 
+    def _device_combine(self, plan: Plan, t: Any, dtype: Any) -> Any:
+        """``neighbor_allreduce`` of a tensor on its own device (CUDA: no copy of the block
+        to the host). The halo travels as device tensors over torch.distributed (NCCL for
+        CUDA); over MPI, only the halo rows are staged through host memory."""
+        import torch
+
+        b = self._rows
+        flat = t.reshape(b, -1)
+        shard = self._shard(plan)
+        halo = flat.new_empty((len(shard.halo), flat.shape[1]))
+        if flat.shape[1]:
+            self._move_halo(flat, halo, shard)
+        entry = self._device_plans_of.get(id(shard))
+        if entry is None or entry[0] is not shard:
+            steps = CsrPlan(shard.self_weight, shard.indptr, shard.indices, shard.data)
+            entry = self._device_plans_of[id(shard)] = (shard, steps)
+            if len(self._device_plans_of) > _CACHED_SHARDS:
+                del self._device_plans_of[next(iter(self._device_plans_of))]
+        with _timeline.phase("COMPUTE_AVERAGE"):
+            out = _torchops.combine(self._device_plans, entry[1], torch.cat([flat, halo]))[:b]
+        if self._cost is not None:
+            info = {"topology": plan_messages(plan, self._n)}
+            _torchops._charge(self, "neighbor_allreduce", t, **info)
+        return _torchops._out(out, dtype).reshape(t.shape)
+
+    def _move_halo(self, flat: Any, halo: Any, shard: ShardPlan) -> None:
+        """Exchange the halo rows of the device tensor ``flat`` into ``halo``."""
+        import torch
+
+        if getattr(self._t, "takes_tensors", False):
+            sends = [
+                (flat[torch.as_tensor(rows, device=flat.device)].contiguous(), q)
+                for q, rows in shard.send.items()
+            ]
+            recvs = [(halo[a:z], q) for q, (a, z) in shard.recv.items()]
+            self._t.exchange(sends, recvs, _TAG_NEIGHBOR).wait()
+            return
+        staged = torch.empty(tuple(halo.shape), dtype=halo.dtype).numpy()
+        sends = [
+            (flat[torch.as_tensor(rows, device=flat.device)].cpu().numpy(), q)
+            for q, rows in shard.send.items()
+        ]
+        recvs = [(staged[a:z], q) for q, (a, z) in shard.recv.items()]
+        self._t.exchange(sends, recvs, _TAG_NEIGHBOR).wait()
+        halo.copy_(torch.from_numpy(staged))
+
     # -- per-agent arguments --------------------------------------------------------------
     def _world_arg(self, value: Any, argname: str) -> Any:
         """Return a per-agent argument for the whole world, gathering block-sized ones.
@@ -354,7 +406,11 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
         _arrays.check_name(name)
         if not isinstance(enable_topo_check, bool):
             raise TypeError("enable_topo_check must be a bool")
-        arr, kind = self._stacked(x, "neighbor_allreduce", averaging=True)
+        device = _torchops.takes(x)
+        if device:
+            t, dtype = _torchops.stacked(self, x, "neighbor_allreduce", averaging=True)
+        else:
+            arr, kind = self._stacked(x, "neighbor_allreduce", averaging=True)
         sw = self._world_arg(self_weight, "self_weight")
         src = self._world_arg(src_weights, "src_weights")
         dst = self._world_arg(dst_weights, "dst_weights")
@@ -364,6 +420,8 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
         if plan is not self._static_plan and _weightcheck.enabled():
             same = sw is None and dst is None and isinstance(src, Topology)
             check_plan(plan, self._n, src if same else None)
+        if device:
+            return self._device_combine(plan, t, dtype)
         flat = np.ascontiguousarray(arr.reshape(self._rows, -1))
         if flat.shape[1]:
             out = self._combine(plan, flat)
