@@ -133,6 +133,7 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
     ) -> None:
         super().__init__(size, local_size, settings)
         settings = settings or _settings.Settings()
+        self._owns_transport = transport is None
         self._t = open_transport(settings) if transport is None else transport
         parts, me = int(self._t.size), int(self._t.rank)
         if shards is not None and shards != parts:
@@ -180,6 +181,9 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
         )
 
     def close(self) -> None:
+        free = getattr(self._t, "free", None)
+        if self._owns_transport and free is not None:  # every process closes its world
+            free()
         self._pool.clear()
         self._extended.clear()
         self._shards.clear()
