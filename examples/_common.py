@@ -43,7 +43,8 @@ def parser(description: str, extra_topologies: tuple[str, ...] = ()) -> argparse
 def simulation_only(script: str) -> bool:
     """Whether this process runs the simulation-only example ``script`` (its ``__file__``).
 
-    Such an example simulates all its agents in one process (``fs.init(backend="sim")``):
+    Such an example simulates all its agents in one process (``fs.init(backend="sim",
+    shards=1)``: not split over the launched processes, as a plain ``backend="sim"`` is):
     under a launcher of several processes (``fogrun -np N``, ``mpiexec``, ``torchrun``) it
     runs once, on the first process, after a one-line note on stderr; the others get False
     and end quietly (exit status 0).

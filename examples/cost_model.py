@@ -50,7 +50,7 @@ def simulated_run(dim: int, iters: int = 30) -> dict[str, list[float]]:
     """Run DGD on least squares, 16 agents as 2 machines of 8, with the cost model attached."""
     out = {}
     for mode in ("neighbor_allreduce", "hierarchical_neighbor_allreduce"):
-        fs.init(backend="sim", size=16, local_size=8, seed=0)
+        fs.init(backend="sim", size=16, local_size=8, seed=0, shards=1)  # all in this process
         meter = H.attach_cost_model(H.Network.cluster(8, 2))
         rng = np.random.default_rng(0)
         A, b = rng.standard_normal((16, 20, dim)) / np.sqrt(dim), rng.standard_normal((16, 20))

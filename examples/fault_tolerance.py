@@ -60,7 +60,7 @@ def run(n=16, dim=5, steps=400, fail_at=40, link_drop=0.1, lr=0.01, seed=0):
         curves["parameter server"].append(float(np.linalg.norm(x - target)))
 
     # decentralized gradient descent, same failure, lossy links
-    fs.init(backend="sim", size=n, seed=seed, topology=T.symmetric_exponential_graph)
+    fs.init(backend="sim", size=n, seed=seed, topology=T.symmetric_exponential_graph, shards=1)
     faults.inject(fail={0: fail_at}, link_drop=link_drop, seed=seed)
     xs = np.zeros((n, dim))
     for t in range(steps):

@@ -395,6 +395,7 @@ def test_public_namespace():
             "combine_rows",
             "compiled",
             "csr_combine",
+            "csr_combine_rows",
             "dispatch",
             "fallback",
             "fallback_dispatch",
@@ -421,7 +422,13 @@ def test_public_namespace():
     for part in ("handles", "fusion", "trace"):
         twin = getattr(_core, "fallback_" + part)
         assert (getattr(_core, part) is twin) is (not _core.compiled)
-    for name in ("assemble_csr", "circulant_combine", "csr_combine", "weighted_combine"):
+    for name in (
+        "assemble_csr",
+        "circulant_combine",
+        "csr_combine",
+        "csr_combine_rows",
+        "weighted_combine",
+    ):
         assert getattr(_core, name) is getattr(_core.kernels, name)
     for name in (
         "Handle",

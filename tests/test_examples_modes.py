@@ -92,7 +92,8 @@ def test_local_solver_gives_the_same_numbers_compiled_and_uncompiled(tmp_path):
 def test_every_example_is_covered():
     # fish_school: test_fish_school.py; decentralized_training: test_optim.py;
     # cost_model (simulator only, it models a cluster): test_cost_model.py;
-    # fault_tolerance (simulated faults): test_faults.py
+    # fault_tolerance (simulated faults): test_faults.py; sharded_consensus (the simulator
+    # on 1 and 2 processes): test_example_sharded_consensus.py
     tested = {
         "consensus",
         "dgd",
@@ -101,6 +102,7 @@ def test_every_example_is_covered():
         "decentralized_training",
         "cost_model",
         "fault_tolerance",
+        "sharded_consensus",
     }
     examples = {p.stem for p in (ROOT / "examples").glob("*.py") if not p.stem.startswith("_")}
     assert examples <= tested, sorted(examples - tested)

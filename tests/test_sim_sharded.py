@@ -17,15 +17,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import fogsim as fs
 from fogsim import topology as T
+from fogsim.backends.sim import _torchops
 from tests import _jobs
 
 #: (agents, agents per machine): N divisible by P = 2 and 4, and not.
 WORLDS = ((64, 4), (50, 5))
 #: Cases compared to 1e-12 relative; all others must be equal bit for bit.
-SUMS = ("allreduce", "allreduce_sum", "local_allreduce", "local_allreduce_sum")
+SUMS = ("allreduce", "allreduce_sum", "local_allreduce", "local_allreduce_sum", "device")
 
 
 def cube_root_of_rank(r):
@@ -69,6 +71,11 @@ def script(n: int) -> dict[str, np.ndarray]:
     for _ in range(4):  # a dynamic topology: one Topology per step
         z = fs.neighbor_allreduce(z, src_weights=next(schedule).weights)
     out["dynamic"] = z
+    _torchops.use_device_path(True)  # the path of CUDA tensors, on CPU ones (no GPU here)
+    try:
+        out["device"] = fs.neighbor_allreduce(torch.from_numpy(x)).numpy()
+    finally:
+        _torchops.use_device_path(False)
     handle = fs.neighbor_allreduce_nonblocking(x)
     out["nonblocking"] = fs.wait(handle)
     fs.set_topology(T.exponential_two_graph(n))
@@ -166,7 +173,7 @@ def test_the_script_sharded_gives_one_processs_numbers(tmp_path, parts, transpor
             report = r[str(n)]
             assert report["size"] == n and report["shards"] == parts
             assert report["held"] == hi - lo < n  # each process holds only its block
-            assert len(report["same"]) == 25
+            assert len(report["same"]) == 26
             wrong = [case for case, ok in report["same"].items() if not ok]
             assert not wrong, f"N={n}, block {lo}..{hi}: differ from one process: {wrong}"
             assert report["refusals"] == ["win_create", "set_asynchrony"]

@@ -193,3 +193,43 @@ def test_a_dynamic_schedule_is_split_once_per_topology(monkeypatch):
         np.testing.assert_array_equal(y, want[lo:hi])
     distinct = len({id(step.weights) for step in steps})
     assert distinct == 6 and 0 < splits.count("band_plan") <= parts * distinct
+
+
+def test_tensors_on_the_device_path_are_combined_there(monkeypatch):
+    """With the device path forced on CPU tensors (no GPU here), neighbor averaging runs in
+    torch on the block and its halo (staged through the host over this numpy transport),
+    within 1e-12 of one process; the other ops go through host memory."""
+    import torch
+
+    from fogsim.backends.sim import _torchops
+
+    monkeypatch.setattr(_torchops, "_forced", True)
+    combined = []
+    real = _torchops.combine
+    monkeypatch.setattr(_torchops, "combine", lambda *a: combined.append(a[2].shape) or real(*a))
+    n, parts = 30, 3
+    x = torch.from_numpy(np.random.default_rng(5).standard_normal((n, 4)))
+    topos = [T.ring_graph(n), T.exponential_two_graph(n)]
+    with fs.Context(backend="sim", size=n) as ctx:
+        want = []
+        for topo in topos:
+            ctx.backend.set_topology(topo)
+            want.append(ctx.backend.neighbor_allreduce(ctx.backend.neighbor_allreduce(x)))
+        want_mean = ctx.backend.allreduce(x)
+
+    def work(backend):
+        lo, hi = backend.block
+        got = []
+        for topo in topos:
+            backend.set_topology(topo)
+            got.append(backend.neighbor_allreduce(backend.neighbor_allreduce(x[lo:hi])))
+        return lo, hi, got, backend.allreduce(x[lo:hi])
+
+    combined.clear()  # (the one-process reference took the device path too)
+    for lo, hi, got, mean in sharded(n, parts, work):
+        for g, w in zip(got, want, strict=True):
+            assert isinstance(g, torch.Tensor) and g.dtype == torch.float64
+            torch.testing.assert_close(g, w[lo:hi], rtol=1e-12, atol=1e-14)
+        torch.testing.assert_close(mean, want_mean[lo:hi], rtol=1e-12, atol=1e-14)
+    # in torch, on each block with its halo: 10 rows and a halo of 2 on the ring
+    assert (12, 4) in combined and all(rows < n for rows, _ in combined)

@@ -7,7 +7,8 @@ that gives bit-identical results more slowly:
 module          holds                                            twin
 ==============  ===============================================  =====================
 ``_kernels``    the combine kernels ``X <- W X`` (dense rows,     ``_fallback``
-                CSR, circulant) and CSR assembly
+                CSR whole or by row range, circulant) and CSR
+                assembly
 ``_handles``    :class:`Handle`, :class:`HandleTable`            ``_fallback_handles``
 ``_fusion``     :class:`FusionQueue`, :class:`FusedBatch`,        ``_fallback_fusion``
                 :func:`pack`, :func:`combine_rows`,
@@ -86,6 +87,7 @@ fallback_dispatch = _gather(
 assemble_csr = kernels.assemble_csr
 circulant_combine = kernels.circulant_combine
 csr_combine = kernels.csr_combine
+csr_combine_rows = kernels.csr_combine_rows
 weighted_combine = kernels.weighted_combine
 Handle = handles.Handle
 HandleTable = handles.HandleTable
@@ -113,6 +115,7 @@ __all__ = [
     "circulant_combine",
     "compiled",
     "csr_combine",
+    "csr_combine_rows",
     "format_trace_events",
     "dispatch",
     "fallback",

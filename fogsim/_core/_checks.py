@@ -120,6 +120,20 @@ def csr_combine_args(indptr, indices, data, self_weight, x, out):
     shape("self_weight", self_weight, (n,))
 
 
+def row_range(start, stop, n):
+    """Return ``start, stop`` as ints, checking that ``0 <= start <= stop <= n``."""
+    for name, v in (("start", start), ("stop", stop)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise TypeError(f"{name} must be an integer, got {type(v).__name__}")
+    start, stop = int(start), int(stop)
+    if not 0 <= start <= stop <= n:
+        raise ValueError(
+            f"rows [start, stop) = [{start}, {stop}) are not a range of the {n} rows:"
+            " 0 <= start <= stop <= n is required"
+        )
+    return start, stop
+
+
 def circulant_combine_args(offsets, weights, self_weight, x, out):
     """Check the arguments of ``circulant_combine``, except the values of offsets."""
     array("x", x, None, 2)
@@ -155,6 +169,34 @@ def csr_structure(indptr, indices, n):
     bad = np.flatnonzero((indices < 0) | (indices >= n))
     if bad.size:
         p = int(bad[0])
+        raise ValueError(f"indices[{p}] = {indices[p]} is out of range for {n} agents")
+
+
+def csr_row_structure(indptr, indices, n, start, stop):
+    """``csr_structure`` for what rows ``[start, stop)`` read: ``indptr[start..stop]``
+    within ``[0, len(indices)]`` and non-decreasing, and their entries' indices in range."""
+    nnz = indices.shape[0]
+    if indptr[0] != 0:
+        raise ValueError(f"indptr[0] must be 0, got {indptr[0]}")
+    if indptr[start] < 0:
+        raise ValueError(f"indptr[{start}] must not be negative, got {indptr[start]}")
+    part = indptr[start : stop + 1]
+    down = np.flatnonzero(part[1:] < part[:-1])
+    if down.size:
+        i = start + int(down[0])
+        raise ValueError(
+            f"indptr must be non-decreasing, but indptr[{i + 1}] = {indptr[i + 1]}"
+            f" < indptr[{i}] = {indptr[i]}"
+        )
+    if indptr[n] != nnz:
+        raise ValueError(f"indptr[{n}] must equal len(indices) = {nnz}, got {indptr[n]}")
+    if indptr[stop] > nnz:
+        raise ValueError(f"indptr[{stop}] = {indptr[stop]} exceeds len(indices) = {nnz}")
+    first = int(indptr[start])
+    read = indices[first : int(indptr[stop])]
+    bad = np.flatnonzero((read < 0) | (read >= n))
+    if bad.size:
+        p = first + int(bad[0])
         raise ValueError(f"indices[{p}] = {indices[p]} is out of range for {n} agents")
 
 

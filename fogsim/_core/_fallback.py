@@ -15,7 +15,13 @@ import numpy as np
 
 from . import _checks
 
-__all__ = ["assemble_csr", "circulant_combine", "csr_combine", "weighted_combine"]
+__all__ = [
+    "assemble_csr",
+    "circulant_combine",
+    "csr_combine",
+    "csr_combine_rows",
+    "weighted_combine",
+]
 
 _F64 = np.float64
 
@@ -64,10 +70,54 @@ def csr_combine(
     _checks.csr_combine_args(indptr, indices, data, self_weight, x, out)
     n = x.shape[0]
     _checks.csr_structure(indptr, indices, n)
+    _csr_rows(indptr, indices, data, self_weight, x, out, 0, n)
+    return out
+
+
+def csr_combine_rows(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    data: np.ndarray,
+    self_weight: np.ndarray,
+    x: np.ndarray,
+    out: np.ndarray,
+    start: int,
+    stop: int,
+) -> np.ndarray:
+    """Compute rows ``[start, stop)`` of :func:`csr_combine`, leaving the other rows of out.
+
+    Each of those rows gets ``csr_combine``'s operations in its order (its bits); only the
+    entries those rows read are checked, so a caller may do a matrix in several ranges.
+    """
+    _checks.csr_combine_args(indptr, indices, data, self_weight, x, out)
+    n = x.shape[0]
+    start, stop = _checks.row_range(start, stop, n)
+    _checks.csr_row_structure(indptr, indices, n, start, stop)
+    _csr_rows(indptr, indices, data, self_weight, x, out, start, stop)
+    return out
+
+
+def _csr_rows(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    data: np.ndarray,
+    self_weight: np.ndarray,
+    x: np.ndarray,
+    out: np.ndarray,
+    start: int,
+    stop: int,
+) -> None:
+    """Rows ``[start, stop)`` of ``csr_combine``, on checked arguments."""
+    out = out[start:stop]
     acc = _accumulator(out)
-    np.multiply(x, self_weight[:, None], out=acc, dtype=_F64)
-    if indices.shape[0] == 0 or out.size == 0:
-        return _store(out, acc)
+    np.multiply(x[start:stop], self_weight[start:stop, None], out=acc, dtype=_F64)
+    n = stop - start
+    first, last = int(indptr[start]), int(indptr[stop])
+    if last == first or out.size == 0:
+        _store(out, acc)
+        return
+    indptr = indptr[start : stop + 1] - first
+    indices, data = indices[first:last], data[first:last]
     deg = np.diff(indptr)
     if (deg == deg[0]).all():
         # Every row has the same degree: degree slot s is column s of (n, degree) views.
@@ -75,17 +125,18 @@ def csr_combine(
         ws = data.reshape(n, -1)
         for s in range(cols.shape[1]):
             acc += np.multiply(ws[:, s, None], np.take(x, cols[:, s], axis=0), dtype=_F64)
-        return _store(out, acc)
+        _store(out, acc)
+        return
     # Degree slot s adds entry indptr[i] + s of every row i with more than s entries; sorting
     # rows by decreasing degree makes those rows a prefix of `order`.
-    start = indptr[:-1]
+    begin = indptr[:-1]
     order = np.argsort(-deg, kind="stable")
     neg_sorted = -deg[order]
     for s in range(int(-neg_sorted[0])):
         rows = order[: int(np.searchsorted(neg_sorted, -s, side="left"))]
-        p = start[rows] + s
+        p = begin[rows] + s
         acc[rows] += np.multiply(data[p, None], np.take(x, indices[p], axis=0), dtype=_F64)
-    return _store(out, acc)
+    _store(out, acc)
 
 
 def circulant_combine(

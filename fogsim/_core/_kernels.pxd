@@ -32,7 +32,8 @@ cdef void rows_combine_f32(
     const float* base, Py_ssize_t stride, const int64_t* select, const double* weights,
 ) noexcept nogil
 
-# out[i] <- self_weight[i] * x[i] + sum_{p in row i} data[p] * x[indices[p]], in p order.
+# out[i] <- self_weight[i] * x[i] + sum_{p in row i} data[p] * x[indices[p]], in p order,
+# for start <= i < stop (0, n: every row); the other rows of out are left as they are.
 cdef void csr_combine_kernel(
     const int64_t[::1] indptr,
     const int32_t[::1] indices,
@@ -40,6 +41,8 @@ cdef void csr_combine_kernel(
     const double[::1] self_weight,
     const real_t[:, ::1] x,
     real_t[:, ::1] out,
+    Py_ssize_t start,
+    Py_ssize_t stop,
 ) noexcept nogil
 
 # Circulant matrix: row i receives from (i + offsets[k]) % n, by ascending source index.

@@ -3,7 +3,13 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["assemble_csr", "circulant_combine", "csr_combine", "weighted_combine"]
+__all__ = [
+    "assemble_csr",
+    "circulant_combine",
+    "csr_combine",
+    "csr_combine_rows",
+    "weighted_combine",
+]
 
 def weighted_combine(
     out: np.ndarray, self_weight: float, x: np.ndarray, weights: np.ndarray, ys: np.ndarray
@@ -15,6 +21,16 @@ def csr_combine(
     self_weight: np.ndarray,
     x: np.ndarray,
     out: np.ndarray,
+) -> np.ndarray: ...
+def csr_combine_rows(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    data: np.ndarray,
+    self_weight: np.ndarray,
+    x: np.ndarray,
+    out: np.ndarray,
+    start: int,
+    stop: int,
 ) -> np.ndarray: ...
 def circulant_combine(
     offsets: np.ndarray,

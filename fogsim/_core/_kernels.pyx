@@ -25,7 +25,13 @@ import numpy as np
 
 from . import _checks
 
-__all__ = ["assemble_csr", "circulant_combine", "csr_combine", "weighted_combine"]
+__all__ = [
+    "assemble_csr",
+    "circulant_combine",
+    "csr_combine",
+    "csr_combine_rows",
+    "weighted_combine",
+]
 
 # Elements per block in the blocked loops: a block of out (16 KB of doubles) stays in L1
 # while every neighbor's contribution is added to it.
@@ -389,6 +395,8 @@ cdef void csr_combine_kernel(
     const double[::1] self_weight,
     const real_t[:, ::1] x,
     real_t[:, ::1] out,
+    Py_ssize_t start,
+    Py_ssize_t stop,
 ) noexcept nogil:
     cdef Py_ssize_t n = x.shape[0], m = x.shape[1], i, c0, c1, t, nt
     cdef int64_t p, end
@@ -406,25 +414,27 @@ cdef void csr_combine_kernel(
     cdef const double* dp = &data[0] if data.shape[0] else NULL
     cdef const double* sp
     cdef bint stream
-    if n == 0 or m == 0:
+    if start >= stop or m == 0:
         return
     op = &out[0, 0]
     xp = &x[0, 0]
     sp = &self_weight[0]
     # Streaming stores pay off here only for long rows: with short ones, what dominates is
     # gathering the rows of x, which the stores then compete with for fill buffers (with
-    # random neighbors, 256-byte rows took 10% longer streamed, 1 KB rows 5% less).
+    # random neighbors, 256-byte rows took 10% longer streamed, 1 KB rows 5% less). The
+    # choice depends on the whole of out, not on [start, stop), so that a row range is
+    # written as csr_combine writes those rows.
     stream = (_streams(n * m, sizeof(real_t))
               and m * <Py_ssize_t>sizeof(real_t) >= _STREAM_ROW_BYTES)
     if m == 1:
         # One value per agent: keep the sum in a register.
-        for i in range(n):
+        for i in range(start, stop):
             acc = sp[i] * xp[i]
             for p in range(ip[i], ip[i + 1]):
                 acc = acc + dp[p] * xp[ix[p]]
             op[i] = <real_t>acc
     else:
-        for i in range(n):
+        for i in range(start, stop):
             # Columns [c0, c1) of row i: all of them unless m > _BLOCK.
             c0 = 0
             while c0 < m:
@@ -625,27 +635,33 @@ cdef bint _all_finite(const double[::1] a) noexcept nogil:
 
 
 cdef bint _csr_structure_ok(
-    const int64_t[::1] indptr, const int32_t[::1] indices, Py_ssize_t n
+    const int64_t[::1] indptr,
+    const int32_t[::1] indices,
+    Py_ssize_t n,
+    Py_ssize_t start,
+    Py_ssize_t stop,
 ) noexcept nogil:
+    # What rows [start, stop) read: indptr[start..stop] and their entries (all of them for
+    # 0, n, where indptr[n] = nnz bounds the rest).
     cdef Py_ssize_t i, p, nnz = indices.shape[0]
     cdef const int64_t* ip = &indptr[0]
     cdef const int32_t* ix
     # n <= 2**31 after this, so the unsigned compare also rejects negative indices.
     cdef uint32_t limit = <uint32_t>min(n, _MAX_AGENTS)
-    cdef uint64_t values = 0, steps = 0
+    cdef uint64_t values = <uint64_t>ip[start], steps = 0
     cdef uint32_t bad = 0
     if ip[0] != 0 or ip[n] != nnz:
         return False
     # SSE2 has no 64-bit compare, so use bits: once every entry is in [0, 2**62), a
     # decreasing step shows as the sign bit of the (wrapped) difference.
-    for i in range(n):
+    for i in range(start, stop):
         values |= <uint64_t>ip[i + 1]
         steps |= <uint64_t>ip[i + 1] - <uint64_t>ip[i]
-    if (values >> 62) or (steps >> 63):
+    if (values >> 62) or (steps >> 63) or ip[stop] > nnz:
         return False
-    if nnz:
+    if ip[stop] > ip[start]:
         ix = &indices[0]
-        for p in range(nnz):
+        for p in range(ip[start], ip[stop]):
             bad |= <uint32_t>ix[p] >= limit
     return bad == 0
 
@@ -711,17 +727,51 @@ def csr_combine(indptr, indices, data, self_weight, x, out):
     cdef float[:, ::1] of
     cdef bint ok
     with nogil:
-        ok = _csr_structure_ok(ip, ix, n)
+        ok = _csr_structure_ok(ip, ix, n, 0, n)
     if not ok:
         _reraise(_checks.csr_structure, (indptr, indices, n))
     if x.dtype == _checks.FLOAT64:
         xd, od = x, out
         with nogil:
-            csr_combine_kernel(ip, ix, d, sw, xd, od)
+            csr_combine_kernel(ip, ix, d, sw, xd, od, 0, n)
     else:
         xf, of = x, out
         with nogil:
-            csr_combine_kernel(ip, ix, d, sw, xf, of)
+            csr_combine_kernel(ip, ix, d, sw, xf, of, 0, n)
+    return out
+
+
+def csr_combine_rows(indptr, indices, data, self_weight, x, out, start, stop):
+    """Compute rows ``[start, stop)`` of :func:`csr_combine`, leaving the other rows of out.
+
+    Each of those rows gets ``csr_combine``'s operations in its order (its bits); only the
+    entries those rows read are checked, so a caller may do a matrix in several ranges.
+    """
+    _checks.csr_combine_args(indptr, indices, data, self_weight, x, out)
+    cdef Py_ssize_t n = x.shape[0]
+    cdef Py_ssize_t r0, r1
+    r0, r1 = _checks.row_range(start, stop, n)
+    cdef const int64_t[::1] ip = indptr
+    cdef const int32_t[::1] ix = indices
+    cdef const double[::1] d = data
+    cdef const double[::1] sw = self_weight
+    cdef const double[:, ::1] xd
+    cdef double[:, ::1] od
+    cdef const float[:, ::1] xf
+    cdef float[:, ::1] of
+    cdef bint ok
+    with nogil:
+        ok = _csr_structure_ok(ip, ix, n, r0, r1)
+    if not ok:
+        _reraise(_checks.csr_row_structure, (indptr, indices, n, r0, r1))
+    if x.dtype == _checks.FLOAT64:
+        xd, od = x, out
+        with nogil:
+            csr_combine_kernel(ip, ix, d, sw, xd, od, r0, r1)
+    else:
+        xf, of = x, out
+        with nogil:
+            csr_combine_kernel(ip, ix, d, sw, xf, of, r0, r1)
     return out
 
 

@@ -10,12 +10,14 @@ True
 >>> fs.shutdown()
 
 Every function runs simulated (agent-local values stacked over the n agents, one
-weight-matrix product per communication) and under ``fogrun``/MPI (one agent per process)
-without change, and returns a :class:`Result`: the final agent-local ``x`` and a
-``history`` of per-iteration metrics (``"consensus_error"``, ``"distance"``,
-``"grad_norm"``), computed with ``allreduce`` so they are the same on every agent and in
-both modes; ``Result.plot()`` draws them. ``progress=True`` shows a tqdm bar on the main
-process.
+weight-matrix product per communication), sharded over P processes (each stacking its
+block of agents, ``fs.rank()``) and under ``fogrun``/MPI (one agent per process) without
+change, and returns a :class:`Result`: the final agent-local ``x`` and a ``history`` of
+per-iteration metrics (``"consensus_error"``, ``"distance"``, ``"grad_norm"``), computed
+with ``allreduce`` so they are the same on every agent and every process;
+``Result.plot()`` draws them. Sharded, the iterates are one process's bit for bit and the
+metrics agree to rounding (their sums are added block by block). ``progress=True`` shows
+a tqdm bar on the main process.
 
 The weights (``schedule``) are the current topology's when None (as ``neighbor_allreduce``
 uses them), one weight matrix for every step, or an iterator of them such as the dynamic

@@ -17,11 +17,15 @@ class Result:
     Attributes
     ----------
     x : array
-        The final agent-local value (stacked ``(n, ...)`` in simulation, this agent's own
-        value under MPI); for push-sum methods the de-biased estimate ``z / p``.
+        The final agent-local value (stacked ``(n, ...)`` in simulation, the block's rows
+        ``(len(fs.rank()), ...)`` in a sharded simulation, this agent's own value under
+        MPI); for push-sum methods the de-biased estimate ``z / p``. ``fs.global_view(x)``
+        gives every agent's.
     history : dict of str to ndarray
         Per-iteration metrics, each of length ``iters + 1`` (index 0: the initial state),
-        the same on every agent and in both modes, e.g.
+        the same on every agent and every process (reduced with ``allreduce``, never read
+        from rows a process lacks): those of one process bit for bit under MPI's one agent
+        per rank, to rounding (1e-12 relative) when sharded, e.g.
 
         * ``"consensus_error"``: ``sqrt(mean_i ||x_i - xbar||^2)``, ``xbar = mean_i x_i``;
         * ``"distance"``: ``sqrt(mean_i ||x_i - x*||^2)`` to the target (the optimum, the

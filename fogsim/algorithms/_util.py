@@ -1,7 +1,9 @@
 """What every algorithm shares: the agent axis, the weights of each step, metrics, progress.
 
 Everything here is written against the public API only, so it runs unchanged in simulation
-(agent-local values stacked along a leading axis of n) and under MPI (one row per rank).
+(agent-local values stacked along a leading axis), sharded simulation (the stacked rows of
+this process's block, ``len(fs.rank())`` of the world's ``fs.size()``) and under MPI (one
+row per rank). Metrics reduce with ``allreduce``, never by reading rows this process lacks.
 """
 
 from __future__ import annotations
@@ -35,12 +37,19 @@ _CHECKED_LIMIT = 256
 
 
 class Agents:
-    """The agent axis of the current world: ``lead`` is ``(n,)`` in simulation, else ``()``."""
+    """The agent axis of this process: ``lead`` is ``(rows,)`` in simulation, else ``()``.
+
+    ``n`` is the world's number of agents (the weight matrices' size); ``rows`` the agents
+    stacked here: all ``n`` in one process, the block ``fs.rank()`` when sharded, 1 under MPI.
+    """
 
     def __init__(self) -> None:
+        ranks = fs.rank()
         self.n: int = fs.size()
-        self.stacked: bool = np.ndim(fs.rank()) > 0
-        self.lead: tuple[int, ...] = (self.n,) if self.stacked else ()
+        self.stacked: bool = np.ndim(ranks) > 0
+        self.rows: int = len(ranks) if self.stacked else 1
+        self.first: int = int(ranks[0]) if self.stacked else int(ranks)
+        self.lead: tuple[int, ...] = (self.rows,) if self.stacked else ()
 
     def array(self, value: Any, argname: str) -> np.ndarray:
         """Return the agent-local ``value`` as a float array, checking its agent axis."""
@@ -51,10 +60,11 @@ class Agents:
         if arr.dtype.kind not in "biuf":
             raise TypeError(f"{argname} must hold real numbers, got dtype {arr.dtype}")
         arr = arr.astype(np.float64, copy=False)  # the algorithms compute in float64
-        if self.stacked and (arr.ndim == 0 or arr.shape[0] != self.n):
+        if self.stacked and (arr.ndim == 0 or arr.shape[0] != self.rows):
+            held = "" if self.rows == self.n else f" this process holds (of {self.n})"
             raise ValueError(
-                f"{argname} must be stacked over the {self.n} simulated agents (leading axis "
-                f"{self.n}), got shape {arr.shape}; build it with fogsim.local"
+                f"{argname} must be stacked over the {self.rows} simulated agents{held} "
+                f"(leading axis {self.rows}), got shape {arr.shape}; build it with fogsim.local"
             )
         if not np.all(np.isfinite(arr)):
             raise ValueError(f"{argname} holds values that are not finite")
@@ -274,7 +284,7 @@ class History:
     def metrics(
         self, x: np.ndarray, target: Any = None, grad: Callable[[Any], Any] | None = None
     ) -> dict[str, float]:
-        """Return the metrics of the state ``x``, the same on every agent.
+        """Return the metrics of the state ``x``, the same on every agent and process.
 
         ``consensus_error = sqrt(mean_i ||x_i - xbar||^2)`` with ``xbar = mean_i x_i``;
         ``distance = sqrt(mean_i ||x_i - target||^2)``; ``grad_norm = ||mean_i grad_i(xbar)||``.

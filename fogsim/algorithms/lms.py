@@ -8,8 +8,6 @@ from typing import Any
 
 import numpy as np
 
-import fogsim as fs
-
 from ._result import Result
 from ._util import Agents, History, Mixer, check_form, check_iters, check_step, show, steps
 
@@ -152,7 +150,8 @@ class MovingTarget:
     ``stream(k)`` returns ``(u, d, w_k)``: ``u`` agent-local ``(batch, dim)``, ``d``
     ``(batch,)`` (stacked in simulation), ``w_k`` ``(dim,)``. Step ``k``'s data come from
     ``SeedSequence(seed, spawn_key=(k,))``, drawn for all agents at once (every rank draws
-    every agent's and keeps its own row), so simulation and MPI see the same numbers.
+    every agent's and keeps its own row; a sharded process keeps its block's rows), so
+    simulation, sharded simulation and MPI see the same numbers.
     """
 
     def __init__(
@@ -178,7 +177,10 @@ class MovingTarget:
         self.period: float = period
         self.amplitude: float = amplitude
         self._seed: int = seed
-        self._rows: slice | int = slice(None) if agents.stacked else int(fs.rank())
+        # every agent's data are drawn (one stream for all), each process keeps its rows
+        self._rows: slice | int = (
+            slice(agents.first, agents.first + agents.rows) if agents.stacked else agents.first
+        )
         self._n: int = agents.n
         rng = np.random.default_rng(np.random.SeedSequence(seed))
         self.center: np.ndarray = rng.standard_normal(self.dim)

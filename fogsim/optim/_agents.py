@@ -1,11 +1,12 @@
 """The agent axis for torch models: one module per agent, stacked in simulation.
 
 Distributed, a process holds one agent and its model is an ordinary ``nn.Module``. In
-simulation one process holds all n agents; :func:`replicate` then returns an
-:class:`AgentModel` whose parameters are the n replicas' parameters stacked along a leading
-agent axis, and whose forward is ``torch.func.vmap(functional_call)`` over that axis. A
-torch optimizer over those stacked parameters updates every replica at once: SGD, Adam and
-the other elementwise optimizers give each replica exactly the step it would get alone.
+simulation one process holds all n agents (a sharded one its block, ``fs.rank()``);
+:func:`replicate` then returns an :class:`AgentModel` whose parameters are those replicas'
+parameters stacked along a leading agent axis, and whose forward is
+``torch.func.vmap(functional_call)`` over that axis. A torch optimizer over those stacked
+parameters updates every replica at once: SGD, Adam and the other elementwise optimizers
+give each replica exactly the step it would get alone.
 """
 
 from __future__ import annotations
@@ -26,12 +27,21 @@ __all__ = ["AgentModel", "is_simulated", "per_agent", "replicate"]
 
 
 def is_simulated() -> bool:
-    """Return whether this process holds every agent (values stacked on a leading axis)."""
+    """Return whether this process stacks agents on a leading axis (all of them, or its
+    block of a sharded simulation)."""
     return np.ndim(fs.rank()) > 0
+
+
+def stacked_ranks() -> list[int]:
+    """Return the ranks of the agents stacked in this process (its block when sharded)."""
+    return [int(r) for r in np.asarray(fs.rank())]
 
 
 def replicate(model: nn.Module | Callable[[int], nn.Module]) -> nn.Module:
     """Return this process's model: an :class:`AgentModel` in simulation, else the module.
+
+    The AgentModel stacks the agents this process holds: all of them, or the block
+    ``fs.rank()`` of a sharded simulation (``model(r)`` is called for those ranks only).
 
     ``model`` is a module (every agent starts from a copy of it) or a function of the rank
     returning agent r's module (as :func:`fogsim.local` takes), e.g. to give each agent
@@ -41,7 +51,7 @@ def replicate(model: nn.Module | Callable[[int], nn.Module]) -> nn.Module:
     if isinstance(model, nn.Module):
         if not is_simulated():
             return model
-        return AgentModel([model] * fs.size())
+        return AgentModel([model] * len(fs.rank()))
     if not callable(model):
         raise TypeError(
             "replicate(): model must be an nn.Module or a function of the rank, got "
@@ -49,7 +59,7 @@ def replicate(model: nn.Module | Callable[[int], nn.Module]) -> nn.Module:
         )
     if not is_simulated():
         return _checked_module(model(fs.rank()), "model(rank)")
-    return AgentModel([_checked_module(model(r), f"model({r})") for r in range(fs.size())])
+    return AgentModel([_checked_module(model(r), f"model({r})") for r in stacked_ranks()])
 
 
 def per_agent(fn: Callable[..., Any], in_dims: Any = 0, randomness: str = "error"):
@@ -336,7 +346,11 @@ class AgentModel(nn.Module):
         return self
 
     def agent(self, i: int) -> nn.Module:
-        """Return agent ``i``'s model as an ordinary module (a copy)."""
+        """Return agent ``i``'s model as an ordinary module (a copy).
+
+        ``i`` counts the replicas stacked here: row ``i``, which is agent ``fs.rank()[i]``
+        in a sharded simulation.
+        """
         if (
             isinstance(i, bool)
             or not isinstance(i, int | np.integer)

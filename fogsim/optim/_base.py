@@ -289,7 +289,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         for group in by_dtype.values():
             flat = torch.cat(
                 [
-                    value.reshape(fs.size(), -1) if stacked else value.reshape(-1)
+                    value.reshape(value.shape[0], -1) if stacked else value.reshape(-1)
                     for _, value in group
                 ],
                 dim=-1,

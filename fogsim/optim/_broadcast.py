@@ -94,7 +94,7 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int =
 
 
 def _broadcast_stacked_state(optimizer: torch.optim.Optimizer, root_rank: int) -> None:
-    n = fs.size()
+    n = len(fs.rank())  # the agents stacked here: every one, or a sharded process's block
     fs.broadcast(np.zeros(n), root_rank)  # checks root_rank like the distributed path
     with torch.no_grad():
         for group in optimizer.param_groups:

@@ -139,14 +139,15 @@ class DistributedPushSumOptimizer(_BackwardHooked):
             optimizer, model, communication_type, num_steps_per_communication, overlap=overlap
         )
         first = next(iter(self._params()))
-        shape = (fs.size(), 1) if is_simulated() else (1,)
+        shape = (len(fs.rank()), 1) if is_simulated() else (1,)
         self._w = torch.ones(shape, dtype=first.dtype)
         self._half: dict[torch.Tensor, torch.Tensor] = {}
         self._push_matrix: tuple[Any, Any] = (None, None)
 
     @property
     def push_sum_weight(self) -> torch.Tensor:
-        """The push-sum weight ``w`` (stacked ``(n, 1)`` in simulation, else ``(1,)``)."""
+        """The push-sum weight ``w`` (stacked ``(rows, 1)`` in simulation, the rows being
+        every agent or a sharded process's block; else ``(1,)``)."""
         return self._w
 
     def _weights(self) -> tuple[Any, Any, Any]:

@@ -72,3 +72,8 @@ class MpiTransport:
 
     def barrier(self) -> None:
         self.comm.Barrier()
+
+    def free(self) -> None:
+        """Free the communicator (collective), unless MPI has been finalized already."""
+        if self.comm != self._mpi.COMM_NULL and not self._mpi.Is_finalized():
+            self.comm.Free()

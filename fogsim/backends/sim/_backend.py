@@ -21,6 +21,7 @@ from ...hierarchy._decomposed import check_factors, default_factors, staged_sum
 from ...topology import Topology
 from .._base import Backend
 from .._weights import is_matrix, machine_words
+from . import _torchops
 from ._plan import (
     apply_plan,
     check_plan,
@@ -52,12 +53,17 @@ def _positive_int(value: Any, argname: str) -> int:
 class SimBackend(Backend):
     """Simulate ``size`` agents in this process (see the module docstring).
 
-    The one-sided window ops and the model of asynchrony are its ``windows`` part, a
-    :class:`SimWindowOps`.
+    A tensor on a device other than the CPU stays there: the collectives and neighbor ops
+    combine it with torch on its device (:mod:`._torchops`; injected faults copy it to the
+    host). The window ops and the model of asynchrony, its ``windows`` part (a
+    :class:`SimWindowOps`), and the decomposed allreduce take host values only.
     """
 
     name = "sim"
     windows: SimWindowOps
+    #: Whether tensors on other devices may be copied to the host (the sharded simulator's
+    #: collective ops); here they are combined on their device or refused.
+    _host_staging = False
 
     def __init__(
         self,
@@ -85,6 +91,7 @@ class SimBackend(Backend):
         self._machine_plan_of: Topology | None = None
         self._cost: Any = None  # a cost meter charged by every communication op (or None)
         self._faults: Any = None  # fogsim.faults.Faults applied to neighbor_allreduce
+        self._device_plans = _torchops.PlanCache()  # plans' arrays on tensors' devices
         self.windows = SimWindowOps(self._n)
 
     # -- world ----------------------------------------------------------------------------
@@ -107,6 +114,7 @@ class SimBackend(Backend):
     def close(self) -> None:
         self.windows.close()
         self._pool.clear()
+        self._device_plans.clear()
 
     # -- topology -------------------------------------------------------------------------
     def _on_topology(self) -> None:
@@ -185,6 +193,8 @@ class SimBackend(Backend):
         return True
 
     def global_view(self, x: Any) -> Any:
+        if _torchops.takes(x):
+            return _torchops.global_view(self, x)
         arr, kind = self._stacked(x, "global_view", averaging=False)
         return wrap_like(arr.copy(), kind)
 
@@ -201,7 +211,7 @@ class SimBackend(Backend):
         An op that ``adds`` values (default: one that averages) gets float16 as float32,
         to be rounded back once by ``wrap_like``.
         """
-        arr, kind = to_numpy(x)
+        arr, kind = to_numpy(x, allow_cuda=self._host_staging)
         if arr.ndim == 0:  # a scalar is the same value on every agent
             arr = np.full(self._rows, arr[()])
         elif arr.shape[0] != self._rows:
@@ -222,6 +232,8 @@ class SimBackend(Backend):
         _arrays.check_name(name)
         if not isinstance(average, bool):
             raise TypeError(f"average must be a bool, got {type(average).__name__}")
+        if _torchops.takes(x):
+            return _torchops.allreduce(self, x, average)
         arr, kind = self._stacked(x, "allreduce", averaging=average, adds=True)
         total = arr.sum(axis=0, dtype=arr.dtype)
         out = self._pool.empty(arr.shape, arr.dtype)
@@ -232,6 +244,8 @@ class SimBackend(Backend):
     def broadcast(self, x: Any, root_rank: int, name: str | None = None) -> Any:
         _arrays.check_name(name)
         root = self.check_rank(root_rank, "root_rank")
+        if _torchops.takes(x):
+            return _torchops.broadcast(self, x, root)
         arr, kind = self._stacked(x, "broadcast", averaging=False)
         out = self._pool.empty(arr.shape, arr.dtype)
         out[...] = arr[root]
@@ -242,6 +256,8 @@ class SimBackend(Backend):
         _arrays.check_name(name)
         if isinstance(x, list | tuple) and len(x) == self._n and _ragged(x):
             return self._allgather_ragged(x)
+        if _torchops.takes(x):
+            return _torchops.allgather(self, x)
         arr, kind = self._stacked(x, "allgather", averaging=False)
         per_agent = arr.reshape(self._n, -1, *arr.shape[2:]) if arr.ndim > 1 else arr[:, None]
         flat = per_agent.reshape(1, -1, *per_agent.shape[2:])
@@ -251,6 +267,8 @@ class SimBackend(Backend):
         return wrap_like(out, kind)
 
     def _allgather_ragged(self, values: Sequence[Any]) -> list[Any]:
+        if all(_torchops.takes(v) for v in values):
+            return _torchops.allgather_ragged(values)
         parts = [to_numpy(v, f"x[{i}]") for i, v in enumerate(values)]
         arrays = [np.atleast_1d(a) for a, _ in parts]
         trailing = {a.shape[1:] for a in arrays}
@@ -273,7 +291,25 @@ class SimBackend(Backend):
         _arrays.check_name(name)
         if not isinstance(enable_topo_check, bool):
             raise TypeError("enable_topo_check must be a bool")
+        if _torchops.takes(x):
+            t, dtype = _torchops.stacked(self, x, "neighbor_allreduce", averaging=True)
+            plan = self._step_plan(self_weight, src_weights, dst_weights)
+            return _torchops.neighbor_allreduce(self, t, dtype, plan)
         arr, kind = self._stacked(x, "neighbor_allreduce", averaging=True)
+        plan = self._step_plan(self_weight, src_weights, dst_weights)
+        flat = np.ascontiguousarray(arr.reshape(self._n, -1))
+        out = self._pool.empty(flat.shape, arr.dtype)
+        if self._faults is not None:  # fogsim.faults: this step's W, changed
+            out[...] = self._faults.apply(plan_matrix(plan, self._n), flat)
+        elif flat.shape[1]:
+            with _timeline.phase("COMPUTE_AVERAGE"):
+                apply_plan(plan, flat, out)
+        if self._cost is not None:
+            self._charge("neighbor_allreduce", arr, topology=plan_messages(plan, self._n))
+        return wrap_like(out.reshape(arr.shape), kind)
+
+    def _step_plan(self, self_weight: Any, src_weights: Any, dst_weights: Any) -> Any:
+        """Return this neighbor_allreduce's plan, its whole matrix checked when it is new."""
         # The simulator always matches senders with receivers: it needs the pairing to
         # build W anyway, so enable_topo_check=False cannot make it faster or unsafe.
         plan = resolve_plan(
@@ -288,16 +324,7 @@ class SimBackend(Backend):
         if plan is not self._static_plan and _weightcheck.enabled():
             same = self_weight is None and dst_weights is None and isinstance(src_weights, Topology)
             check_plan(plan, self._n, src_weights if same else None)  # Topology: checked once
-        flat = np.ascontiguousarray(arr.reshape(self._n, -1))
-        out = self._pool.empty(flat.shape, arr.dtype)
-        if self._faults is not None:  # fogsim.faults: this step's W, changed
-            out[...] = self._faults.apply(plan_matrix(plan, self._n), flat)
-        elif flat.shape[1]:
-            with _timeline.phase("COMPUTE_AVERAGE"):
-                apply_plan(plan, flat, out)
-        if self._cost is not None:
-            self._charge("neighbor_allreduce", arr, topology=plan_messages(plan, self._n))
-        return wrap_like(out.reshape(arr.shape), kind)
+        return plan
 
     # -- fault injection (fogsim.faults) --------------------------------------------------
     @property
@@ -351,19 +378,13 @@ class SimBackend(Backend):
         if not isinstance(enable_topo_check, bool):
             raise TypeError("enable_topo_check must be a bool")
         op = "hierarchical_neighbor_allreduce"
+        if _torchops.takes(x):
+            t, dtype = _torchops.stacked(self, x, op, averaging=True)
+            plan = self._machine_step_plan(self_weight, src_machine_weights, dst_machine_weights)
+            return _torchops.hierarchical_neighbor_allreduce(self, t, dtype, plan)
         arr, kind = self._stacked(x, op, averaging=True)
-        topo = self.load_machine_topology()
         machines, k = self._n // self._local, self._local
-        if self._machine_plan is None or self._machine_plan_of is not topo:
-            self._machine_plan = static_plan(topo, self._machine_weighted)
-            self._machine_plan_of = topo
-        args = (
-            _roots(self_weight, self._n, k, "self_weight"),
-            _roots(src_machine_weights, self._n, k, "src_machine_weights"),
-            _roots(dst_machine_weights, self._n, k, "dst_machine_weights"),
-        )
-        with machine_words():
-            plan = resolve_plan(machines, topo, self._machine_weighted, self._machine_plan, *args)
+        plan = self._machine_step_plan(self_weight, src_machine_weights, dst_machine_weights)
         mean = np.ascontiguousarray(self._machine_mean(arr).reshape(machines, -1))
         mixed = np.empty_like(mean)
         if mean.shape[1]:
@@ -378,10 +399,27 @@ class SimBackend(Backend):
             )
         return wrap_like(out, kind)
 
+    def _machine_step_plan(self, self_weight: Any, src: Any, dst: Any) -> Any:
+        """Return a hierarchical step's plan over machines (local rank 0's arguments)."""
+        topo = self.load_machine_topology()
+        machines, k = self._n // self._local, self._local
+        if self._machine_plan is None or self._machine_plan_of is not topo:
+            self._machine_plan = static_plan(topo, self._machine_weighted)
+            self._machine_plan_of = topo
+        args = (
+            _roots(self_weight, self._n, k, "self_weight"),
+            _roots(src, self._n, k, "src_machine_weights"),
+            _roots(dst, self._n, k, "dst_machine_weights"),
+        )
+        with machine_words():
+            return resolve_plan(machines, topo, self._machine_weighted, self._machine_plan, *args)
+
     def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
         _arrays.check_name(name)
         if not isinstance(average, bool):
             raise TypeError(f"average must be a bool, got {type(average).__name__}")
+        if _torchops.takes(x):
+            return _torchops.local_allreduce(self, x, average)
         arr, kind = self._stacked(x, "allreduce", averaging=average, adds=True)
         k = self._local
         grid = arr.reshape(self._n // k, k, *arr.shape[1:])
@@ -410,16 +448,11 @@ class SimBackend(Backend):
         self, x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
     ) -> Any:
         _arrays.check_name(name)
+        if _torchops.takes(x):
+            t = _torchops.stacked(self, x, "neighbor_allgather", averaging=False)[0]
+            return _torchops.neighbor_allgather(self, t, *self._senders(src_ranks, dst_ranks))
         arr, kind = self._stacked(x, "neighbor_allgather", averaging=False)
-        if (src_ranks is None) != (dst_ranks is None):
-            raise ValueError("neighbor_allgather needs both src_ranks and dst_ranks, or neither")
-        if src_ranks is None:
-            indptr, indices, _ = self.load_topology().offdiag_csr()
-        else:
-            recv = rank_rows(src_ranks, self._n, "src_ranks")
-            send = transpose(*rank_rows(dst_ranks, self._n, "dst_ranks"), self._n)
-            check_same_pattern(recv, send, self._n, names=("src_ranks", "dst_ranks"))
-            indptr, indices = recv[0], recv[1]
+        indptr, indices = self._senders(src_ranks, dst_ranks)
         per_agent = arr[:, None] if arr.ndim == 1 else arr
         gathered = per_agent[indices]  # (nnz, k, ...)
         degrees = np.diff(indptr)
@@ -428,6 +461,18 @@ class SimBackend(Backend):
             return wrap_like(out, kind)
         chunks = np.split(gathered, indptr[1:-1])
         return [wrap_like(c.reshape(-1, *per_agent.shape[2:]), kind) for c in chunks]
+
+    def _senders(self, src_ranks: Any, dst_ranks: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Return CSR ``(indptr, indices)``: whom each agent's neighbor_allgather hears."""
+        if (src_ranks is None) != (dst_ranks is None):
+            raise ValueError("neighbor_allgather needs both src_ranks and dst_ranks, or neither")
+        if src_ranks is None:
+            indptr, indices, _ = self.load_topology().offdiag_csr()
+            return indptr, indices
+        recv = rank_rows(src_ranks, self._n, "src_ranks")
+        send = transpose(*rank_rows(dst_ranks, self._n, "dst_ranks"), self._n)
+        check_same_pattern(recv, send, self._n, names=("src_ranks", "dst_ranks"))
+        return recv[0], recv[1]
 
     def barrier(self) -> None:
         """Deliver the window messages in flight; every agent acts until the round ends.

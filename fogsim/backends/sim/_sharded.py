@@ -46,6 +46,7 @@ from ...hierarchy._decomposed import check_factors, default_factors
 from ...topology import Topology
 from .._weights import is_matrix
 from .._windows import NoWindows
+from . import _torchops
 from ._backend import SimBackend
 from ._bands import BandPlan, band_plan, combine_band, exchange_band
 from ._plan import (
@@ -62,7 +63,14 @@ from ._plan import (
 from ._pool import BufferPool
 from ._shapes import ShapeGuard
 from ._sharded_machines import ShardedMachines
-from ._shards import ShardPlan, block_bounds, block_of, shard_plan
+from ._shards import (
+    ShardPlan,
+    block_bounds,
+    block_of,
+    combine_overlapped,
+    exchange_into,
+    shard_plan,
+)
 
 __all__ = ["ShardedSimBackend", "open_transport"]
 
@@ -111,6 +119,10 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
     ``transport`` defaults to :func:`open_transport`. See the module docstring.
     """
 
+    #: Tensors on other devices go through host memory in the ops other than
+    #: ``neighbor_allreduce`` (which combines them on their device).
+    _host_staging = True
+
     def __init__(
         self,
         size: int | None = None,
@@ -121,6 +133,7 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
     ) -> None:
         super().__init__(size, local_size, settings)
         settings = settings or _settings.Settings()
+        self._owns_transport = transport is None
         self._t = open_transport(settings) if transport is None else transport
         parts, me = int(self._t.size), int(self._t.rank)
         if shards is not None and shards != parts:
@@ -138,6 +151,7 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
         self._shards: OrderedDict[tuple[tuple[int, ...], bool], tuple[Plan, Any]] = OrderedDict()
         self._gather_plan: tuple[Any, CsrPlan] | None = None
         self._members: CsrPlan | None = None
+        self._device_plans_of: dict[int, tuple[ShardPlan, CsrPlan]] = {}
 
     # -- world ----------------------------------------------------------------------------
     @property
@@ -167,6 +181,9 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
         )
 
     def close(self) -> None:
+        free = getattr(self._t, "free", None)
+        if self._owns_transport and free is not None:  # every process closes its world
+            free()
         self._pool.clear()
         self._extended.clear()
         self._shards.clear()
@@ -284,11 +301,8 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
     def _with_halo(self, flat: np.ndarray, shard: ShardPlan) -> tuple[np.ndarray, Any]:
         """Return the ``(b + h, m)`` extended rows of ``flat`` and the request filling the
         halo rows ``[b, b + h)``."""
-        b = self._rows
-        ext = self._extended_rows(flat, 0, b + len(shard.halo))
-        sends = [(np.ascontiguousarray(ext[rows]), q) for q, rows in shard.send.items()]
-        recvs = [(ext[b + a : b + z], q) for q, (a, z) in shard.recv.items()]
-        return ext, self._t.exchange(sends, recvs, _TAG_NEIGHBOR)
+        ext = self._extended_rows(flat, 0, self._rows + len(shard.halo))
+        return ext, exchange_into(self._t, shard, ext, _TAG_NEIGHBOR)
 
     def _combine(self, plan: Plan, flat: np.ndarray) -> np.ndarray:
         """Return the block's rows of ``W x`` for the block's rows ``flat`` ``(b, m)``."""
@@ -305,8 +319,54 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
         ext, request = self._with_halo(flat, split)
         out = self._extended.empty(ext.shape, ext.dtype)
         with _timeline.phase("COMPUTE_AVERAGE"):
-            _combine_extended(split, ext, out, request)
+            combine_overlapped(split, ext, out, request)
         return out[:b]
+
+    def _device_combine(self, plan: Plan, t: Any, dtype: Any) -> Any:
+        """``neighbor_allreduce`` of a tensor on its own device (CUDA: no copy of the block
+        to the host). The halo travels as device tensors over torch.distributed (NCCL for
+        CUDA); over MPI, only the halo rows are staged through host memory."""
+        import torch
+
+        b = self._rows
+        flat = t.reshape(b, -1)
+        shard = self._shard(plan)
+        halo = flat.new_empty((len(shard.halo), flat.shape[1]))
+        if flat.shape[1]:
+            self._move_halo(flat, halo, shard)
+        entry = self._device_plans_of.get(id(shard))
+        if entry is None or entry[0] is not shard:
+            steps = CsrPlan(shard.self_weight, shard.indptr, shard.indices, shard.data)
+            entry = self._device_plans_of[id(shard)] = (shard, steps)
+            if len(self._device_plans_of) > _CACHED_SHARDS:
+                del self._device_plans_of[next(iter(self._device_plans_of))]
+        with _timeline.phase("COMPUTE_AVERAGE"):
+            out = _torchops.combine(self._device_plans, entry[1], torch.cat([flat, halo]))[:b]
+        if self._cost is not None:
+            info = {"topology": plan_messages(plan, self._n)}
+            _torchops._charge(self, "neighbor_allreduce", t, **info)
+        return _torchops._out(out, dtype).reshape(t.shape)
+
+    def _move_halo(self, flat: Any, halo: Any, shard: ShardPlan) -> None:
+        """Exchange the halo rows of the device tensor ``flat`` into ``halo``."""
+        import torch
+
+        if getattr(self._t, "takes_tensors", False):
+            sends = [
+                (flat[torch.as_tensor(rows, device=flat.device)].contiguous(), q)
+                for q, rows in shard.send.items()
+            ]
+            recvs = [(halo[a:z], q) for q, (a, z) in shard.recv.items()]
+            self._t.exchange(sends, recvs, _TAG_NEIGHBOR).wait()
+            return
+        staged = torch.empty(tuple(halo.shape), dtype=halo.dtype).numpy()
+        sends = [
+            (flat[torch.as_tensor(rows, device=flat.device)].cpu().numpy(), q)
+            for q, rows in shard.send.items()
+        ]
+        recvs = [(staged[a:z], q) for q, (a, z) in shard.recv.items()]
+        self._t.exchange(sends, recvs, _TAG_NEIGHBOR).wait()
+        halo.copy_(torch.from_numpy(staged))
 
     # -- per-agent arguments --------------------------------------------------------------
     def _world_arg(self, value: Any, argname: str) -> Any:
@@ -350,7 +410,11 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
         _arrays.check_name(name)
         if not isinstance(enable_topo_check, bool):
             raise TypeError("enable_topo_check must be a bool")
-        arr, kind = self._stacked(x, "neighbor_allreduce", averaging=True)
+        device = _torchops.takes(x)
+        if device:
+            t, dtype = _torchops.stacked(self, x, "neighbor_allreduce", averaging=True)
+        else:
+            arr, kind = self._stacked(x, "neighbor_allreduce", averaging=True)
         sw = self._world_arg(self_weight, "self_weight")
         src = self._world_arg(src_weights, "src_weights")
         dst = self._world_arg(dst_weights, "dst_weights")
@@ -360,6 +424,8 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
         if plan is not self._static_plan and _weightcheck.enabled():
             same = sw is None and dst is None and isinstance(src, Topology)
             check_plan(plan, self._n, src if same else None)
+        if device:
+            return self._device_combine(plan, t, dtype)
         flat = np.ascontiguousarray(arr.reshape(self._rows, -1))
         if flat.shape[1]:
             out = self._combine(plan, flat)
@@ -372,13 +438,15 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
     def _sum(self, arr: np.ndarray) -> np.ndarray:
         """Return the sum over all N agents of ``arr`` (blocks summed, then added by process)."""
         part = arr.sum(axis=0, dtype=arr.dtype)
-        parts = np.empty((self._parts, *part.shape), dtype=arr.dtype)
-        parts[self._me] = part
+        # rows of a 2-d array: buffers even for per-agent scalars, whose 0-d parts would
+        # be read-only numpy scalars
+        parts = np.empty((self._parts, part.size), dtype=arr.dtype)
+        parts[self._me] = part.ravel()
         self._all_to_all(parts[self._me], list(parts), _TAG_GATHER)
         total = parts[0].copy()
         for q in range(1, self._parts):
             total += parts[q]
-        return total
+        return total.reshape(part.shape)
 
     def allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
         _arrays.check_name(name)
@@ -515,11 +583,3 @@ def _plan_key(plan: Plan) -> tuple[int, ...]:
 def _pattern_plan(indptr: np.ndarray, indices: np.ndarray, n: int) -> CsrPlan:
     """A plan whose entries are the edges of a pattern (what neighbor_allgather reads)."""
     return CsrPlan(np.zeros(n), indptr, indices, np.ones(len(indices)))
-
-
-def _combine_extended(shard: ShardPlan, ext: np.ndarray, out: np.ndarray, request: Any) -> None:
-    """Compute the block's rows of ``out`` from ``ext`` once the halo has arrived."""
-    from ... import _core
-
-    request.wait()
-    _core.csr_combine(shard.indptr, shard.indices, shard.data, shard.self_weight, ext, out)

@@ -95,6 +95,9 @@ class _TorchBatch:
 class TorchTransport:
     """Point-to-point and small collectives among the ``size`` ranks of ``group``."""
 
+    #: :meth:`exchange` moves tensors on their device (the sharded simulator's halo).
+    takes_tensors = True
+
     def __init__(self, group: Any, size: int, rank: int) -> None:
         self.group, self.size, self.rank = group, size, rank
 
