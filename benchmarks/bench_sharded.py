@@ -104,15 +104,15 @@ def _need_gb(topology: str, n: int, p: int) -> float:
 
     A process keeps its block and halo rows about four times (state, result, the combine's
     extended copy, temporaries); one process at 10^7 agents peaked at 2 GB. Sharded, a
-    plan reaching further than a block (exponential-2) is split by ``shard_plan``, which
-    reads the whole circulant plan as CSR on each process (about 50 bytes per agent and
-    offset, measured at 10^6 agents); narrow ones (the ring) are split per block.
+    plan reaching further than a block (exponential-2) is split by ``shard_plan`` into the
+    block's CSR entries (about 16 bytes per block row and offset at its peak, measured at
+    10^7 agents); narrow ones (the ring) need no index arrays.
     """
     if p == 1:
         return 4 * n * ROW / 2**30 + 0.25
     held = sum(b + h for b, h in _held_rows(topology, n, p))
     wide = band_plan(static_plan(TOPOLOGIES[topology](n), False), n, p, 0) is None
-    plan = p * n * len(_offsets(topology, n)) * 50 if wide else 0
+    plan = p * -(-n // p) * len(_offsets(topology, n)) * 16 if wide else 0
     return (4 * held * ROW + plan) / 2**30 + 0.25 * p
 
 
