@@ -12,9 +12,9 @@ Printed: the table, each P's speed against P = 1 in the same run (goal at N = 10
 ring: 2 processes >= 1.4x one), and the cost model's prediction for P = 64 processes over a
 10 Gb/s and a 100 Gb/s network (:func:`predict`).
 
-    python benchmarks/bench_sharded.py              # the full grid (about 5-10 minutes)
+    python benchmarks/bench_sharded.py              # the full grid (about 2 minutes)
     python benchmarks/bench_sharded.py --quick      # N = 10^4, 10^5; P = 1, 2 (seconds)
-    python benchmarks/bench_sharded.py --repeat 3   # 3 alternating rounds, medians kept
+    python benchmarks/bench_sharded.py --repeat 3   # 3 alternating rounds, medians (4 min)
 
 Runs whose state cannot fit in this machine's available memory are skipped with the reason,
 and a job is killed (and reported) if the machine's available memory falls under
