@@ -14,8 +14,13 @@ What moves between processes, per op:
   the others and what it sends (:func:`~._shards.shard_plan`, cached per plan); the halo
   arrives straight into rows ``[b, b + h)`` of an extended buffer whose first ``b`` rows
   are the block, and the block's rows are combined with the one-process plan's products in
-  its order: the numbers are those of one process, bit for bit. The result is itself the
-  first rows of such a buffer, so ``x = fs.neighbor_allreduce(x)`` copies nothing.
+  its order: the numbers are those of one process, bit for bit. The rows that read no halo
+  are combined while it moves. Narrow circulant plans (rings) instead lay the block out
+  between its halo rows and run the circulant kernel (``_bands``). The result is itself a
+  view into such a buffer, so ``x = fs.neighbor_allreduce(x)`` copies no block.
+* tensors on a device (CUDA): ``neighbor_allreduce`` combines the block and its halo in
+  torch on the device (the halo moved as device tensors over torch.distributed, through
+  host memory over MPI); the other ops stage them through host memory.
 * ``allreduce``: each process sums its block, the P partial sums are exchanged and added
   in process order (the same numbers as one process up to rounding: 1e-12 relative).
 * ``broadcast``: the root's row from the process holding it.
