@@ -362,8 +362,8 @@ def start(prefix: str, max_agents: int = 32, bluefog: bool = False) -> Timeline:
     if np.ndim(rank):  # simulation: every agent in this process, or a block of them
         agents = [int(r) for r in rank[:max_agents]]
         backend = fs._context.current().backend
-        shards = getattr(backend, "shards", 1)
-        name = f"{prefix}.json" if shards == 1 else f"{prefix}-shard{backend.shard}.json"
+        shard = getattr(backend, "shard", None)  # this process's index when sharded
+        name = f"{prefix}.json" if shard is None else f"{prefix}-shard{shard}.json"
         active = kind(name, agents, "agent")
     else:
         active = kind(f"{prefix}{int(rank)}.json", [int(rank)], "rank")
