@@ -44,11 +44,10 @@ from typing import Any
 
 import numpy as np
 
-from ... import _arrays, _settings, _weightcheck
+from ... import _arrays, _settings
 from ... import timeline as _timeline
 from ..._arrays import wrap_like
 from ...hierarchy._decomposed import check_factors, default_factors
-from ...topology import Topology
 from .._weights import is_matrix
 from .._windows import NoWindows
 from . import _torchops
@@ -57,13 +56,8 @@ from ._bands import BandPlan, band_plan, combine_band, exchange_band
 from ._plan import (
     CsrPlan,
     Plan,
-    check_plan,
-    check_same_pattern,
     plan_messages,
-    rank_rows,
-    resolve_plan,
     static_plan,
-    transpose,
 )
 from ._pool import BufferPool
 from ._shapes import ShapeGuard
@@ -420,15 +414,11 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
             t, dtype = _torchops.stacked(self, x, "neighbor_allreduce", averaging=True)
         else:
             arr, kind = self._stacked(x, "neighbor_allreduce", averaging=True)
-        sw = self._world_arg(self_weight, "self_weight")
-        src = self._world_arg(src_weights, "src_weights")
-        dst = self._world_arg(dst_weights, "dst_weights")
-        plan = resolve_plan(
-            self._n, self.load_topology(), self._is_weighted, self._static_plan, sw, src, dst
+        plan = self._step_plan(
+            self._world_arg(self_weight, "self_weight"),
+            self._world_arg(src_weights, "src_weights"),
+            self._world_arg(dst_weights, "dst_weights"),
         )
-        if plan is not self._static_plan and _weightcheck.enabled():
-            same = sw is None and dst is None and isinstance(src, Topology)
-            check_plan(plan, self._n, src if same else None)
         if device:
             return self._device_combine(plan, t, dtype)
         flat = np.ascontiguousarray(arr.reshape(self._rows, -1))
@@ -543,18 +533,15 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
     ) -> Any:
         _arrays.check_name(name)
         arr, kind = self._stacked(x, "neighbor_allgather", averaging=False)
-        if (src_ranks is None) != (dst_ranks is None):
+        if (src_ranks is None) != (dst_ranks is None):  # before any process gathers
             raise ValueError("neighbor_allgather needs both src_ranks and dst_ranks, or neither")
         if src_ranks is None:
             plan = self._static_gather_plan()
         else:
-            n = self._n
             src = self._world_arg(src_ranks, "src_ranks")
-            dst = self._world_arg(dst_ranks, "dst_ranks")
-            recv = rank_rows(src, n, "src_ranks")
-            send = transpose(*rank_rows(dst, n, "dst_ranks"), n)
-            check_same_pattern(recv, send, n, names=("src_ranks", "dst_ranks"))
-            plan = _pattern_plan(recv[0], recv[1], n)
+            plan = _pattern_plan(
+                *self._senders(src, self._world_arg(dst_ranks, "dst_ranks")), self._n
+            )
         per_agent = arr[:, None] if arr.ndim == 1 else arr
         flat = np.ascontiguousarray(per_agent.reshape(self._rows, -1))
         shard = self._shard(plan)

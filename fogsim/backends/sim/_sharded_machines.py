@@ -17,9 +17,7 @@ import numpy as np
 from ... import _arrays
 from ..._arrays import wrap_like
 from ...topology import Topology
-from .._weights import machine_words
-from ._backend import _roots
-from ._plan import CsrPlan, Plan, apply_plan, plan_messages, resolve_plan, static_plan
+from ._plan import CsrPlan, Plan, apply_plan, plan_messages
 from ._shards import ShardPlan
 
 __all__ = ["ShardedMachines"]
@@ -54,7 +52,7 @@ class ShardedMachines:
         def _stacked(self, x: Any, op: str, averaging: bool, adds: bool | None = None) -> Any: ...
         def _charge(self, op: str, arr: np.ndarray, **info: Any) -> None: ...
         def rank(self) -> np.ndarray: ...
-        def load_machine_topology(self) -> Topology: ...
+        def _machine_step_plan(self, self_weight: Any, src: Any, dst: Any) -> Any: ...
 
     # -- machine level --------------------------------------------------------------------
     def _machine_totals(self, arr: np.ndarray) -> np.ndarray:
@@ -102,28 +100,12 @@ class ShardedMachines:
             raise TypeError("enable_topo_check must be a bool")
         op = "hierarchical_neighbor_allreduce"
         arr, kind = self._stacked(x, op, averaging=True)
-        topo = self.load_machine_topology()
         machines, k = self._n // self._local, self._local
-        if self._machine_plan is None or self._machine_plan_of is not topo:
-            self._machine_plan = static_plan(topo, self._machine_weighted)
-            self._machine_plan_of = topo
-        args = (
-            _roots(self._world_arg(self_weight, "self_weight"), self._n, k, "self_weight"),
-            _roots(
-                self._world_arg(src_machine_weights, "src_machine_weights"),
-                self._n,
-                k,
-                "src_machine_weights",
-            ),
-            _roots(
-                self._world_arg(dst_machine_weights, "dst_machine_weights"),
-                self._n,
-                k,
-                "dst_machine_weights",
-            ),
+        plan = self._machine_step_plan(
+            self._world_arg(self_weight, "self_weight"),
+            self._world_arg(src_machine_weights, "src_machine_weights"),
+            self._world_arg(dst_machine_weights, "dst_machine_weights"),
         )
-        with machine_words():
-            plan = resolve_plan(machines, topo, self._machine_weighted, self._machine_plan, *args)
         means = self._machine_totals(arr)
         np.divide(means, k, out=means)
         mixed = np.empty_like(means)
