@@ -233,3 +233,20 @@ def test_tensors_on_the_device_path_are_combined_there(monkeypatch):
         torch.testing.assert_close(mean, want_mean[lo:hi], rtol=1e-12, atol=1e-14)
     # in torch, on each block with its halo: 10 rows and a halo of 2 on the ring
     assert (12, 4) in combined and all(rows < n for rows, _ in combined)
+
+
+def test_per_agent_weights_of_neither_size_are_refused_on_every_process():
+    n, parts = 12, 3
+    errors = []
+
+    def work(backend):
+        backend.set_topology(T.ring_graph(n))
+        lo, hi = backend.block
+        try:  # 2 entries: neither the block's 4 nor the world's 12
+            backend.neighbor_allreduce(np.ones((hi - lo, 2)), self_weight=[0.5, 0.5])
+        except ValueError as exc:
+            errors.append(str(exc))
+
+    sharded(n, parts, work)
+    assert len(errors) == parts
+    assert all("self_weight: the processes gave [2, 2, 2] entries" in e for e in errors)

@@ -186,6 +186,7 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
         self._pool.clear()
         self._extended.clear()
         self._shards.clear()
+        self._device_plans_of.clear()
 
     def barrier(self) -> None:
         """Block until every process of the sharded simulation has reached the barrier."""
@@ -379,14 +380,16 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
             return value
         if _arrays.is_tensor(value):
             value = value.detach().cpu().numpy()
-        if not isinstance(value, np.ndarray | list | tuple) or np.ndim(value) == 0:
+        if not isinstance(value, np.ndarray | list | tuple) or (
+            isinstance(value, np.ndarray) and value.ndim == 0
+        ):
             return value  # the plan's parser names what is wrong with it
-        parts = self._t.allgather_object(value)
-        lengths = [len(p) for p in parts]
+        lengths = self._t.allgather_object(len(value))
         if all(n == self._n for n in lengths):
             return value
         sizes = np.diff(self._bounds).tolist()
-        if lengths == sizes:
+        if lengths == sizes:  # the blocks' entries: gather them
+            parts = self._t.allgather_object(value)
             if isinstance(value, np.ndarray):
                 return np.concatenate([np.asarray(p) for p in parts])
             return [v for p in parts for v in p]
