@@ -86,6 +86,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
     gradients set by hand) counts as one. The step that follows the J-th pass
     communicates, then the count starts again.
 
+    ``global_average_every = K`` (periodic global averaging, Gossip-PGA, Chen et al.
+    2021): every K-th communicating step averages over all agents (``allreduce``) instead
+    of with the neighbors; the others gossip as ``communication_type`` says. With
+    ``num_steps_per_communication = H`` it makes local SGD with periodic global averaging.
+    None (default): never.
+
     ``overlap``: start communication from hooks during the forward/backward pass
     (default when distributed). In simulation nonblocking ops complete at once, so by
     default the whole step runs in ``step()`` with one fused message per dtype; the
@@ -107,6 +113,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         communication_type: Any = None,
         num_steps_per_communication: int = 1,
         overlap: bool | None = None,
+        global_average_every: int | None = None,
     ) -> None:
         if isinstance(optimizer, DistributedOptimizer):
             raise TypeError(f"optimizer is already wrapped by {type(optimizer).__name__}")
@@ -155,6 +162,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._allowed[0] if communication_type is None else communication_type
         )
         self.num_steps_per_communication = num_steps_per_communication
+        self.global_average_every = global_average_every
+        self._rounds = 0  # communicating steps done
         if overlap is not None and not isinstance(overlap, bool):
             raise TypeError(f"overlap must be a bool or None, got {type(overlap).__name__}")
         # Simulated nonblocking ops complete at once, so hooks could not overlap anything:
@@ -217,6 +226,22 @@ class DistributedOptimizer(torch.optim.Optimizer):
     @num_steps_per_communication.setter
     def num_steps_per_communication(self, value: Any) -> None:
         self._num_steps_per_communication = _positive_int(value, "num_steps_per_communication")
+
+    @property
+    def global_average_every(self) -> int | None:
+        """Communicating steps per global average (see the class docstring); None: never."""
+        return self._global_average_every
+
+    @global_average_every.setter
+    def global_average_every(self, value: Any) -> None:
+        self._global_average_every = (
+            None if value is None else _positive_int(value, "global_average_every")
+        )
+
+    def _global_round(self) -> bool:
+        """Whether the current communicating step averages over every agent (Gossip-PGA)."""
+        k = self._global_average_every
+        return k is not None and (self._rounds + 1) % k == 0
 
     def _round_due(self) -> bool:
         """Whether enough passes ran for the current step to communicate."""
@@ -299,7 +324,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def _op(self, value: torch.Tensor, key: str) -> Any:
         name = f"{type(self).__name__}.{key}"
         kind = self._communication_type
-        if kind is CommunicationType.allreduce:
+        if kind is CommunicationType.allreduce or self._global_round():
             return fs.allreduce_nonblocking(value, name=name)
         if kind is CommunicationType.hierarchical_neighbor_allreduce:
             return fs.hierarchical_neighbor_allreduce_nonblocking(

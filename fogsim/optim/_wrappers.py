@@ -49,8 +49,16 @@ class _BackwardHooked(DistributedOptimizer):
         num_steps_per_communication=1,
         *,
         overlap=None,
+        global_average_every=None,
     ) -> None:
-        super().__init__(optimizer, model, communication_type, num_steps_per_communication, overlap)
+        super().__init__(
+            optimizer,
+            model,
+            communication_type,
+            num_steps_per_communication,
+            overlap,
+            global_average_every,
+        )
         self._ready: set[torch.Tensor] = set()
         # gradients accumulated into each parameter since the last communicating step
         self._passes: dict[torch.Tensor, int] = dict.fromkeys(self._params(), 0)
@@ -91,6 +99,7 @@ class _BackwardHooked(DistributedOptimizer):
         """Start counting the passes of the next round after a communicating step."""
         if communicated:
             self._passes = dict.fromkeys(self._passes, 0)
+            self._rounds += 1
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Finish the step: act on the parameters no hook saw, then combine."""
@@ -127,8 +136,16 @@ class _ForwardCounted(DistributedOptimizer):
         num_steps_per_communication=1,
         *,
         overlap=None,
+        global_average_every=None,
     ) -> None:
-        super().__init__(optimizer, model, communication_type, num_steps_per_communication, overlap)
+        super().__init__(
+            optimizer,
+            model,
+            communication_type,
+            num_steps_per_communication,
+            overlap,
+            global_average_every,
+        )
         self._forwards = 0  # training forward calls since the last communicating step
         self._forward_seen = False
         # Counted once per call of the whole model: a layer used twice is one pass.
@@ -179,6 +196,8 @@ class _ForwardCounted(DistributedOptimizer):
             if rest:
                 self._start_params(rest)
         self._complete(communicating)
+        if communicating:
+            self._rounds += 1
         if self._round_due():
             self._forwards = 0
         self.optimizer.step()
