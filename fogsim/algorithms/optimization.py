@@ -14,6 +14,7 @@ iteration (index 0: the start), ``"consensus_error"`` ``sqrt(mean_i ||x_i - xbar
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -93,6 +94,8 @@ def dgd(
     schedule: Any = None,
     x_star: Any = None,
     progress: bool = False,
+    communicate_every: int = 1,
+    global_average_every: int | None = None,
 ) -> Result:
     """Run decentralized gradient descent.
 
@@ -126,22 +129,54 @@ def dgd(
         The optimum for ``"distance"`` (default ``problem.solution()`` if it exists).
     progress : bool
         Show a tqdm progress bar (main process only).
+    communicate_every : int
+        ``H``: local SGD. Iterations ``k`` that ``H`` does not divide take the local step
+        ``x_{k+1} = x_k - alpha grad f(x_k)`` only; the others communicate as ``form``
+        says (the schedule moves on at communicating iterations only).
+    global_average_every : int, optional
+        ``K``: periodic global averaging (Gossip-PGA, Chen et al. 2021). Every ``K``-th
+        communicating iteration averages over all agents (``allreduce``) instead of
+        mixing with ``W``.
     """
     form = check_form(form, ("atc", "awc"))
     step_of = _step_rule(alpha)
+    every = _positive(communicate_every, "communicate_every")
+    pga = (
+        None
+        if global_average_every is None
+        else _positive(global_average_every, "global_average_every")
+    )
     run = _Run(problem, iters, x0, schedule, x_star, progress, f"DGD ({form})")
     x = run.x0
     run.record(0, x)
     for k in run.bar:
-        a, w = step_of(k - 1), run.mixer.next()
-        if form == "atc":
-            x = run.mixer.combine(x - a * run.gradient(x), w)
+        a = step_of(k - 1)
+        if k % every:  # a local step
+            x = x - a * run.gradient(x)
+        elif pga is not None and (k // every) % pga == 0:  # a global average
+            if form == "atc":
+                x = fs.allreduce(x - a * run.gradient(x))
+            else:
+                handle = fs.allreduce_nonblocking(x)
+                g = run.gradient(x)
+                x = fs.wait(handle) - a * g
+        elif form == "atc":
+            x = run.mixer.combine(x - a * run.gradient(x), run.mixer.next())
         else:
-            handle = run.mixer.combine_nonblocking(x, w)
+            handle = run.mixer.combine_nonblocking(x, run.mixer.next())
             g = run.gradient(x)
             x = fs.wait(handle) - a * g
         run.record(k, x)
     return run.result(x)
+
+
+def _positive(value: Any, argname: str) -> int:
+    """Return ``value`` as an int >= 1."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{argname} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{argname} must be >= 1, got {value}")
+    return int(value)
 
 
 def exact_diffusion(
