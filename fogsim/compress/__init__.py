@@ -6,11 +6,42 @@ payload takes on the wire (values plus indices or scales); ``compress_stacked`` 
 ``decompress_stacked`` do every simulated agent in one vectorized call, agent r drawing
 from its own generator (``fs.rng()``), so every mode draws the same numbers. ``pack`` and
 ``unpack`` turn payloads into ``uint8`` buffers and back.
+
+========================  ======================================================  ========
+compressor                payload (d entries of x's dtype, b bytes each)          unbiased
+========================  ======================================================  ========
+``identity()``            d values                                                yes
+``top_k(k)``              k values, k int32 indices                               no
+``random_k(k)``           k values, k int32 indices (scaled by d/k on receipt)    yes
+``qsgd(s)``               the norm, d signed levels (4 bits if s <= 7, else int)  yes
+``scaled_sign()``         the mean magnitude, d sign bits                         no
+``power_sgd(rank=r)``     P (m x r) and Q (n x r) of an m x n matrix              no
+========================  ======================================================  ========
 """
 
 from __future__ import annotations
 
 from ._base import Compressor, Payload, pack, unpack
+from ._low_rank import PowerSGD, power_sgd
+from ._quantize import QSGD, ScaledSign, qsgd, scaled_sign
+from ._random_k import RandomK, random_k
 from ._simple import Identity, TopK, identity, top_k
 
-__all__ = ["Compressor", "Identity", "Payload", "TopK", "identity", "pack", "top_k", "unpack"]
+__all__ = [
+    "QSGD",
+    "Compressor",
+    "Identity",
+    "Payload",
+    "PowerSGD",
+    "RandomK",
+    "ScaledSign",
+    "TopK",
+    "identity",
+    "pack",
+    "power_sgd",
+    "qsgd",
+    "random_k",
+    "scaled_sign",
+    "top_k",
+    "unpack",
+]

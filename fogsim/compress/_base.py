@@ -8,6 +8,10 @@ as one ``uint8`` buffer for the wire. Compressors are written once for stacked a
 (a leading agent axis, one vectorized call for all of them); one agent's call is the
 stacked call with one row, its generator standing in for the stacked ones, so agent r draws
 the same numbers in every mode.
+
+Values may be numpy arrays or CPU torch tensors (CUDA tensors are refused with a
+``TypeError`` for now): the payload's parts are numpy arrays, and its ``kind`` records what
+the value came in as, so decompressing gives back a tensor for a tensor.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from .._arrays import Kind, is_tensor, to_numpy, wrap_like
+
 __all__ = ["Compressor", "Payload", "pack", "unpack"]
 
 #: dtypes a compressor takes (values are kept in their own precision on the wire).
@@ -31,13 +37,16 @@ class Payload:
     """A compressed value: ``parts`` in the order of the compressor's layout.
 
     ``shape`` and ``dtype`` are one agent's value's; ``stacked`` payloads carry a leading
-    agent axis on every part.
+    agent axis on every part. ``kind`` is what the value came in as (None: a numpy array;
+    else a :class:`fogsim._arrays.Kind`, e.g. a CPU tensor): decompressing returns that.
+    It is not sent: :func:`pack` writes the parts only.
     """
 
     parts: tuple[np.ndarray, ...]
     shape: tuple[int, ...]
     dtype: np.dtype
     stacked: bool = False
+    kind: Kind | None = None
 
 
 class _OneAgent:
@@ -74,6 +83,11 @@ class Compressor(abc.ABC):
     def _compress(self, x: np.ndarray, rng: Any) -> tuple[np.ndarray, ...]:
         """Compress stacked flat values ``x`` ``(n, d)``; parts with a leading axis n."""
 
+    def _compress_shaped(self, x: np.ndarray, rng: Any) -> tuple[np.ndarray, ...]:
+        """Compress stacked values ``x`` ``(n, *shape)``: flat ``(n, d)`` to :meth:`_compress`
+        unless a compressor needs the shape (PowerSGD's matrices)."""
+        return self._compress(np.ascontiguousarray(x.reshape(x.shape[0], -1)), rng)
+
     @abc.abstractmethod
     def _decompress(self, parts: Sequence[np.ndarray], d: int, dtype: np.dtype) -> np.ndarray:
         """Return the stacked flat values ``(n, d)`` of stacked ``parts``."""
@@ -86,34 +100,49 @@ class Compressor(abc.ABC):
 
     def compress(self, x: Any, rng: Any = None) -> Payload:
         """Compress one agent's value ``x`` (``rng``: its generator, e.g. ``fs.rng()``)."""
-        arr = _values(x)
-        stacked = self.compress_stacked(arr[None], None if rng is None else _OneAgent(rng))
-        return Payload(tuple(p[0] for p in stacked.parts), arr.shape, arr.dtype)
+        arr, kind = _values(x)
+        stacked = self._stacked(arr[None], None if rng is None else _OneAgent(rng))
+        return Payload(tuple(p[0] for p in stacked), arr.shape, arr.dtype, kind=kind)
 
-    def decompress(self, payload: Payload) -> np.ndarray:
-        """Return the value a payload of :meth:`compress` stands for."""
+    def decompress(self, payload: Payload) -> Any:
+        """Return the value a payload of :meth:`compress` stands for (a tensor for a tensor)."""
         parts = tuple(p[None] for p in payload.parts)
-        one = Payload(parts, payload.shape, payload.dtype, stacked=True)
-        return self.decompress_stacked(one)[0]
+        flat = self._decompress(parts, _size(payload.shape), payload.dtype)
+        return _wrap(flat.reshape(payload.shape), payload.kind)
 
     def compress_stacked(self, x: Any, rng: Any = None) -> Payload:
         """Compress every agent's row of ``x`` (leading agent axis) in one call; ``rng``
         is a stacked generator (``fs.rng()`` in simulation) drawing agent r's row from
         agent r's generator."""
-        arr = _values(x)
+        arr, kind = _values(x)
         if arr.ndim == 0:
             raise ValueError("compress_stacked needs a leading agent axis")
-        if self.randomized and rng is None:
-            raise TypeError(f"{type(self).__name__} draws random numbers: pass rng (e.g. fs.rng())")
-        flat = np.ascontiguousarray(arr.reshape(arr.shape[0], -1))
-        parts = self._compress(flat, rng)
-        return Payload(tuple(parts), arr.shape[1:], arr.dtype, stacked=True)
+        parts = self._stacked(arr, rng)
+        return Payload(parts, arr.shape[1:], arr.dtype, stacked=True, kind=kind)
 
-    def decompress_stacked(self, payload: Payload) -> np.ndarray:
+    def decompress_stacked(self, payload: Payload) -> Any:
         """Return the stacked values ``(n, *shape)`` of a stacked payload."""
-        d = int(np.prod(payload.shape, dtype=np.int64))
-        flat = self._decompress(payload.parts, d, payload.dtype)
-        return flat.reshape(flat.shape[0], *payload.shape)
+        flat = self._decompress(payload.parts, _size(payload.shape), payload.dtype)
+        return _wrap(flat.reshape(flat.shape[0], *payload.shape), payload.kind)
+
+    def _stacked(self, arr: np.ndarray, rng: Any) -> tuple[np.ndarray, ...]:
+        if self.randomized:
+            if rng is None:
+                raise TypeError(
+                    f"{type(self).__name__} draws random numbers: pass rng (e.g. fs.rng())"
+                )
+            if isinstance(rng, np.random.Generator):
+                if arr.shape[0] != 1:
+                    raise TypeError(
+                        f"rng is one Generator for {arr.shape[0]} stacked rows: pass a stacked "
+                        f"generator (fs.rng() in simulation), one generator per row"
+                    )
+                rng = _OneAgent(rng)
+            elif len(rng) != arr.shape[0]:
+                raise ValueError(
+                    f"rng holds {len(rng)} generators for {arr.shape[0]} stacked rows of x"
+                )
+        return tuple(self._compress_shaped(arr, rng))
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
@@ -131,9 +160,17 @@ def pack(payload: Payload) -> np.ndarray:
 
 
 def unpack(
-    compressor: Compressor, buf: np.ndarray, shape: Any, dtype: Any, stacked: bool = False
+    compressor: Compressor,
+    buf: np.ndarray,
+    shape: Any,
+    dtype: Any,
+    stacked: bool = False,
+    like: Any = None,
 ) -> Payload:
-    """Return the payload :func:`pack` wrote into ``buf`` for values of ``shape``/``dtype``."""
+    """Return the payload :func:`pack` wrote into ``buf`` for values of ``shape``/``dtype``.
+
+    Decompressing it gives a numpy array, or a value of ``like``'s kind (a tensor) if given.
+    """
     shape, dtype = _shape(shape), _float(dtype, "dtype")
     data = np.ascontiguousarray(buf).view(np.uint8)
     rows = data.reshape(-1 if not stacked else (data.shape[0], -1))
@@ -146,7 +183,8 @@ def unpack(
         raw = np.ascontiguousarray(rows[..., at : at + size])
         parts.append(raw.view(dt).reshape((-1, count) if stacked else (count,)))
         at += size
-    return Payload(tuple(parts), shape, dtype, stacked)
+    kind = None if like is None else _values(like)[1]
+    return Payload(tuple(parts), shape, dtype, stacked, kind)
 
 
 # -- argument checks --------------------------------------------------------------------------
@@ -169,13 +207,23 @@ def _float(dtype: Any, argname: str) -> np.dtype:
     return dt
 
 
-def _values(x: Any) -> np.ndarray:
-    """``x`` as a float32/float64 numpy array (tensors: their CPU values)."""
-    from .._arrays import to_numpy
-
-    arr, _ = to_numpy(x)
-    if arr.dtype not in FLOATS:
+def _values(x: Any) -> tuple[np.ndarray, Kind | None]:
+    """``x`` as a float32/float64 numpy array (tensors: their CPU values) and its kind."""
+    if is_tensor(x) and x.device.type != "cpu":
         raise TypeError(
-            f"x must hold float32 or float64 values to be compressed, got dtype {arr.dtype}"
+            f"x is on {x.device}: compressors work on numpy arrays and CPU tensors for now; "
+            f"pass x.cpu()"
         )
-    return arr
+    arr, kind = to_numpy(x)
+    if arr.dtype not in FLOATS or kind.half is not None:
+        got = kind.half or arr.dtype
+        raise TypeError(f"x must hold float32 or float64 values to be compressed, got dtype {got}")
+    return arr, (kind if kind.torch else None)
+
+
+def _size(shape: tuple[int, ...]) -> int:
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _wrap(arr: np.ndarray, kind: Kind | None) -> Any:
+    return arr if kind is None else wrap_like(np.ascontiguousarray(arr), kind)

@@ -10,7 +10,7 @@ import numpy as np
 
 from ._base import Compressor
 
-__all__ = ["Identity", "TopK", "identity", "top_k"]
+__all__ = ["Identity", "KSparse", "TopK", "identity", "top_k"]
 
 
 class Identity(Compressor):
@@ -26,9 +26,9 @@ class Identity(Compressor):
         return np.array(parts[0], dtype=dtype)
 
 
-class TopK(Compressor):
-    """Keep the ``k`` entries of largest magnitude (``k`` a count, or a fraction in (0, 1]
-    of the entries, at least one): values in x's dtype and int32 indices."""
+class KSparse(Compressor):
+    """Base of the compressors that send ``k`` of a value's entries (``k`` a count, or a
+    fraction in (0, 1] of the entries, at least one): values in x's dtype, int32 indices."""
 
     def __init__(self, k: float) -> None:
         if isinstance(k, bool) or not isinstance(k, numbers.Real):
@@ -51,6 +51,11 @@ class TopK(Compressor):
     def layout(self, shape: tuple[int, ...], dtype: Any) -> tuple[tuple[np.dtype, int], ...]:
         k = self.count(int(np.prod(shape, dtype=np.int64)))
         return ((np.dtype(dtype), k), (np.dtype(np.int32), k))
+
+
+class TopK(KSparse):
+    """Keep the ``k`` entries of largest magnitude (``k`` a count, or a fraction in (0, 1]
+    of the entries, at least one): values in x's dtype and int32 indices."""
 
     def _compress(self, x: np.ndarray, rng: Any) -> tuple[np.ndarray, ...]:
         k = self.count(x.shape[1])
