@@ -201,7 +201,7 @@ def _shape(shape: Any) -> tuple[int, ...]:
 
 
 def _float(dtype: Any, argname: str) -> np.dtype:
-    dt = np.dtype(dtype)
+    dt: np.dtype = np.dtype(dtype)
     if dt not in FLOATS:
         raise TypeError(f"{argname} must be float32 or float64 to be compressed, got {dt}")
     return dt

@@ -94,7 +94,8 @@ class PowerSGD(Compressor):
         rows, r = pflat.shape[0], self.rank
         pt = pflat.reshape(rows, r, -1).astype(dtype, copy=False)
         qt = qflat.reshape(rows, r, -1).astype(dtype, copy=False)
-        return np.matmul(np.swapaxes(pt, 1, 2), qt).reshape(rows, d)
+        out: np.ndarray = np.matmul(np.swapaxes(pt, 1, 2), qt).reshape(rows, d)
+        return out
 
 
 def _orthonormal_rows(a: np.ndarray) -> np.ndarray:

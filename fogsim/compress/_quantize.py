@@ -74,7 +74,8 @@ class QSGD(Compressor):
         n, d = levels.shape
         nib = np.zeros((n, d + d % 2), dtype=np.uint8)
         nib[:, :d] = levels & 0xF
-        return nib[:, 0::2] | (nib[:, 1::2] << 4)
+        packed: np.ndarray = nib[:, 0::2] | (nib[:, 1::2] << 4)
+        return packed
 
     def _decode(self, codes: np.ndarray, d: int) -> np.ndarray:
         if not self.nibbles:
@@ -89,7 +90,8 @@ class QSGD(Compressor):
         norm, codes = parts
         levels = self._decode(codes, d).astype(dtype)
         step = norm.reshape(-1, 1).astype(dtype) / dtype.type(self.s)
-        return (step * levels).astype(dtype, copy=False)
+        out: np.ndarray = (step * levels).astype(dtype, copy=False)
+        return out
 
 
 class ScaledSign(Compressor):
@@ -114,7 +116,8 @@ class ScaledSign(Compressor):
     def _decompress(self, parts: Sequence[np.ndarray], d: int, dtype: np.dtype) -> np.ndarray:
         scale, bits = parts
         signs = np.unpackbits(bits, axis=1, count=d).astype(dtype) * 2 - 1
-        return (scale.reshape(-1, 1).astype(dtype) * signs).astype(dtype, copy=False)
+        out: np.ndarray = (scale.reshape(-1, 1).astype(dtype) * signs).astype(dtype, copy=False)
+        return out
 
 
 def qsgd(s: int = 16) -> QSGD:
