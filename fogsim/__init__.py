@@ -60,6 +60,7 @@ if _typing.TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at ru
         vmap,
         wait,
     )
+    from ._api_bytes import bytes_sent
     from ._api_windows import (
         get_win_version,
         set_asynchrony,
@@ -102,6 +103,7 @@ __all__ = [
     "barrier_nonblocking",
     "broadcast",
     "broadcast_nonblocking",
+    "bytes_sent",
     "check_modes",
     "Context",
     "get_win_version",
@@ -191,7 +193,7 @@ _WINDOW_OPS = (
 # fogrun launcher) and ``import fogsim._settings`` do not pay for numpy, scipy and networkx.
 _MODULE_OF = {name: "._api" for name in __all__}
 _MODULE_OF.update(dict.fromkeys(_WINDOW_OPS, "._api_windows"))
-_MODULE_OF.update(WeightWarning="._weightcheck")
+_MODULE_OF.update(WeightWarning="._weightcheck", bytes_sent="._api_bytes")
 _MODULE_OF.update(
     Context="._context",
     Handle="._handles",

@@ -86,6 +86,7 @@ PUBLIC = {
     "AgentShapeWarning",
     "rng",
     "WeightWarning",
+    "bytes_sent",
 }
 
 

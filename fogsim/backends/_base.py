@@ -103,6 +103,11 @@ class Backend(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources held by the backend."""
 
+    def bytes_sent(self, reset: bool = False) -> Any:
+        """Return the bytes this world's agents sent in the neighbor ops (see
+        :func:`fogsim.bytes_sent`); ``reset``: count from zero again."""
+        raise NotImplementedError(f"backend {self.name!r} does not count bytes sent")
+
     # -- topology -------------------------------------------------------------------------
     def set_topology(self, topology: Any, is_weighted: bool = False) -> None:
         """Validate and install ``topology``; then let the backend derive what it needs."""

@@ -155,6 +155,14 @@ class SpmdBackend(OneAgentEach):
             _decomposed_allreduce,
         )
 
+    def bytes_sent(self, reset: bool = False) -> int:
+        # read outside a rendezvous: no op runs while this agent is outside one
+        counts = self._sim.sent.counts
+        sent = int(counts[self._rank])
+        if reset:
+            counts[self._rank] = 0
+        return sent
+
     # -- agent-local data -----------------------------------------------------------------
     def global_view(self, x: Any) -> Any:
         return self._meet("global_view", x, _global_view)

@@ -29,6 +29,10 @@ class MachineOps(Protocol):
 
     def close(self) -> None: ...
 
+    def bytes_sent(self, reset: bool) -> int:
+        """The bytes this rank sent among machines (as its machine's local rank 0)."""
+        ...
+
     def hierarchical_neighbor_allreduce(
         self,
         x: Any,
@@ -96,6 +100,15 @@ class DistributedBackend(OneAgentEach):
         self, x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
     ) -> Handle:
         return self.neighbors.neighbor_allgather_nonblocking(x, src_ranks, dst_ranks, name)
+
+    def bytes_sent(self, reset: bool = False) -> int:
+        """Return the bytes of values this rank handed to the transport in the neighbor
+        ops, once per destination, hierarchical steps' exchanges among machines included."""
+        path = self.neighbors.path
+        sent = path.sent + self.machines.bytes_sent(reset)
+        if reset:
+            path.sent = 0
+        return sent
 
     def in_neighbor_ranks(self) -> list[int]:
         return self.load_topology().in_neighbors(self.neighbors.rank)

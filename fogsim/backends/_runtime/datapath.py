@@ -137,6 +137,9 @@ class DataPath:
         self.batch_wait = wait
         self.srcs: np.ndarray = np.empty(0, np.int64)
         self.dsts: np.ndarray = np.empty(0, np.int64)
+        #: bytes of values handed to the transport, once per destination (the neighbor
+        #: ops count them here; metadata is not counted): ``fogsim.bytes_sent``
+        self.sent = 0
 
     def value(self, x: Any, op: str, averaging: bool) -> Value:
         """Return ``x`` converted; raise TypeError/ValueError for what ``op`` cannot take."""

@@ -297,6 +297,7 @@ class NeighborOps:
         else:
             sends = [(value.data, int(j)) for j in dsts]
         req = self.path.start(sends, recvs, value.device, blocking)
+        self.path.sent += sum(b.nbytes for b, _ in sends)  # no self-sends: ranks refuse them
         select = plan.select if plan.static else None
 
         def finish() -> Any:
@@ -355,6 +356,7 @@ class NeighborOps:
         recvs = [(out[starts[k] : starts[k + 1]], int(j)) for k, j in enumerate(srcs)]
         sends = [(value.data, int(j)) for j in dsts]
         req = self.path.start(sends, recvs, value.device, blocking)
+        self.path.sent += value.data.nbytes * len(dsts)
 
         def finish() -> Any:
             with _timeline.phase("COMMUNICATE"):

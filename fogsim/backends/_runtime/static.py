@@ -73,13 +73,16 @@ class StaticTransfers:
 
     def exchange(self, arr: np.ndarray, plan: RankPlan, weights: np.ndarray) -> np.ndarray:
         """Blocking: every in-neighbor's ``arr``, combined (agreed before)."""
-        recv = np.empty((len(self.path.srcs), *arr.shape), dtype=arr.dtype)
+        path = self.path
+        recv = np.empty((len(path.srcs), *arr.shape), dtype=arr.dtype)
         tl = _timeline.active
         if tl is None:
-            self.path.static_allgather(arr, recv)
+            path.static_allgather(arr, recv)
+            path.sent += arr.nbytes * len(path.dsts)
             return combine(arr, plan, recv, weights, plan.select)
         t = tl.clock_ns()
-        self.path.static_allgather(arr, recv)
+        path.static_allgather(arr, recv)
+        path.sent += arr.nbytes * len(path.dsts)
         t = tl.since("COMMUNICATE", t)
         out = combine(arr, plan, recv, weights, plan.select)
         tl.since("COMPUTE_AVERAGE", t)
@@ -100,12 +103,14 @@ class StaticTransfers:
         self._wait_overlapped(self.path.start_static(arr, recv), agreement)
         if tl is None:
             settle(self.transport, flags, None, partial(describe_array, arr), posted=True)
+            self.path.sent += arr.nbytes * len(self.path.dsts)  # agreed: the call counts
             return combine(arr, plan, recv, plan.weights, plan.select)
         t = tl.since("COMMUNICATE", t)
         try:
             settle(self.transport, flags, None, partial(describe_array, arr), posted=True)
         finally:
             t = tl.since("NEGOTIATE", t)
+        self.path.sent += arr.nbytes * len(self.path.dsts)
         out = combine(arr, plan, recv, plan.weights, plan.select)
         tl.since("COMPUTE_AVERAGE", t)
         return out
@@ -146,6 +151,8 @@ class StaticTransfers:
         with _timeline.phase("FUSION_COPY_IN"):
             _core.pack(send, [e.arr for e in entries], [e.offset for e in entries])
         data = self.path.start_static(send, recv)
+        # the fused calls' own bytes (not the buffer's alignment padding), per out-neighbor
+        self.path.sent += sum(e.arr.nbytes for e in entries) * len(self.path.dsts)
         if not overlap:
             wait = self.path.batch_wait
             _core.FusedBatch(entries, send, recv, _Batch(data), wait, None, _timeline.running)

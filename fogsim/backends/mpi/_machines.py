@@ -85,6 +85,11 @@ class MpiMachineOps:
             )
         return self._comm.Split(color=self._rank // local_size, key=self._rank)
 
+    def bytes_sent(self, reset: bool) -> int:
+        """The bytes this rank sent in the machines' world (hierarchical steps)."""
+        world = self._world
+        return 0 if world is None else int(world.bytes_sent(reset))
+
     def check(self, op: str) -> None:
         """Raise a ValueError naming ``op`` when the machines are not alike."""
         if self.error is not None:

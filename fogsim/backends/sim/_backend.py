@@ -34,6 +34,7 @@ from ._plan import (
     transpose,
 )
 from ._pool import BufferPool
+from ._sent import SentBytes
 from ._shapes import ShapeGuard
 from ._stack import stack_outputs
 from ._window import SimWindow
@@ -93,6 +94,8 @@ class SimBackend(Backend):
         self._faults: Any = None  # fogsim.faults.Faults applied to neighbor_allreduce
         self._device_plans = _torchops.PlanCache()  # plans' arrays on tensors' devices
         self.windows = SimWindowOps(self._n)
+        #: bytes each agent sent in the neighbor ops (see :func:`fogsim.bytes_sent`)
+        self.sent = SentBytes(self._n)
 
     # -- world ----------------------------------------------------------------------------
     @property
@@ -294,9 +297,13 @@ class SimBackend(Backend):
         if _torchops.takes(x):
             t, dtype = _torchops.stacked(self, x, "neighbor_allreduce", averaging=True)
             plan = self._step_plan(self_weight, src_weights, dst_weights)
+            self.sent.add_tensor(
+                t, self.sent.step(plan, self.load_topology(), src_weights, dst_weights)
+            )
             return _torchops.neighbor_allreduce(self, t, dtype, plan)
         arr, kind = self._stacked(x, "neighbor_allreduce", averaging=True)
         plan = self._step_plan(self_weight, src_weights, dst_weights)
+        self.sent.add(arr, self.sent.step(plan, self.load_topology(), src_weights, dst_weights))
         flat = np.ascontiguousarray(arr.reshape(self._n, -1))
         out = self._pool.empty(flat.shape, arr.dtype)
         if self._faults is not None:  # fogsim.faults: this step's W, changed
@@ -307,6 +314,10 @@ class SimBackend(Backend):
         if self._cost is not None:
             self._charge("neighbor_allreduce", arr, topology=plan_messages(plan, self._n))
         return wrap_like(out.reshape(arr.shape), kind)
+
+    def bytes_sent(self, reset: bool = False) -> np.ndarray:
+        """Return each stacked agent's bytes sent in the neighbor ops (int64 per agent)."""
+        return self.sent.read(reset)
 
     def _step_plan(self, self_weight: Any, src_weights: Any, dst_weights: Any) -> Any:
         """Return this neighbor_allreduce's plan, its whole matrix checked when it is new."""
@@ -381,10 +392,14 @@ class SimBackend(Backend):
         if _torchops.takes(x):
             t, dtype = _torchops.stacked(self, x, op, averaging=True)
             plan = self._machine_step_plan(self_weight, src_machine_weights, dst_machine_weights)
+            self.sent.add_tensor(
+                t, self._machine_sends(plan, src_machine_weights, dst_machine_weights)
+            )
             return _torchops.hierarchical_neighbor_allreduce(self, t, dtype, plan)
         arr, kind = self._stacked(x, op, averaging=True)
         machines, k = self._n // self._local, self._local
         plan = self._machine_step_plan(self_weight, src_machine_weights, dst_machine_weights)
+        self.sent.add(arr, self._machine_sends(plan, src_machine_weights, dst_machine_weights))
         mean = np.ascontiguousarray(self._machine_mean(arr).reshape(machines, -1))
         mixed = np.empty_like(mean)
         if mean.shape[1]:
@@ -398,6 +413,10 @@ class SimBackend(Backend):
                 machine_topology=plan_messages(plan, machines),
             )
         return wrap_like(out, kind)
+
+    def _machine_sends(self, plan: Any, src: Any, dst: Any) -> np.ndarray:
+        topo = self.load_machine_topology()
+        return self.sent.machine_step(plan, topo, self._local, src, dst)
 
     def _machine_step_plan(self, self_weight: Any, src: Any, dst: Any) -> Any:
         """Return a hierarchical step's plan over machines (local rank 0's arguments)."""
@@ -450,9 +469,12 @@ class SimBackend(Backend):
         _arrays.check_name(name)
         if _torchops.takes(x):
             t = _torchops.stacked(self, x, "neighbor_allgather", averaging=False)[0]
-            return _torchops.neighbor_allgather(self, t, *self._senders(src_ranks, dst_ranks))
+            senders = self._senders(src_ranks, dst_ranks)
+            self.sent.add_tensor(t, self.sent.gather(senders[1], self._n))
+            return _torchops.neighbor_allgather(self, t, *senders)
         arr, kind = self._stacked(x, "neighbor_allgather", averaging=False)
         indptr, indices = self._senders(src_ranks, dst_ranks)
+        self.sent.add(arr, self.sent.gather(indices, self._n))
         per_agent = arr[:, None] if arr.ndim == 1 else arr
         gathered = per_agent[indices]  # (nnz, k, ...)
         degrees = np.diff(indptr)

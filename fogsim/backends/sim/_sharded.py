@@ -60,6 +60,7 @@ from ._plan import (
     static_plan,
 )
 from ._pool import BufferPool
+from ._sent import SentBytes
 from ._shapes import ShapeGuard
 from ._sharded_machines import ShardedMachines
 from ._shards import (
@@ -145,6 +146,7 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
         lo, hi = int(self._bounds[me]), int(self._bounds[me + 1])
         self._rows, self._first = hi - lo, lo
         self._shapes = ShapeGuard(self._rows)
+        self.sent = SentBytes(self._rows, lo)
         self.windows = ShardedWindows(self.name)  # type: ignore[assignment]  # no windows here
         self._extended = BufferPool()  # (block + halo) buffers: inputs and outputs
         self._shards: OrderedDict[tuple[tuple[int, ...], bool], tuple[Plan, Any]] = OrderedDict()
@@ -422,8 +424,11 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
             self._world_arg(src_weights, "src_weights"),
             self._world_arg(dst_weights, "dst_weights"),
         )
+        sends = self.sent.step(plan, self.load_topology(), src_weights, dst_weights)
         if device:
+            self.sent.add_tensor(t, sends)
             return self._device_combine(plan, t, dtype)
+        self.sent.add(arr, sends)
         flat = np.ascontiguousarray(arr.reshape(self._rows, -1))
         if flat.shape[1]:
             out = self._combine(plan, flat)
@@ -545,6 +550,7 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
             plan = _pattern_plan(
                 *self._senders(src, self._world_arg(dst_ranks, "dst_ranks")), self._n
             )
+        self.sent.add(arr, self.sent.gather(plan.indices, self._n))
         per_agent = arr[:, None] if arr.ndim == 1 else arr
         flat = np.ascontiguousarray(per_agent.reshape(self._rows, -1))
         shard = self._shard(plan)

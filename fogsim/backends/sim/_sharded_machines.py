@@ -18,6 +18,7 @@ from ... import _arrays
 from ..._arrays import wrap_like
 from ...topology import Topology
 from ._plan import CsrPlan, Plan, apply_plan, plan_messages
+from ._sent import SentBytes
 from ._shards import ShardPlan
 
 __all__ = ["ShardedMachines"]
@@ -41,6 +42,7 @@ class ShardedMachines:
     _machine_weighted: bool
     _cost: Any
     _pool: Any
+    sent: SentBytes
 
     if TYPE_CHECKING:  # the backend's methods this part uses (stubs would shadow them)
 
@@ -53,6 +55,7 @@ class ShardedMachines:
         def _charge(self, op: str, arr: np.ndarray, **info: Any) -> None: ...
         def rank(self) -> np.ndarray: ...
         def _machine_step_plan(self, self_weight: Any, src: Any, dst: Any) -> Any: ...
+        def _machine_sends(self, plan: Any, src: Any, dst: Any) -> np.ndarray: ...
 
     # -- machine level --------------------------------------------------------------------
     def _machine_totals(self, arr: np.ndarray) -> np.ndarray:
@@ -106,6 +109,7 @@ class ShardedMachines:
             self._world_arg(src_machine_weights, "src_machine_weights"),
             self._world_arg(dst_machine_weights, "dst_machine_weights"),
         )
+        self.sent.add(arr, self._machine_sends(plan, src_machine_weights, dst_machine_weights))
         means = self._machine_totals(arr)
         np.divide(means, k, out=means)
         mixed = np.empty_like(means)

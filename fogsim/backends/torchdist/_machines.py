@@ -112,6 +112,11 @@ class TorchMachineOps:
                 if group is not None:
                     dist.destroy_process_group(group)
 
+    def bytes_sent(self, reset: bool) -> int:
+        """The bytes this rank sent in the machines' world (hierarchical steps)."""
+        world = self._machines_world
+        return 0 if world is None else int(world.bytes_sent(reset))
+
     def check(self, op: str) -> None:
         """Raise a ValueError naming ``op`` when the machines are not alike."""
         if self.error is not None:
