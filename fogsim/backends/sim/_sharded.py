@@ -62,8 +62,11 @@ from ._plan import (
 from ._pool import BufferPool
 from ._sent import SentBytes
 from ._shapes import ShapeGuard
+from ._sharded_device import device_combine
 from ._sharded_machines import ShardedMachines
 from ._shards import (
+    TAG_GATHER,
+    TAG_NEIGHBOR,
     ShardPlan,
     block_bounds,
     block_of,
@@ -74,9 +77,6 @@ from ._shards import (
 
 __all__ = ["ShardedSimBackend", "open_transport"]
 
-#: Message tags: one per kind of op (all processes run ops in the same order, and
-#: messages between two processes with one tag arrive in the order they were sent).
-_TAG_NEIGHBOR, _TAG_GATHER = 11, 12  # (13: the machine-level ops)
 #: Step plans whose split is remembered (a dynamic schedule cycles through a few).
 _CACHED_SHARDS = 32
 _MODE = "the sharded simulator (agents split over processes)"
@@ -240,7 +240,7 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
         whole = np.empty((self._n, *arr.shape[1:]), dtype=arr.dtype)
         lo, hi = self.block
         whole[lo:hi] = arr
-        self._all_to_all(whole[lo:hi], [whole[a:z] for a, z in self._blocks()], _TAG_GATHER)
+        self._all_to_all(whole[lo:hi], [whole[a:z] for a, z in self._blocks()], TAG_GATHER)
         return whole
 
     def _all_to_all(self, mine: np.ndarray, parts: list[np.ndarray], tag: int) -> None:
@@ -304,7 +304,7 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
         """Return the ``(b + h, m)`` extended rows of ``flat`` and the request filling the
         halo rows ``[b, b + h)``."""
         ext = self._extended_rows(flat, 0, self._rows + len(shard.halo))
-        return ext, exchange_into(self._t, shard, ext, _TAG_NEIGHBOR)
+        return ext, exchange_into(self._t, shard, ext, TAG_NEIGHBOR)
 
     def _combine(self, plan: Plan, flat: np.ndarray) -> np.ndarray:
         """Return the block's rows of ``W x`` for the block's rows ``flat`` ``(b, m)``."""
@@ -313,7 +313,7 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
         if isinstance(split, BandPlan):
             a = split.before
             ext = self._extended_rows(flat, a, a + b + split.after)
-            request = exchange_band(self._t, split, ext, _TAG_NEIGHBOR)
+            request = exchange_band(self._t, split, ext, TAG_NEIGHBOR)
             out = self._extended.empty(ext.shape, ext.dtype)
             with _timeline.phase("COMPUTE_AVERAGE"):
                 combine_band(split, ext, out, request)
@@ -323,52 +323,6 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
         with _timeline.phase("COMPUTE_AVERAGE"):
             combine_overlapped(split, ext, out, request)
         return out[:b]
-
-    def _device_combine(self, plan: Plan, t: Any, dtype: Any) -> Any:
-        """``neighbor_allreduce`` of a tensor on its own device (CUDA: no copy of the block
-        to the host). The halo travels as device tensors over torch.distributed (NCCL for
-        CUDA); over MPI, only the halo rows are staged through host memory."""
-        import torch
-
-        b = self._rows
-        flat = t.reshape(b, -1)
-        shard = self._shard(plan)
-        halo = flat.new_empty((len(shard.halo), flat.shape[1]))
-        if flat.shape[1]:
-            self._move_halo(flat, halo, shard)
-        entry = self._device_plans_of.get(id(shard))
-        if entry is None or entry[0] is not shard:
-            steps = CsrPlan(shard.self_weight, shard.indptr, shard.indices, shard.data)
-            entry = self._device_plans_of[id(shard)] = (shard, steps)
-            if len(self._device_plans_of) > _CACHED_SHARDS:
-                del self._device_plans_of[next(iter(self._device_plans_of))]
-        with _timeline.phase("COMPUTE_AVERAGE"):
-            out = _torchops.combine(self._device_plans, entry[1], torch.cat([flat, halo]))[:b]
-        if self._cost is not None:
-            info = {"topology": plan_messages(plan, self._n)}
-            _torchops._charge(self, "neighbor_allreduce", t, **info)
-        return _torchops._out(out, dtype).reshape(t.shape)
-
-    def _move_halo(self, flat: Any, halo: Any, shard: ShardPlan) -> None:
-        """Exchange the halo rows of the device tensor ``flat`` into ``halo``."""
-        import torch
-
-        if getattr(self._t, "takes_tensors", False):
-            sends = [
-                (flat[torch.as_tensor(rows, device=flat.device)].contiguous(), q)
-                for q, rows in shard.send.items()
-            ]
-            recvs = [(halo[a:z], q) for q, (a, z) in shard.recv.items()]
-            self._t.exchange(sends, recvs, _TAG_NEIGHBOR).wait()
-            return
-        staged = torch.empty(tuple(halo.shape), dtype=halo.dtype).numpy()
-        sends = [
-            (flat[torch.as_tensor(rows, device=flat.device)].cpu().numpy(), q)
-            for q, rows in shard.send.items()
-        ]
-        recvs = [(staged[a:z], q) for q, (a, z) in shard.recv.items()]
-        self._t.exchange(sends, recvs, _TAG_NEIGHBOR).wait()
-        halo.copy_(torch.from_numpy(staged))
 
     # -- per-agent arguments --------------------------------------------------------------
     def _world_arg(self, value: Any, argname: str) -> Any:
@@ -427,7 +381,7 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
         sends = self.sent.step(plan, self.load_topology(), src_weights, dst_weights)
         if device:
             self.sent.add_tensor(t, sends)
-            return self._device_combine(plan, t, dtype)
+            return device_combine(self, plan, t, dtype)
         self.sent.add(arr, sends)
         flat = np.ascontiguousarray(arr.reshape(self._rows, -1))
         if flat.shape[1]:
@@ -445,7 +399,7 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
         # be read-only numpy scalars
         parts = np.empty((self._parts, part.size), dtype=arr.dtype)
         parts[self._me] = part.ravel()
-        self._all_to_all(parts[self._me], list(parts), _TAG_GATHER)
+        self._all_to_all(parts[self._me], list(parts), TAG_GATHER)
         total = parts[0].copy()
         for q in range(1, self._parts):
             total += parts[q]
@@ -487,9 +441,9 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
         others = [q for q in range(self._parts) if q != self._me]
         if self._me == owner:
             row[0] = arr[root - self._first]
-            self._t.exchange([(row, q) for q in others], [], _TAG_GATHER).wait()
+            self._t.exchange([(row, q) for q in others], [], TAG_GATHER).wait()
         else:
-            self._t.exchange([], [(row, owner)], _TAG_GATHER).wait()
+            self._t.exchange([], [(row, owner)], TAG_GATHER).wait()
         out = self._pool.empty(arr.shape, arr.dtype)
         out[...] = row[0]
         self._charge("broadcast", arr)

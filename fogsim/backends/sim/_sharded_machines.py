@@ -19,12 +19,9 @@ from ..._arrays import wrap_like
 from ...topology import Topology
 from ._plan import CsrPlan, Plan, apply_plan, plan_messages
 from ._sent import SentBytes
-from ._shards import ShardPlan
+from ._shards import TAG_MACHINE, ShardPlan
 
 __all__ = ["ShardedMachines"]
-
-#: The tag of the machine-level messages.
-_TAG_MACHINE = 13
 
 
 class ShardedMachines:
@@ -80,7 +77,7 @@ class ShardedMachines:
         mine[...] = ext[rows]
         for j in range(k - 1):
             mine += ext[shard.indices[shard.indptr[rows] + j]]
-        self._all_to_all(mine, [totals[a:z] for a, z in owned], _TAG_MACHINE)
+        self._all_to_all(mine, [totals[a:z] for a, z in owned], TAG_MACHINE)
         return totals
 
     def _machine_rows(self, per_machine: np.ndarray, arr: np.ndarray) -> np.ndarray:

@@ -52,6 +52,10 @@ __all__ = [
     "shard_plan",
 ]
 
+#: Message tags of the sharded simulator, one per kind of op: all processes run ops in
+#: the same order, and messages between two processes with one tag arrive in order.
+TAG_NEIGHBOR, TAG_GATHER, TAG_MACHINE = 11, 12, 13
+
 
 def block_bounds(n: int, parts: int) -> np.ndarray:
     """Return the ``parts + 1`` bounds of ``parts`` contiguous blocks of ``n`` agents."""
