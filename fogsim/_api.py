@@ -376,7 +376,7 @@ allreduce_nonblocking = allreduce.nonblocking
 
 @public_op(
     "NEIGHBOR_ALLREDUCE",
-    hot="check_weights is True",
+    hot="check_weights is True and compressor is None",
     twin_doc=(
         "Start :func:`neighbor_allreduce` and return a handle for :func:`wait` / :func:`poll`."
     ),
@@ -390,6 +390,7 @@ def neighbor_allreduce(
     name: str | None = None,
     *,
     check_weights: bool = True,
+    compressor: Any = None,
 ) -> Any:
     """Return the weighted average of own and in-neighbors' values.
 
@@ -413,7 +414,39 @@ def neighbor_allreduce(
     one-time :class:`fogsim.WeightWarning` per call site (``check_weights=False``: they are
     meant, e.g. push-sum's). The simulator checks the whole matrix; distributed, a matrix
     is checked whole and dicts by this rank's row alone (see :mod:`fogsim._weightcheck`).
+
+    ``compressor`` (a :mod:`fogsim.compress` compressor): every agent sends its compressed
+    value, packed, so only ``compressor.payload_bytes(...)`` bytes per out-neighbor travel,
+    and ``x_i <- w_ii C(x_i) + sum_j w_ij C(x_j)`` with the topology's weights (the weight
+    arguments must then be None); a randomized compressor draws from ``fs.rng()``, so every
+    mode gives the same numbers. ``identity()`` gives the uncompressed result bit for bit.
+    The nonblocking twin runs it at once and returns a completed handle. For compressed
+    gossip with error feedback see :class:`fogsim.compress.CompressedGossip`.
     """
+    if compressor is not None:
+        given = [
+            argname
+            for argname, value in (
+                ("self_weight", self_weight),
+                ("src_weights", src_weights),
+                ("dst_weights", dst_weights),
+            )
+            if value is not None
+        ]
+        if given:
+            raise ValueError(
+                f"neighbor_allreduce with a compressor mixes with the topology's weights: "
+                f"{', '.join(given)} must be None (set the weights with fs.set_topology(W, "
+                "is_weighted=True))"
+            )
+        from .compress._gossip import compressed_neighbor_allreduce
+
+        return Call(
+            compressed_neighbor_allreduce,
+            (x, compressor),
+            "COMPRESSED_NEIGHBOR_ALLREDUCE",
+            eager=True,
+        )
     args = (x, self_weight, src_weights, dst_weights, enable_topo_check, name)
     if check_weights is not True:  # True: the hot path
         return Call("neighbor_allreduce", args, context=_weightcheck.checks(check_weights))

@@ -58,7 +58,9 @@ R = TypeVar("R", covariant=True)
 class Call(NamedTuple):
     """The backend call a declared op's body chose for one call."""
 
-    method: str  # the backend method of the blocking op (the twin adds ``_nonblocking``)
+    # the backend method of the blocking op (the twin adds ``_nonblocking``), or a function
+    # written against the public API (e.g. compressed gossip), run with ``args`` (eager)
+    method: str | Callable[..., Any]
     args: tuple[Any, ...]  # its positional arguments
     label: str | None = None  # the span's label, when not the op's
     context: contextlib.AbstractContextManager[Any] | None = None  # held around the call
@@ -177,7 +179,7 @@ def _route(
         return _run(
             call,
             backend,
-            call.method + suffix,
+            call.method if callable(call.method) else call.method + suffix,
             "ENQUEUE_" + span_now if nonblocking else span_now,
             default,
             name,
@@ -272,9 +274,17 @@ def _compile(
     return cast(Callable[..., Any], routed)
 
 
-def _run(call: Call, backend: Any, method: str, label: str, default: str, name: Any) -> Any:
-    """Call ``backend.method(*call.args)`` in ``call.context`` and under the span ``label``."""
-    fn = getattr(backend, method)
+def _run(
+    call: Call,
+    backend: Any,
+    method: str | Callable[..., Any],
+    label: str,
+    default: str,
+    name: Any,
+) -> Any:
+    """Call ``backend.method(*call.args)`` (or ``method(*call.args)`` for a function) in
+    ``call.context`` and under the span ``label``."""
+    fn = method if callable(method) else getattr(backend, method)
     with call.context or contextlib.nullcontext():
         tl = _timeline.active
         if tl is None:

@@ -20,6 +20,8 @@ PUBLIC = {
     "LeastSquares",
     "MovingTarget",
     "Result",
+    "choco_gossip",
+    "choco_sgd",
     "consensus",
     "dgd",
     "diffusion_lms",

@@ -120,8 +120,10 @@ def test_signatures_are_the_contract():
         "enable_topo_check",
         "name",
         "check_weights",
+        "compressor",
     ]
     assert sig.parameters["check_weights"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert sig.parameters["compressor"].kind is inspect.Parameter.KEYWORD_ONLY
     assert list(inspect.signature(fs.init).parameters) == [
         "backend",
         "size",

@@ -29,11 +29,14 @@ is faster (the same numbers).
 * consensus: :func:`consensus` (static or dynamic), :func:`push_sum` (directed graphs);
 * optimization of ``sum_i f_i``: :func:`dgd` (ATC and AWC), :func:`exact_diffusion`,
   :func:`gradient_tracking`, :func:`push_diging` (time-varying directed graphs);
+* compressed communication: :func:`choco_gossip`, :func:`choco_sgd` (their histories add
+  ``"bytes"``, each agent's cumulative bytes sent, averaged over the agents);
 * adaptation: :func:`diffusion_lms` with a :class:`MovingTarget` stream;
 * problems: :class:`LeastSquares`; helpers: :func:`push_weights`.
 """
 
 from ._result import Result
+from .compressed import choco_gossip, choco_sgd
 from .consensus import consensus, push_sum, push_weights
 from .lms import MovingTarget, diffusion_lms
 from .optimization import dgd, exact_diffusion, gradient_tracking, push_diging
@@ -43,6 +46,8 @@ __all__ = [
     "LeastSquares",
     "MovingTarget",
     "Result",
+    "choco_gossip",
+    "choco_sgd",
     "consensus",
     "dgd",
     "diffusion_lms",

@@ -17,11 +17,16 @@ compressor                payload (d entries of x's dtype, b bytes each)        
 ``scaled_sign()``         the mean magnitude, d sign bits                         no
 ``power_sgd(rank=r)``     P (m x r) and Q (n x r) of an m x n matrix              no
 ========================  ======================================================  ========
+
+Compressed gossip: ``fs.neighbor_allreduce(x, compressor=C)`` (one compressed exchange,
+:func:`compressed_neighbor_allreduce`) and :class:`CompressedGossip` (CHOCO-gossip, with
+error feedback), the same numbers in every mode.
 """
 
 from __future__ import annotations
 
 from ._base import Compressor, Payload, pack, unpack
+from ._gossip import CompressedGossip, compressed_neighbor_allreduce
 from ._low_rank import PowerSGD, power_sgd
 from ._quantize import QSGD, ScaledSign, qsgd, scaled_sign
 from ._random_k import RandomK, random_k
@@ -29,6 +34,7 @@ from ._simple import Identity, TopK, identity, top_k
 
 __all__ = [
     "QSGD",
+    "CompressedGossip",
     "Compressor",
     "Identity",
     "Payload",
@@ -36,6 +42,7 @@ __all__ = [
     "RandomK",
     "ScaledSign",
     "TopK",
+    "compressed_neighbor_allreduce",
     "identity",
     "pack",
     "power_sgd",
