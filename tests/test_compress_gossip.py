@@ -285,7 +285,12 @@ def test_spmd_agents_give_the_simulators_numbers_bit_for_bit():
         assert np.array_equal(got, value), key
 
 
-MODES = {"mpi": {}, "torch": {"FOGSIM_BACKEND": "torch"}}
+#: mode: (processes, environment); "sharded" is the simulator's 4 agents in blocks of 2
+MODES = {
+    "mpi": (4, {}),
+    "torch": (4, {"FOGSIM_BACKEND": "torch"}),
+    "sharded": (2, {"FOGSIM_BACKEND": "sim", "FOGSIM_SIZE": "4"}),
+}
 
 
 @pytest.mark.mpi
@@ -294,7 +299,8 @@ def test_distributed_ranks_give_the_simulators_numbers_bit_for_bit(tmp_path, mod
     from tests import _jobs
 
     out = tmp_path / f"{mode}.npz"
-    _jobs.fogrun_path(Path(__file__), 4, str(out), timeout=240, env=MODES[mode]).check()
+    processes, env = MODES[mode]
+    _jobs.fogrun_path(Path(__file__), processes, str(out), timeout=240, env=env).check()
     expected = simulated()
     with np.load(out) as saved:
         assert set(saved) == set(expected)
