@@ -360,4 +360,6 @@ def test_public_names():
         "qsgd",
         "scaled_sign",
         "power_sgd",
+        "CompressedGossip",
+        "compressed_neighbor_allreduce",
     }

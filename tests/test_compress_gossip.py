@@ -21,12 +21,21 @@ import pytest
 
 import fogsim as fs
 from fogsim import topology as T
-from fogsim.compress import CompressedGossip, Compressor, identity, top_k
+from fogsim.compress import (
+    CompressedGossip,
+    Compressor,
+    identity,
+    power_sgd,
+    qsgd,
+    random_k,
+    scaled_sign,
+    top_k,
+)
 
 SEED = 3
 
 
-class RandomK(Compressor):
+class RandomMask(Compressor):
     """Keep ``k`` entries chosen at random (CHOCO's contractive rand-k): draws per agent."""
 
     randomized = True
@@ -69,12 +78,22 @@ def work() -> dict[str, Any]:
     out: dict[str, Any] = {}
     x = fs.local(lambda r: np.cos(np.arange(10.0) * (r + 1) + r))
     out["top_k"] = fs.neighbor_allreduce(x, compressor=top_k(3))
-    out["random_k32"] = fs.neighbor_allreduce(x.astype(np.float32), compressor=RandomK(3))
-    gossip = CompressedGossip(RandomK(4), 0.3)
+    out["random_k32"] = fs.neighbor_allreduce(x.astype(np.float32), compressor=RandomMask(3))
+    out["qsgd"] = fs.neighbor_allreduce(x, compressor=qsgd(7))
+    out["scaled_sign"] = fs.neighbor_allreduce(x, compressor=scaled_sign())
+    out["random_k"] = fs.neighbor_allreduce(x, compressor=random_k(0.3))
+    m = fs.local(lambda r: np.outer(np.arange(4.0) + r, np.cos(np.arange(3.0) * (r + 1))))
+    gossip = CompressedGossip(power_sgd(rank=1), 0.5)
+    for _ in range(3):
+        m = gossip.step(m)
+    out["choco_power_sgd"] = m
+    gossip = CompressedGossip(RandomMask(4), 0.3)
     y = x
+    fs.bytes_sent(reset=True)
     for _ in range(20):
         y = gossip.step(y)
     out["choco_random_k"], out["bytes_random_k"] = y, np.asarray(gossip.bytes_sent)
+    out["counted_random_k"] = np.asarray(fs.bytes_sent())  # what the runtime counted
     tensor_gossip = CompressedGossip(top_k(2), 0.5)
     t = torch.as_tensor(x)
     for _ in range(10):
@@ -82,12 +101,17 @@ def work() -> dict[str, Any]:
     out["choco_tensor"] = t.numpy()
     out["choco_tensor_is_tensor"] = np.asarray(float(isinstance(t, torch.Tensor))) + 0 * x[..., 0]
     fs.set_topology(irregular_weights(), is_weighted=True)
-    out["irregular"] = fs.neighbor_allreduce(x, compressor=RandomK(2))
+    out["irregular"] = fs.neighbor_allreduce(x, compressor=RandomMask(2))
     gossip = CompressedGossip(top_k(3), 0.4)
     y = x
     for _ in range(15):
         y = gossip.step(y)
     out["choco_irregular"], out["bytes_irregular"] = y, np.asarray(gossip.bytes_sent)
+    gossip = CompressedGossip(identity(), 0.5)
+    fs.bytes_sent(reset=True)
+    for _ in range(3):
+        y = gossip.step(y)
+    out["bytes_identity"], out["counted_identity"] = gossip.bytes_sent, fs.bytes_sent()
     return out
 
 
@@ -175,18 +199,27 @@ def paper_gamma_and_rate(omega: float) -> tuple[float, float]:
     return float(gamma), float(gap**2 * omega / 82)
 
 
+#: d = 8 entries an agent: (compressor, omega with E||C(x) - x||^2 <= (1 - omega) ||x||^2)
+COMPRESSORS = {
+    "top_k": (top_k(4), 4 / 8),
+    "random_k": (random_k(4, scale=False), 4 / 8),  # in expectation
+    "qsgd": (qsgd(16), 1 - 8 / 16**2),  # unbiased, variance <= min(d/s^2, sqrt(d)/s) ||x||^2
+}
+
+
+@pytest.mark.parametrize("compressor", sorted(COMPRESSORS))
 @pytest.mark.parametrize(
     "n, topology, iters", [(16, T.ring_graph, 12000), (64, T.exponential_two_graph, 4000)]
 )
-def test_choco_gossip_converges_linearly_within_the_papers_bound(n, topology, iters):
+def test_choco_gossip_converges_linearly_within_the_papers_bound(n, topology, iters, compressor):
     from fogsim import algorithms as A
 
     fs.init(size=n, topology=topology)
-    d, k = 8, 4
-    gamma, rate = paper_gamma_and_rate(omega=k / d)
+    C, omega = COMPRESSORS[compressor]
+    gamma, rate = paper_gamma_and_rate(omega)
     assert 0 < gamma <= 1
-    x0 = fs.local(lambda r: np.sin(np.arange(d) * (r + 1.0)) + r % 3)
-    result = A.choco_gossip(x0, top_k(k), gamma, iters)
+    x0 = fs.local(lambda r: np.sin(np.arange(8) * (r + 1.0)) + r % 3)
+    result = A.choco_gossip(x0, C, gamma, iters)
     err2 = result.history["consensus_error"] ** 2 * n  # ||X - Xbar||_F^2
     # Theorem 2: ||X_t - Xbar||^2 <= e_t <= (1 - rate)^t e_0, e_0 = ||X_0 - Xbar||^2 + ||X_0||^2
     e0 = err2[0] + float(np.sum(np.asarray(x0) ** 2))
@@ -216,7 +249,7 @@ def test_choco_gossip_reaches_the_exact_average_with_a_practical_gamma():
 
 
 @pytest.mark.parametrize("topology", [T.ring_graph, T.exponential_two_graph])
-@pytest.mark.parametrize("compressor", [top_k(0.2), RandomK(3)], ids=["top_k", "random_k"])
+@pytest.mark.parametrize("compressor", [top_k(0.2), RandomMask(3)], ids=["top_k", "random_k"])
 def test_choco_gossip_preserves_the_average(topology, compressor):
     fs.init(size=12, topology=topology)
     x = fs.local(lambda r: np.sin(np.arange(15.0) * (r + 1)) * (r + 1))
@@ -307,6 +340,13 @@ def test_distributed_ranks_give_the_simulators_numbers_bit_for_bit(tmp_path, mod
         for key, value in expected.items():
             assert np.array_equal(saved[key], value), key
     assert expected["choco_tensor_is_tensor"].all()
+
+
+def test_the_bytes_counted_are_the_payload_bytes():
+    got = simulated()
+    for name in ("random_k", "identity"):
+        assert np.array_equal(got[f"counted_{name}"], got[f"bytes_{name}"]), name
+    assert got["bytes_random_k"].min() > 0
 
 
 # -- bad input --------------------------------------------------------------------------------

@@ -105,12 +105,13 @@ def _decompress_rows(
     if rows.shape[0] == 0:
         return np.zeros((0, d))
     payload = unpack(compressor, rows, shape, dtype, stacked=True)
-    return compressor.decompress_stacked(payload).reshape(rows.shape[0], d).astype(np.float64)
+    values: np.ndarray = np.asarray(compressor.decompress_stacked(payload), dtype=np.float64)
+    return values.reshape(rows.shape[0], d)
 
 
 def _mix_stacked(own: np.ndarray, values: np.ndarray, weights: _Weights) -> np.ndarray:
     """Mix the stacked agents' own terms and received rows (grouped by agent, in order)."""
-    mixed = weights.self_w[:, None] * own
+    mixed: np.ndarray = weights.self_w[:, None] * own
     counts = weights.counts
     if weights.uniform:
         received = values.reshape(own.shape[0], -1, own.shape[1])
