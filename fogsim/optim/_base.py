@@ -60,6 +60,25 @@ def _positive_int(value: Any, argname: str) -> int:
     return int(value)
 
 
+def _compression(compressor: Any, gamma: Any) -> tuple[Any, float | None]:
+    """Check the ``compressor``/``gamma`` pair of a wrapper."""
+    if compressor is None:
+        if gamma is not None:
+            raise ValueError("gamma is CHOCO's consensus step size: it needs a compressor=")
+        return None, None
+    from fogsim.compress import Compressor
+    from fogsim.compress._gossip import check_gamma
+
+    if not isinstance(compressor, Compressor):
+        raise TypeError(
+            "compressor must be a fogsim.compress compressor (e.g. fogsim.compress.top_k(0.1)),"
+            f" got {type(compressor).__name__}"
+        )
+    if gamma is None:
+        raise ValueError("compressor= needs gamma, CHOCO's consensus step size in (0, 1]")
+    return compressor, check_gamma(gamma)
+
+
 def _in_one_process() -> bool:
     """Whether the simulator runs this step's ops: in simulation, or as an SPMD agent."""
     return is_simulated() or _context.spmd_agent() is not None
@@ -92,6 +111,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
     ``num_steps_per_communication = H`` it makes local SGD with periodic global averaging.
     None (default): never.
 
+    ``compressor`` (a :mod:`fogsim.compress` compressor) with ``gamma`` (the consensus step
+    size in (0, 1]): the neighbor mixing becomes CHOCO-gossip (Koloskova et al. 2019), one
+    :class:`fogsim.compress.CompressedGossip` per parameter, so adapt-then-combine is
+    CHOCO-SGD; only compressed differences travel, with the static topology's weights
+    (per-step weight arguments are refused). Each parameter is its own message then, in
+    every mode, so all modes compress the same vectors.
+
     ``overlap``: start communication from hooks during the forward/backward pass
     (default when distributed). In simulation nonblocking ops complete at once, so by
     default the whole step runs in ``step()`` with one fused message per dtype; the
@@ -114,6 +140,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         num_steps_per_communication: int = 1,
         overlap: bool | None = None,
         global_average_every: int | None = None,
+        compressor: Any = None,
+        gamma: float | None = None,
     ) -> None:
         if isinstance(optimizer, DistributedOptimizer):
             raise TypeError(f"optimizer is already wrapped by {type(optimizer).__name__}")
@@ -164,6 +192,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.num_steps_per_communication = num_steps_per_communication
         self.global_average_every = global_average_every
         self._rounds = 0  # communicating steps done
+        self.compressor, self.gamma = _compression(compressor, gamma)
+        if compressor is not None and CommunicationType.neighbor_allreduce not in self._allowed:
+            raise ValueError(f"{type(self).__name__} does not gossip: compressor= is not for it")
+        self._gossips: dict[str, Any] = {}  # one CHOCO state per parameter
         if overlap is not None and not isinstance(overlap, bool):
             raise TypeError(f"overlap must be a bool or None, got {type(overlap).__name__}")
         # Simulated nonblocking ops complete at once, so hooks could not overlap anything:
@@ -303,7 +335,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
         Distributed, each value gets its own op (the runtime fuses small ones).
         """
-        if not _in_one_process() or len(pairs) < 2:
+        if not _in_one_process() or len(pairs) < 2 or self.compressor is not None:
             for p, value in pairs:
                 self._start(p, value)
             return
@@ -335,9 +367,26 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 self.enable_topo_check,
                 name=name,
             )
+        if self.compressor is not None:
+            return self._compressed(value, key, name)
         return fs.neighbor_allreduce_nonblocking(
             value, *self._weights(), self.enable_topo_check, name=name
         )
+
+    def _compressed(self, value: torch.Tensor, key: str, name: str) -> Any:
+        """One CHOCO-gossip step of ``value`` (the parameter ``key``), as a done handle."""
+        from fogsim.compress import CompressedGossip
+
+        if any(w is not None for w in self._weights()):
+            raise ValueError(
+                f"{type(self).__name__}: compressor= gossips with the static topology's "
+                "weights; per-step self_weight/src_weights/dst_weights cannot go with it"
+            )
+        gossip = self._gossips.get(key)
+        if gossip is None:
+            assert self.gamma is not None  # set with the compressor
+            gossip = self._gossips[key] = CompressedGossip(self.compressor, self.gamma)
+        return fs.Handle.completed("neighbor_allreduce", gossip.step(value), name)
 
     def _started(self, p: torch.Tensor) -> bool:
         return any(q is p for targets, _ in self._handles for q in targets)

@@ -50,6 +50,8 @@ class _BackwardHooked(DistributedOptimizer):
         *,
         overlap=None,
         global_average_every=None,
+        compressor=None,
+        gamma=None,
     ) -> None:
         super().__init__(
             optimizer,
@@ -58,6 +60,8 @@ class _BackwardHooked(DistributedOptimizer):
             num_steps_per_communication,
             overlap,
             global_average_every,
+            compressor,
+            gamma,
         )
         self._ready: set[torch.Tensor] = set()
         # gradients accumulated into each parameter since the last communicating step
@@ -137,6 +141,8 @@ class _ForwardCounted(DistributedOptimizer):
         *,
         overlap=None,
         global_average_every=None,
+        compressor=None,
+        gamma=None,
     ) -> None:
         super().__init__(
             optimizer,
@@ -145,6 +151,8 @@ class _ForwardCounted(DistributedOptimizer):
             num_steps_per_communication,
             overlap,
             global_average_every,
+            compressor,
+            gamma,
         )
         self._forwards = 0  # training forward calls since the last communicating step
         self._forward_seen = False

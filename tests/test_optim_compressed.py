@@ -1,0 +1,96 @@
+"""compressor= in fogsim.optim: adapt-then-combine becomes CHOCO-SGD (Koloskova, Stich and
+Jaggi 2019, Algorithm 2), written out here from the paper with dense weights:
+
+    x_half = x - lr g;  q = C(x_half - x_hat);  x_hat += q;  x = x_half + gamma (W x_hat - x_hat)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import fogsim as fs  # noqa: E402
+from fogsim import compress as fc  # noqa: E402
+from fogsim import optim as fo  # noqa: E402
+from fogsim import topology as T  # noqa: E402
+from tests.test_optim import LR, backward, grads, net, params  # noqa: E402
+
+N = 6
+
+
+@pytest.fixture(autouse=True)
+def float64_ring():
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    fs.init(backend="sim", size=N, topology=T.ring_graph)
+    yield
+    fs.shutdown()
+    torch.set_default_dtype(default)
+
+
+def atc(model, **options):
+    sgd = torch.optim.SGD(model.parameters(), lr=LR)
+    return fo.DistributedAdaptThenCombineOptimizer(sgd, model, **options)
+
+
+def test_atc_with_a_compressor_is_choco_sgd():
+    model = fo.replicate(net)
+    compressor, gamma = fc.top_k(0.5), 0.4
+    opt = atc(model, compressor=compressor, gamma=gamma)
+    W = fs.load_topology().uniform().to_dense()
+    x_hat = {k: torch.zeros_like(v) for k, v in params(model).items()}
+    for t in range(4):
+        x = backward(model, t)
+        g = grads(model)
+        opt.step()
+        for k in x:
+            half = (x[k] - LR * g[k]).numpy()
+            q = compressor.decompress_stacked(compressor.compress_stacked(half - x_hat[k].numpy()))
+            x_hat[k] = x_hat[k] + torch.from_numpy(q)
+            mixed = np.einsum("ij,j...->i...", W, x_hat[k].numpy())
+            want = torch.from_numpy(half + gamma * (mixed - x_hat[k].numpy()))
+            torch.testing.assert_close(params(model)[k], want, rtol=0, atol=1e-12, msg=k)
+
+
+def test_identity_with_gamma_one_is_plain_atc():
+    plain, choco = fo.replicate(net), fo.replicate(net)
+    a, b = atc(plain), atc(choco, compressor=fc.identity(), gamma=1.0)
+    for t in range(3):
+        for model, opt in ((plain, a), (choco, b)):
+            backward(model, t)
+            opt.step()
+    for k, v in params(plain).items():
+        torch.testing.assert_close(params(choco)[k], v, rtol=0, atol=1e-12)
+
+
+def test_each_parameter_is_its_own_compressed_message():
+    model = fo.replicate(net)
+    opt = atc(model, compressor=fc.top_k(2), gamma=0.5)
+    fs.bytes_sent(reset=True)
+    backward(model, 0)
+    opt.step()
+    per_agent = sum(fc.top_k(2).payload_bytes(p.shape[1:]) for p in model.parameters())
+    np.testing.assert_array_equal(fs.bytes_sent(), np.full(N, 2 * per_agent))  # ring: 2 each
+
+
+def test_bad_compression_arguments_are_refused():
+    model = fo.replicate(net)
+    with pytest.raises(TypeError, match="compressor"):
+        atc(model, compressor="top_k", gamma=0.5)
+    with pytest.raises(ValueError, match="needs gamma"):
+        atc(model, compressor=fc.top_k(1))
+    with pytest.raises(ValueError, match="needs a compressor"):
+        atc(model, gamma=0.5)
+    with pytest.raises(ValueError, match="gamma"):
+        atc(model, compressor=fc.top_k(1), gamma=1.5)
+    with pytest.raises(ValueError, match="does not gossip"):
+        fo.DistributedGradientAllreduceOptimizer(
+            torch.optim.SGD(model.parameters(), lr=LR), model, compressor=fc.top_k(1), gamma=0.5
+        )
+    opt = atc(model, compressor=fc.top_k(1), gamma=0.5)
+    opt.self_weight = 0.5
+    backward(model, 0)
+    with pytest.raises(ValueError, match="static topology's weights"):
+        opt.step()
