@@ -58,10 +58,22 @@ class TopK(KSparse):
     of the entries, at least one): values in x's dtype and int32 indices."""
 
     def _compress(self, x: np.ndarray, rng: Any) -> tuple[np.ndarray, ...]:
-        k = self.count(x.shape[1])
-        # ties broken by the lower index: a stable order of decreasing magnitude
-        idx = np.argsort(-np.abs(x), axis=1, kind="stable")[:, :k]
-        idx.sort(axis=1)
+        n, d = x.shape
+        k = self.count(d)
+        mag = np.abs(x)
+        if k >= d or np.isnan(mag).any():
+            # ties broken by the lower index: a stable order of decreasing magnitude
+            idx = np.argsort(-mag, axis=1, kind="stable")[:, :k]
+            idx.sort(axis=1)
+        else:
+            # the same entries in O(d): all above the k-th largest magnitude, then the
+            # lowest-indexed of those equal to it (a full sort per step dominated CHOCO)
+            kth = np.partition(mag, d - k, axis=1)[:, d - k : d - k + 1]
+            above = mag > kth
+            ties = mag == kth
+            room = k - above.sum(axis=1, keepdims=True)
+            keep = above | (ties & (np.cumsum(ties, axis=1) <= room))
+            idx = np.nonzero(keep)[1].reshape(n, k)
         return np.take_along_axis(x, idx, axis=1), idx.astype(np.int32)
 
     def _decompress(self, parts: Sequence[np.ndarray], d: int, dtype: np.dtype) -> np.ndarray:
