@@ -36,7 +36,7 @@ from fogsim import topology as T
 
 GRAPHS = {"ring-16": (T.ring_graph, 16), "exp2-64": (T.exponential_two_graph, 64)}
 VARIANTS = {
-    "top-1%": (lambda: C.top_k(0.01), (0.03, 0.035, 0.04, 0.045, 0.05, 0.055, 0.06, 0.065, 0.07)),
+    "top-1%": (lambda: C.top_k(0.01), (0.03, 0.04, 0.045, 0.05, 0.0525, 0.055, 0.0575, 0.06, 0.07)),
     "top-10%": (lambda: C.top_k(0.1), (0.2, 0.3, 0.4, 0.5, 0.6, 0.7)),
     "qsgd-4bit": (lambda: C.qsgd(s=7), (0.01, 0.05, 0.2)),
     "qsgd-4bit/(1+tau)": (lambda: RescaledQSGD(7), (0.05, 0.1, 0.2, 0.3, 0.5, 0.7)),
