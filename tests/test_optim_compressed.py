@@ -14,20 +14,8 @@ torch = pytest.importorskip("torch")
 import fogsim as fs  # noqa: E402
 from fogsim import compress as fc  # noqa: E402
 from fogsim import optim as fo  # noqa: E402
-from fogsim import topology as T  # noqa: E402
 from tests.test_optim import LR, backward, grads, net, params  # noqa: E402
-
-N = 6
-
-
-@pytest.fixture(autouse=True)
-def float64_ring():
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    fs.init(backend="sim", size=N, topology=T.ring_graph)
-    yield
-    fs.shutdown()
-    torch.set_default_dtype(default)
+from tests.test_optim_pga import N, float64_ring  # noqa: E402, F401  (autouse: a ring of N)
 
 
 def atc(model, **options):
