@@ -406,30 +406,27 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
         return total.reshape(part.shape)
 
     def allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
-        _arrays.check_name(name)
-        if not isinstance(average, bool):
-            raise TypeError(f"average must be a bool, got {type(average).__name__}")
-        arr, kind = self._stacked(x, "allreduce", averaging=average, adds=True)
-        total = self._sum(arr)
-        out = self._pool.empty(arr.shape, arr.dtype)
-        out[...] = total / self._n if average else total
-        self._charge("allreduce", arr)
-        return wrap_like(out, kind)
+        return self._reduced(x, average, name)
 
     def decomposed_allreduce(self, x, average, name, factors):
+        if factors is None:
+            factors = default_factors(self._n, self._local)
+        else:
+            factors = check_factors(factors, self._n)
+        # sharded, the stages are one sum (1e-12 of the staged one); the cost model is charged
+        # for the decomposition
+        return self._reduced(x, average, name, algorithm="decomposed", factors=factors)
+
+    def _reduced(self, x: Any, average: Any, name: Any, **info: Any) -> Any:
+        """The average (or sum) over all N agents of ``x``, on every agent."""
         _arrays.check_name(name)
         if not isinstance(average, bool):
             raise TypeError(f"average must be a bool, got {type(average).__name__}")
-        factors = (
-            default_factors(self._n, self._local)
-            if factors is None
-            else check_factors(factors, self._n)
-        )
         arr, kind = self._stacked(x, "allreduce", averaging=average, adds=True)
         total = self._sum(arr)
         out = self._pool.empty(arr.shape, arr.dtype)
         out[...] = total / self._n if average else total
-        self._charge("allreduce", arr, algorithm="decomposed", factors=factors)
+        self._charge("allreduce", arr, **info)
         return wrap_like(out, kind)
 
     def broadcast(self, x: Any, root_rank: int, name: str | None = None) -> Any:
