@@ -92,15 +92,66 @@ def test_stacked_rows_equal_each_agents_own_call(comp, shape):
 def test_payload_sizes_for_the_issue_table():
     d, f64 = 10**4, np.float64
     assert fc.identity().payload_bytes(d, f64) == 8 * d
-    assert fc.top_k(0.01).payload_bytes(d, f64) == 100 * (8 + 4)
-    assert fc.top_k(0.1).payload_bytes(d, f64) == 1000 * (8 + 4)
-    assert fc.random_k(0.01).payload_bytes(d, f64) == 100 * (8 + 4)
+    # 10^4 entries: indices fit 2 bytes
+    assert fc.top_k(0.01).payload_bytes(d, f64) == 100 * (8 + 2)
+    assert fc.top_k(0.1).payload_bytes(d, f64) == 1000 * (8 + 2)
+    assert fc.top_k(0.01, value_dtype=np.float32).payload_bytes(d, f64) == 100 * (4 + 2)
+    assert fc.random_k(0.01).payload_bytes(d, f64) == 100 * (8 + 2)
     assert fc.qsgd(7).payload_bytes(d, f64) == 8 + d // 2  # 4 bits an entry
     assert fc.qsgd(16).payload_bytes(d, f64) == 8 + d  # int8
     assert fc.qsgd(1000).payload_bytes(d, f64) == 8 + 2 * d  # int16
     assert fc.scaled_sign().payload_bytes(d, f64) == 8 + d // 8
     assert fc.scaled_sign().payload_bytes(9, np.float32) == 4 + 2
     assert fc.power_sgd(rank=4).payload_bytes((100, 100), f64) == 8 * 4 * 200
+
+
+@pytest.mark.parametrize(
+    "d, width", [(1, 1), (256, 1), (257, 2), (65536, 2), (65537, 4)], ids=lambda v: str(v)
+)
+@pytest.mark.parametrize("make", [fc.top_k, fc.random_k], ids=["top_k", "random_k"])
+def test_sparse_indices_take_the_fewest_bytes_that_hold_every_index(make, d, width):
+    comp = make(1)
+    assert comp.payload_bytes(d, np.float32) == 4 + width
+    x = np.zeros(d)
+    x[-1] = -3.0  # the last index, the largest an index must hold
+    rng = np.random.default_rng(0)
+    payload = comp.compress(x, rng)
+    assert payload.parts[1].dtype.itemsize == width
+    assert payload.parts[1].dtype.kind == "u"
+    buf = fc.pack(payload)
+    assert buf.size == comp.payload_bytes(d, np.float64)
+    back = comp.decompress(fc.unpack(comp, buf, d, np.float64))
+    assert np.array_equal(back, comp.decompress(payload))
+    if make is fc.top_k:
+        assert np.array_equal(back, x)
+
+
+@pytest.mark.parametrize("make", [fc.top_k, fc.random_k], ids=["top_k", "random_k"])
+def test_values_sent_in_float32_come_back_in_the_values_dtype(make):
+    x = np.random.default_rng(1).standard_normal((5, 40))
+    rng = stacked_rng(5)
+    full = make(0.25).compress_stacked(x, rng)
+    rng = stacked_rng(5)
+    half = make(0.25, value_dtype=np.float32).compress_stacked(x, rng)
+    assert half.parts[0].dtype == np.float32
+    assert np.array_equal(half.parts[1], full.parts[1])  # the same entries
+    assert np.array_equal(half.parts[0], full.parts[0].astype(np.float32))
+    x_hat = make(0.25, value_dtype="float32").decompress_stacked(half)
+    assert x_hat.dtype == np.float64
+    kept = x_hat != 0
+    scale = 40 / 10 if make is fc.random_k else 1.0  # random_k is unbiased: d/k on receipt
+    np.testing.assert_allclose(x_hat[kept], scale * x[kept], rtol=2**-24)
+    assert make(10, value_dtype=np.float32).payload_bytes(40) == 10 * (4 + 1)
+
+
+@pytest.mark.parametrize("bad", [np.int32, np.float16, "complex128"])
+def test_value_dtype_must_be_float32_or_float64(bad):
+    with pytest.raises(TypeError, match="value_dtype"):
+        fc.top_k(3, value_dtype=bad)
+    with pytest.raises(TypeError, match="value_dtype"):
+        fc.random_k(3, value_dtype=bad)
+    with pytest.raises(TypeError, match="value_dtype"):
+        fc.top_k(3, value_dtype="no such dtype")
 
 
 def test_torch_tensors_in_tensors_out():

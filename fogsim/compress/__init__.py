@@ -11,8 +11,9 @@ from its own generator (``fs.rng()``), so every mode draws the same numbers. ``p
 compressor                payload (d entries of x's dtype, b bytes each)          unbiased
 ========================  ======================================================  ========
 ``identity()``            d values                                                yes
-``top_k(k)``              k values, k int32 indices                               no
-``random_k(k)``           k values, k int32 indices (scaled by d/k on receipt)    yes
+``top_k(k)``              k values, k indices (uint8/16/32: the smallest that     no
+                          holds d - 1); ``value_dtype=np.float32`` halves values
+``random_k(k)``           as top_k (values scaled by d/k on receipt)              yes
 ``qsgd(s)``               the norm, d signed levels (4 bits if s <= 7, else int)  yes
 ``scaled_sign()``         the mean magnitude, d sign bits                         no
 ``power_sgd(rank=r)``     P (m x r) and Q (n x r) of an m x n matrix              no

@@ -13,8 +13,9 @@ __all__ = ["RandomK", "random_k"]
 
 
 class RandomK(KSparse):
-    """Keep ``k`` entries chosen uniformly at random without replacement: values in x's
-    dtype and int32 indices (``k`` a count, or a fraction in (0, 1] of the entries).
+    """Keep ``k`` entries chosen uniformly at random without replacement (``k`` a count, or
+    a fraction in (0, 1] of the entries). The payload is :class:`KSparse`'s: the values
+    (x's dtype or ``value_dtype``) and the smallest unsigned indices.
 
     With ``scale=True`` (the default) the kept values are multiplied by ``d/k`` on
     decompression, so the compressor is unbiased: ``E[C(x)] = x``, with
@@ -27,8 +28,8 @@ class RandomK(KSparse):
 
     randomized = True
 
-    def __init__(self, k: float, scale: bool = True) -> None:
-        super().__init__(k)
+    def __init__(self, k: float, scale: bool = True, *, value_dtype: Any = None) -> None:
+        super().__init__(k, value_dtype=value_dtype)
         if not isinstance(scale, bool | np.bool_):
             raise TypeError(f"scale must be True or False, got {type(scale).__name__}")
         self.scale = bool(scale)
@@ -38,10 +39,11 @@ class RandomK(KSparse):
         k = self.count(d)
         idx = np.asarray(rng.choice(d, size=k, replace=False)).reshape(x.shape[0], k)
         idx = np.sort(idx, axis=1)  # the same set, read in memory order
-        return np.take_along_axis(x, idx, axis=1), idx.astype(np.int32)
+        return self._parts(x, idx)
 
     def _decompress(self, parts: Sequence[np.ndarray], d: int, dtype: np.dtype) -> np.ndarray:
         values, idx = parts
+        values = values.astype(dtype, copy=False)
         if self.scale:
             values = values * dtype.type(d / idx.shape[1])
         out = np.zeros((values.shape[0], d), dtype=dtype)
@@ -49,7 +51,8 @@ class RandomK(KSparse):
         return out
 
 
-def random_k(k: float, scale: bool = True) -> RandomK:
+def random_k(k: float, scale: bool = True, *, value_dtype: Any = None) -> RandomK:
     """Return the random-k compressor (``k`` entries, or a fraction ``k`` of them), unbiased
-    (values scaled by ``d/k``) unless ``scale=False``."""
-    return RandomK(k, scale)
+    (values scaled by ``d/k``) unless ``scale=False``; values sent in x's dtype or in
+    ``value_dtype``."""
+    return RandomK(k, scale, value_dtype=value_dtype)
