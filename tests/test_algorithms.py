@@ -510,7 +510,7 @@ def test_result_plot_and_repr():
 
     world(4)
     result = A.gradient_tracking(A.LeastSquares.random(5, 2), 0.02, 10)
-    assert set(result.history) == {"consensus_error", "distance", "grad_norm"}
+    assert set(result.history) == {"consensus_error", "distance", "grad_norm", "bytes"}
     assert all(v.shape == (11,) for v in result.history.values())
     ax = result.plot()
     assert len(ax.get_lines()) == 3 and ax.get_yscale() == "log"

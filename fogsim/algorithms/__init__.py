@@ -13,11 +13,14 @@ Every function runs simulated (agent-local values stacked over the n agents, one
 weight-matrix product per communication), sharded over P processes (each stacking its
 block of agents, ``fs.rank()``) and under ``fogrun``/MPI (one agent per process) without
 change, and returns a :class:`Result`: the final agent-local ``x`` and a ``history`` of
-per-iteration metrics (``"consensus_error"``, ``"distance"``, ``"grad_norm"``), computed
-with ``allreduce`` so they are the same on every agent and every process;
-``Result.plot()`` draws them. Sharded, the iterates are one process's bit for bit and the
-metrics agree to rounding (their sums are added block by block). ``progress=True`` shows
-a tqdm bar on the main process.
+per-iteration metrics (``"consensus_error"``, ``"distance"``, ``"grad_norm"``, and
+``"bytes"``: each agent's cumulative bytes sent since the run began, averaged over the
+agents, as :func:`fogsim.bytes_sent` counts them, so neither ``allreduce`` nor window
+ops), computed with ``allreduce`` so they are the same on every agent and every process;
+``Result.plot()`` draws them (``against="bytes"``: error against communication).
+Sharded, the iterates are one process's bit for bit and the metrics agree to rounding
+(their sums are added block by block). ``progress=True`` shows a tqdm bar on the main
+process.
 
 The weights (``schedule``) are the current topology's when None (as ``neighbor_allreduce``
 uses them), one weight matrix for every step, or an iterator of them such as the dynamic
@@ -29,8 +32,7 @@ is faster (the same numbers).
 * consensus: :func:`consensus` (static or dynamic), :func:`push_sum` (directed graphs);
 * optimization of ``sum_i f_i``: :func:`dgd` (ATC and AWC), :func:`exact_diffusion`,
   :func:`gradient_tracking`, :func:`push_diging` (time-varying directed graphs);
-* compressed communication: :func:`choco_gossip`, :func:`choco_sgd` (their histories add
-  ``"bytes"``, each agent's cumulative bytes sent, averaged over the agents);
+* compressed communication: :func:`choco_gossip`, :func:`choco_sgd`;
 * adaptation: :func:`diffusion_lms` with a :class:`MovingTarget` stream;
 * problems: :class:`LeastSquares`; helpers: :func:`push_weights`.
 """

@@ -30,7 +30,13 @@ class Result:
         * ``"consensus_error"``: ``sqrt(mean_i ||x_i - xbar||^2)``, ``xbar = mean_i x_i``;
         * ``"distance"``: ``sqrt(mean_i ||x_i - x*||^2)`` to the target (the optimum, the
           initial average, the moving target);
-        * ``"grad_norm"``: ``||(1/n) sum_i grad f_i(xbar)||``.
+        * ``"grad_norm"``: ``||(1/n) sum_i grad f_i(xbar)||``;
+        * ``"bytes"``: the bytes each agent has sent since the run began, averaged over the
+          agents (index 0: 0), as ``fs.bytes_sent()`` counts them: the values of the
+          neighbor ops once per destination; not ``allreduce`` (Gossip-PGA's global
+          averages, the metrics themselves) nor the window ops. Every algorithm records
+          it, so ``plt.semilogy(h["bytes"], h["consensus_error"])`` plots error against
+          communication (or ``plot(against="bytes")``).
     state : dict of str to array
         The algorithm's other final agent-local variables (e.g. ``"y"`` of gradient
         tracking, ``"p"`` of push-sum), to inspect or to continue from.
@@ -46,20 +52,28 @@ class Result:
         iters = max((len(v) for v in self.history.values()), default=1) - 1
         return f"Result(x: shape {shape}, iters={iters}{', ' if last else ''}{last})"
 
-    def plot(self, ax: Any = None, keys: Any = None, logy: bool = True) -> Any:
-        """Plot the metrics against the iteration and return the matplotlib axes.
+    def plot(
+        self, ax: Any = None, keys: Any = None, logy: bool = True, against: str = "iteration"
+    ) -> Any:
+        """Plot the metrics against the iteration (or the bytes sent); return the axes.
 
         Parameters
         ----------
         ax : matplotlib Axes, optional
             Where to draw; a new figure when None.
         keys : str or sequence of str, optional
-            The metrics to draw (default: all of ``history``).
+            The metrics to draw (default: all of ``history`` but ``"bytes"``).
         logy : bool
             Logarithmic y axis (zeros are left out).
+        against : {"iteration", "bytes"}
+            The x axis: the iteration, or ``history["bytes"]`` (error against communication).
         """
+        if against not in ("iteration", "bytes"):
+            raise ValueError(f"against must be 'iteration' or 'bytes', got {against!r}")
+        if against == "bytes" and "bytes" not in self.history:
+            raise ValueError("no metric 'bytes' in history to plot against")
         if keys is None:
-            keys = list(self.history)
+            keys = [k for k in self.history if k != "bytes"]
         elif isinstance(keys, str):
             keys = [keys]
         unknown = [k for k in keys if k not in self.history]
@@ -71,10 +85,15 @@ class Result:
             _, ax = plt.subplots(figsize=(5, 3.5))
         for key in keys:
             values = np.asarray(self.history[key], dtype=np.float64)
-            ax.plot(np.arange(values.shape[0]), values, label=key)
+            xs: np.ndarray
+            if against == "bytes":
+                xs = np.asarray(self.history["bytes"], dtype=np.float64)
+            else:
+                xs = np.arange(values.shape[0])
+            ax.plot(xs, values, label=key)
         if logy:
             ax.set_yscale("log", nonpositive="mask")
-        ax.set_xlabel("iteration")
+        ax.set_xlabel("bytes sent per agent" if against == "bytes" else "iteration")
         if keys:
             ax.legend()
         return ax

@@ -268,11 +268,16 @@ class Mixer:
 
 
 class History:
-    """Per-iteration metrics, index 0 being the initial state; ``metrics`` computes them."""
+    """Per-iteration metrics, index 0 being the initial state; ``metrics`` computes them.
+
+    ``bytes_sent()`` is read at construction, so ``"bytes"`` counts from there: what each
+    agent has sent since the run began, whatever the user's own count says.
+    """
 
     def __init__(self, agents: Agents, iters: int) -> None:
         self._agents = agents
         self._length = iters + 1
+        self._sent0 = _sent()
         self.arrays: dict[str, np.ndarray] = {}
 
     def add(self, k: int, values: dict[str, float]) -> None:
@@ -287,29 +292,44 @@ class History:
         """Return the metrics of the state ``x``, the same on every agent and process.
 
         ``consensus_error = sqrt(mean_i ||x_i - xbar||^2)`` with ``xbar = mean_i x_i``;
-        ``distance = sqrt(mean_i ||x_i - target||^2)``; ``grad_norm = ||mean_i grad_i(xbar)||``.
+        ``distance = sqrt(mean_i ||x_i - target||^2)``; ``grad_norm = ||mean_i grad_i(xbar)||``;
+        ``bytes = mean_i`` (bytes agent i sent since construction, ``fs.bytes_sent()``).
         Two allreduces: the first brings xbar (and the distances), the second the spread
         around it, so no cancellation spoils tiny errors.
         """
         ag = self._agents
         flat = ag.flat(x)
         size = flat.shape[-1]
-        parts = [flat]
+        sent = (_sent() - self._sent0).astype(np.float64).reshape(*ag.lead, 1)
+        first_parts = [flat]
         if target is not None:
-            parts.append(ag.sqnorm(x - target)[..., None])
-        first = np.asarray(fs.allreduce(np.concatenate(parts, axis=-1)))
+            first_parts.append(ag.sqnorm(x - target)[..., None])
+        second_parts: list[np.ndarray] = []
+        # The bytes ride in a reduction that has two columns or more anyway: numpy sums a
+        # single column pairwise but several row by row, so adding a column to a
+        # one-column reduction would move the other metric by a rounding.
+        into_second = len(first_parts) == 1 and size == 1 and grad is not None
+        (second_parts if into_second else first_parts).append(sent)
+        first = np.asarray(fs.allreduce(np.concatenate(first_parts, axis=-1)))
         xbar = first[..., :size].reshape(np.shape(x))  # agent-local: stacked or this rank's
         parts = [ag.sqnorm(x - xbar)[..., None]]
         if grad is not None:
             parts.append(ag.flat(np.asarray(grad(xbar), dtype=np.float64)))
-        second = ag.mean(np.concatenate(parts, axis=-1))
+        grads = parts[-1].shape[-1] if grad is not None else 0
+        second = ag.mean(np.concatenate(parts + second_parts, axis=-1))
+        row = first.reshape(-1, first.shape[-1])[0]
         out = {"consensus_error": float(np.sqrt(max(second[0], 0.0)))}
         if target is not None:
-            row = first.reshape(-1, first.shape[-1])[0]
             out["distance"] = float(np.sqrt(max(row[size], 0.0)))
         if grad is not None:
-            out["grad_norm"] = float(np.linalg.norm(second[1:]))
+            out["grad_norm"] = float(np.linalg.norm(second[1 : 1 + grads]))
+        out["bytes"] = float(second[-1] if into_second else row[-1])
         return out
+
+
+def _sent() -> np.ndarray:
+    """Return the bytes each agent here has sent (``fs.bytes_sent()``) as int64."""
+    return np.array(fs.bytes_sent(), dtype=np.int64)
 
 
 def steps(iters: int, progress: bool, desc: str) -> Iterable[int]:

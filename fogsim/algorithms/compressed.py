@@ -3,18 +3,17 @@
 Koloskova, Stich and Jaggi, "Decentralized Stochastic Optimization and Gossip Algorithms
 with Compressed Communication" (ICML 2019), Algorithms 1 and 2, on the static topology's
 weights, with :class:`fogsim.compress.CompressedGossip` doing the exchange. Besides the
-usual metrics, ``Result.history["bytes"]`` is the cumulative number of bytes each agent has
-sent, averaged over the agents (``payload_bytes`` of the compressor times the agent's
-out-degree per step; index 0 is 0), so ``plt.semilogy(h["bytes"], h["consensus_error"])``
-plots error against communication.
+algorithms' metrics, ``Result.history["bytes"]`` is the cumulative number of bytes each
+agent has sent, averaged over the agents (as ``fs.bytes_sent()`` counts them: the packed
+payload, ``payload_bytes`` of the compressor times the agent's out-degree per step; index
+0 is 0), so ``plt.semilogy(h["bytes"], h["consensus_error"])`` plots error against
+communication.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
-
-import numpy as np
 
 import fogsim as fs
 
@@ -25,12 +24,6 @@ from ._util import Agents, History, check_iters, check_step, show, steps
 from .optimization import _Run
 
 __all__ = ["choco_gossip", "choco_sgd"]
-
-
-def _bytes_per_step(compressor: Compressor, x: np.ndarray, agents: Agents) -> float:
-    """Return the bytes one step sends, per agent averaged over all agents of the world."""
-    per_payload = compressor.payload_bytes(agents.local_shape(x), x.dtype)
-    return float(per_payload * fs.load_topology().out_degrees().mean())
 
 
 def choco_gossip(
@@ -75,15 +68,14 @@ def choco_gossip(
     agents = Agents()
     x = agents.array(x0, "x0").copy()
     gossip = CompressedGossip(compressor, gamma)
-    per_step = _bytes_per_step(compressor, x, agents)
     target = fs.allreduce(x)
     history = History(agents, iters)
-    history.add(0, {**history.metrics(x, target), "bytes": 0.0})
+    history.add(0, history.metrics(x, target))
     bar = steps(iters, progress, "CHOCO-gossip")
     for k in bar:
         x = gossip.step(x)
         values = history.metrics(x, target)
-        history.add(k, {**values, "bytes": per_step * k})
+        history.add(k, values)
         show(bar, k, iters, values)
     return Result(x, history.arrays, {"x_hat": gossip.x_hat, "bytes_sent": gossip.bytes_sent})
 
@@ -134,14 +126,10 @@ def choco_sgd(
     run = _Run(problem, iters, x0, None, x_star, progress, "CHOCO-SGD")
     gossip = CompressedGossip(compressor, gamma)
     x = run.x0
-    per_step = _bytes_per_step(compressor, x, run.agents)
-    history = run.history
-    history.add(0, {**history.metrics(x, run.x_star, run.grad), "bytes": 0.0})
+    run.record(0, x)
     for k in run.bar:
         x = gossip.step(x - step_of(k - 1) * run.gradient(x))
-        values = history.metrics(x, run.x_star, run.grad)
-        history.add(k, {**values, "bytes": per_step * k})
-        show(run.bar, k, run.iters, values)
+        run.record(k, x)
     return run.result(x, x_hat=gossip.x_hat, bytes_sent=gossip.bytes_sent)
 
 

@@ -9,7 +9,8 @@ schedule; see :func:`fogsim.algorithms.consensus`).
 Every function returns a :class:`~fogsim.algorithms.Result` whose ``history`` holds, per
 iteration (index 0: the start), ``"consensus_error"`` ``sqrt(mean_i ||x_i - xbar||^2)``,
 ``"grad_norm"`` ``||(1/n) sum_i grad f_i(xbar)||`` and, when the optimum is known
-(``x_star``, or the problem's ``solution()``), ``"distance"`` ``sqrt(mean_i ||x_i - x*||^2)``.
+(``x_star``, or the problem's ``solution()``), ``"distance"`` ``sqrt(mean_i ||x_i - x*||^2)``,
+and ``"bytes"``, each agent's cumulative bytes sent, averaged over the agents.
 """
 
 from __future__ import annotations
@@ -136,7 +137,8 @@ def dgd(
     global_average_every : int, optional
         ``K``: periodic global averaging (Gossip-PGA, Chen et al. 2021). Every ``K``-th
         communicating iteration averages over all agents (``allreduce``) instead of
-        mixing with ``W``.
+        mixing with ``W``. ``history["bytes"]`` counts neighbor ops only (as
+        ``fs.bytes_sent()``): the global averages add nothing to it, local steps neither.
     """
     form = check_form(form, ("atc", "awc"))
     step_of = _step_rule(alpha)
