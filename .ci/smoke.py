@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -68,6 +69,8 @@ def run_quietly(cmd: list[str], what: str, timeout: float = 180) -> str:
 
 def check_installation() -> None:
     where = Path(fs.__file__).resolve().parent
+    site = {Path(sysconfig.get_paths()[key]).resolve() for key in ("purelib", "platlib")}
+    check(not site.isdisjoint(where.parents), f"fogsim not imported from site-packages: {where}")
     check(CHECKOUT not in where.parents, f"fogsim imported from the checkout ({where})")
     version = importlib.metadata.version("fogsim")
     check(fs.__version__ == version, f"fogsim.__version__ {fs.__version__} != {version}")
