@@ -90,7 +90,7 @@ if _typing.TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at ru
     from .backends.sim._shapes import AgentShapeWarning
     from .timeline import timeline_context, timeline_end_activity, timeline_start_activity
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "__version__",
