@@ -49,7 +49,7 @@ def _number(text: str) -> float:
 def sharded() -> None:
     """Plot steps per second against the number of processes P, per topology and N."""
     rows = _table("Sharded simulation", "topology")
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    fig, ax = plt.subplots(figsize=(7.2, 3.6))
     for topology, marker in (("ring", "o"), ("exp-2", "s")):
         for n in sorted({r[1] for r in rows if r[0] == topology}):
             pts = [(int(r[2]), _number(r[3])) for r in rows if r[0] == topology and r[1] == n]
@@ -60,7 +60,7 @@ def sharded() -> None:
     ax.set_xlabel("processes P (shards)")
     ax.set_ylabel("consensus steps per second")
     ax.set_title("Sharded simulation on a 2-core machine")
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     fig.tight_layout()
 
 
