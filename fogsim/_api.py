@@ -89,7 +89,7 @@ def init(
     ``FOGSIM_LOCAL_SIZE``, else: simulated, one machine; distributed, the real hosts).
     ``shards`` splits a simulation (``backend="sim"``) over that many launched processes,
     each holding a contiguous block of the ``size`` agents (``rank()`` is the block's
-    ranks; see the README's "Sharded simulation"); by default ``FOGSIM_SHARDS``, else the
+    ranks; see the user guide, docs/guide/running.md); by default ``FOGSIM_SHARDS``, else the
     number of processes a launcher started, so ``init(backend="sim", size=N)`` under
     ``mpiexec -n P`` or ``fogrun --sim --shards P -np N`` is sharded over P processes.
     Calling ``init`` again replaces the current context (the old one is shut down).

@@ -10,6 +10,7 @@ import pytest
 
 import fogsim.compress as fc
 from fogsim._rng import StackedGenerator, agent_generator
+from tests import environment
 
 SEED = 7
 # A deviation past this many standard errors fails (about 6e-7 two-sided for a normal mean).
@@ -33,6 +34,7 @@ def every_compressor(shape: tuple[int, ...]) -> list[fc.Compressor]:
         fc.qsgd(16),
         fc.qsgd(300),
         fc.qsgd(40_000),
+        fc.qsgd(7, scaled=True),
         fc.scaled_sign(),
     ]
     if len(shape) >= 2:
@@ -250,6 +252,46 @@ def test_qsgd_zero_vector_and_levels_on_the_wire():
         assert np.array_equal(comp.decompress(payload), x)
 
 
+def qsgd_tau(d: int, s: int) -> float:
+    """QSGD's variance factor (Alistarh et al. 2017, Lemma 3.1): ``min(d/s^2, sqrt(d)/s)``."""
+    return min(d / s**2, np.sqrt(d) / s)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_scaled_qsgd_is_plain_qsgd_divided_by_one_plus_tau(dtype):
+    x = values((3, 50), dtype, n=4)
+    tau = qsgd_tau(150, 7)
+    plain, scaled = fc.qsgd(7), fc.qsgd(7, scaled=True)
+    p_plain = plain.compress_stacked(x, stacked_rng(4))
+    p_scaled = scaled.compress_stacked(x, stacked_rng(4))
+    # the same draws, the same payload: only the receiver's reading differs
+    assert all(np.array_equal(a, b) for a, b in zip(p_plain.parts, p_scaled.parts, strict=True))
+    assert scaled.payload_bytes((3, 50), dtype) == plain.payload_bytes((3, 50), dtype)
+    got = scaled.decompress_stacked(p_scaled)
+    assert got.dtype == dtype
+    assert np.array_equal(got, plain.decompress_stacked(p_plain) / dtype(1 + tau))
+    one = scaled.decompress(scaled.compress(x[0], agent_generator(SEED, 0)))
+    assert np.array_equal(one, got[0])
+    assert repr(scaled) == "QSGD(s=7, scaled=True)"
+    assert repr(plain) == "QSGD(s=7, scaled=False)"
+
+
+def test_scaled_qsgd_is_a_contraction_where_plain_qsgd_is_none():
+    # CHOCO (Koloskova et al. 2019) needs E||C(x) - x||^2 <= (1 - delta) ||x||^2, delta > 0:
+    # d = 10^4, s = 7 gives tau = sqrt(d)/s ~ 14, and Q(x)/(1 + tau) has delta = 1/(1 + tau)
+    d, s, draws = 10_000, 7, 64
+    x = values((d,))
+    tau = qsgd_tau(d, s)
+    norm2 = float(x @ x)
+
+    def sq_errors(comp: fc.Compressor) -> np.ndarray:
+        return ((mean_over_seeds(comp, x, draws) - x) ** 2).sum(axis=1) / norm2
+
+    plain, scaled = sq_errors(fc.qsgd(s)), sq_errors(fc.qsgd(s, scaled=True))
+    assert plain.mean() - Z * plain.std() / np.sqrt(draws) > 1  # no contraction
+    assert scaled.mean() + Z * scaled.std() / np.sqrt(draws) <= 1 - 1 / (1 + tau)
+
+
 def test_scaled_sign_is_the_mean_magnitude_times_the_sign():
     for dtype in (np.float32, np.float64):
         x = values((3, 13), dtype)
@@ -326,6 +368,8 @@ untyped: Any = fc  # the bad arguments below are what the signatures forbid
         (lambda: untyped.qsgd(-4), ValueError, "s"),
         (lambda: untyped.qsgd(2.5), TypeError, "s"),
         (lambda: untyped.qsgd(2**31), ValueError, "s"),
+        (lambda: untyped.qsgd(7, scaled=1), TypeError, "scaled"),
+        (lambda: untyped.qsgd(7, scaled="yes"), TypeError, "scaled"),
         (lambda: untyped.power_sgd(rank=0), ValueError, "rank"),
         (lambda: untyped.power_sgd(rank=1.0), TypeError, "rank"),
     ],
@@ -362,11 +406,45 @@ def test_non_float_tensors_are_refused():
             fc.qsgd().compress(torch.ones(4, dtype=dtype), agent_generator(0, 0))
 
 
-def test_tensors_off_the_cpu_are_refused_for_now():
-    # the meta device stands for CUDA here (no GPU): any non-CPU tensor takes this path
+def test_meta_tensors_hold_no_values_to_compress():
     torch = pytest.importorskip("torch")
-    with pytest.raises(TypeError, match=r"x\.cpu\(\)"):
-        fc.top_k(1).compress(torch.ones(4, device="meta"))
+    meta = torch.ones(2, 4, device="meta")
+    for comp in (fc.top_k(1), fc.qsgd(7)):
+        with pytest.raises(TypeError, match=r"\bx\b.*meta"):
+            comp.compress(meta[0], agent_generator(0, 0))
+        with pytest.raises(TypeError, match=r"\bx\b.*meta"):
+            comp.compress_stacked(meta, stacked_rng(2))
+        buf = fc.pack(comp.compress(np.ones(4), agent_generator(0, 0)))
+        with pytest.raises(TypeError, match=r"\blike\b.*meta"):
+            fc.unpack(comp, buf, (4,), np.float64, like=meta[0])
+
+
+def cuda_or_skip() -> Any:
+    """torch, if it sees a CUDA GPU; else skip (hardware this machine lacks)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip(environment.needs_hardware("a CUDA GPU"))
+    return torch
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_cuda_tensors_compress_on_the_host_and_come_back_on_their_device(dtype):
+    torch = cuda_or_skip()
+    x = values((4, 6), dtype, n=3)
+    on_gpu = torch.from_numpy(x).to("cuda")
+    for comp in every_compressor((4, 6)):
+        twin = copy.deepcopy(comp)
+        payload = comp.compress(on_gpu[0], agent_generator(SEED, 0))
+        got = comp.decompress(payload)
+        assert got.device.type == "cuda" and got.dtype == on_gpu.dtype
+        ref = twin.decompress(twin.compress(x[0], agent_generator(SEED, 0)))
+        assert np.array_equal(got.cpu().numpy(), ref)
+        back = fc.unpack(comp, fc.pack(payload), (4, 6), dtype, like=on_gpu[0])
+        assert comp.decompress(back).device.type == "cuda"
+        stacked = comp.decompress_stacked(comp.compress_stacked(on_gpu, stacked_rng(3)))
+        assert stacked.device.type == "cuda"
+        ref = twin.decompress_stacked(twin.compress_stacked(x, stacked_rng(3)))
+        assert np.array_equal(stacked.cpu().numpy(), ref)
 
 
 def test_randomized_compressors_need_one_generator_per_row():

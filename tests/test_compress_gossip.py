@@ -187,6 +187,32 @@ def test_tensors_come_back_as_tensors():
     assert np.array_equal(got.numpy(), fs.neighbor_allreduce(x, compressor=top_k(2)))
 
 
+def test_cuda_tensors_come_back_on_their_device():
+    from tests import environment  # not at the top: this file is also an MPI job's script
+
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip(environment.needs_hardware("a CUDA GPU"))
+
+    def gossip(x: Any, C: Compressor) -> Any:
+        fs.init(size=4, topology=T.ring_graph, seed=SEED)  # the same draws for both
+        once = fs.neighbor_allreduce(x, compressor=C)
+        choco = CompressedGossip(C, 0.5)
+        for _ in range(3):
+            x = choco.step(x)
+        fs.shutdown()
+        return once, x
+
+    x = np.stack([np.arange(6.0) + r for r in range(4)])
+    for C in (top_k(2), qsgd(7), identity()):
+        want = gossip(x, C)
+        got = gossip(torch.as_tensor(x, device="cuda"), C)
+        for g, w in zip(got, want, strict=True):
+            assert g.device.type == "cuda" and g.dtype == torch.float64
+            # identity takes the simulator's device path (torch ops): equal to round-off
+            np.testing.assert_allclose(g.cpu().numpy(), w, rtol=1e-12, atol=1e-13)
+
+
 # -- CHOCO-gossip: theory ---------------------------------------------------------------------
 def paper_gamma_and_rate(omega: float) -> tuple[float, float]:
     """Theorem 2 of Koloskova et al. (2019): the consensus step size and the rate it ensures."""
@@ -246,6 +272,28 @@ def test_choco_gossip_reaches_the_exact_average_with_a_practical_gamma():
     assert result.history["distance"][-1] < 1e-9 * result.history["distance"][0]
     mean = np.asarray(x0).mean(0)
     np.testing.assert_allclose(np.asarray(result.x), np.broadcast_to(mean, (16, 50)), atol=1e-9)
+
+
+def test_choco_gossip_needs_qsgd_scaled_at_large_d():
+    # d = 2000, s = 7: tau = sqrt(d)/s ~ 6.4 > 1, so plain QSGD is no contraction and the
+    # error-feedback copies run away whatever gamma; Q(x)/(1 + tau) (Koloskova et al. 2019,
+    # as CHOCO uses QSGD) converges linearly with a practical gamma (the paper's bound,
+    # gamma ~ 4e-5 on this ring, would need far more steps than a test can take).
+    from fogsim import algorithms as A
+
+    n, d, iters = 16, 2000, 600
+    fs.init(size=n, topology=T.ring_graph)
+    x0 = fs.local(lambda r: np.random.default_rng(r).standard_normal(d))
+    result = A.choco_gossip(x0, qsgd(7, scaled=True), 0.3, iters)
+    dist = result.history["distance"]
+    assert dist[-1] < 1e-4 * dist[0]
+    # linear: log-error falls in every third of the run at least half as fast as in the first
+    drops = np.diff(np.log(dist[[0, iters // 3, 2 * iters // 3, iters]]))
+    assert np.all(drops[1:] < 0.5 * drops[0]), drops
+    np.testing.assert_allclose(np.asarray(result.x).mean(0), np.asarray(x0).mean(0), atol=1e-12)
+    for gamma in (0.3, 0.03):
+        plain = A.choco_gossip(x0, qsgd(7), gamma, 60).history["distance"]
+        assert plain[-1] > 10 * plain[0], gamma
 
 
 @pytest.mark.parametrize("topology", [T.ring_graph, T.exponential_two_graph])
@@ -372,6 +420,17 @@ def test_an_integer_array_is_refused():
         fs.neighbor_allreduce(x, compressor=identity())
     with pytest.raises(TypeError, match="x must hold float32 or float64"):
         CompressedGossip(top_k(2), 0.5).step(x)
+
+
+def test_a_meta_tensor_is_refused_before_any_exchange():
+    torch = pytest.importorskip("torch")
+    fs.init(size=4, topology=T.ring_graph)
+    meta = torch.ones(4, 3, dtype=torch.float64, device="meta")
+    for C in (top_k(1), identity()):
+        with pytest.raises(TypeError, match=r"\bx\b.*meta"):
+            fs.neighbor_allreduce(meta, compressor=C)
+    with pytest.raises(TypeError, match=r"\bx\b.*meta"):
+        CompressedGossip(top_k(1), 0.5).step(meta)
 
 
 def test_weights_with_a_compressor_and_a_non_compressor_are_refused():

@@ -19,6 +19,9 @@ compressor                payload (d entries of x's dtype, b bytes each)        
 ``power_sgd(rank=r)``     P (m x r) and Q (n x r) of an m x n matrix              no
 ========================  ======================================================  ========
 
+``qsgd(s, scaled=True)`` sends the same payload and divides by ``1 + tau`` on receipt (a
+contraction, biased: the QSGD that CHOCO's error feedback needs).
+
 Compressed gossip: ``fs.neighbor_allreduce(x, compressor=C)`` (one compressed exchange,
 :func:`compressed_neighbor_allreduce`) and :class:`CompressedGossip` (CHOCO-gossip, with
 error feedback), the same numbers in every mode.

@@ -9,9 +9,11 @@ as one ``uint8`` buffer for the wire. Compressors are written once for stacked a
 stacked call with one row, its generator standing in for the stacked ones, so agent r draws
 the same numbers in every mode.
 
-Values may be numpy arrays or CPU torch tensors (CUDA tensors are refused with a
-``TypeError`` for now): the payload's parts are numpy arrays, and its ``kind`` records what
-the value came in as, so decompressing gives back a tensor for a tensor.
+Values may be numpy arrays or torch tensors on any device that holds data (CPU, CUDA):
+compressing works in host memory, so a tensor off the CPU is copied there first, and the
+payload's parts are numpy arrays (what goes on the wire). The payload's ``kind`` records
+what the value came in as and where, so decompressing gives back a tensor on the value's
+device. A ``meta`` tensor holds no values: it gets a ``TypeError``.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ class Payload:
 
     ``shape`` and ``dtype`` are one agent's value's; ``stacked`` payloads carry a leading
     agent axis on every part. ``kind`` is what the value came in as (None: a numpy array;
-    else a :class:`fogsim._arrays.Kind`, e.g. a CPU tensor): decompressing returns that.
+    else a :class:`fogsim._arrays.Kind`: a tensor and its device): decompressing returns that.
     It is not sent: :func:`pack` writes the parts only.
     """
 
@@ -183,7 +185,7 @@ def unpack(
         raw = np.ascontiguousarray(rows[..., at : at + size])
         parts.append(raw.view(dt).reshape((-1, count) if stacked else (count,)))
         at += size
-    kind = None if like is None else _values(like)[1]
+    kind = None if like is None else _kind(like)
     return Payload(tuple(parts), shape, dtype, stacked, kind)
 
 
@@ -207,18 +209,33 @@ def _float(dtype: Any, argname: str) -> np.dtype:
     return dt
 
 
-def _values(x: Any) -> tuple[np.ndarray, Kind | None]:
-    """``x`` as a float32/float64 numpy array (tensors: their CPU values) and its kind."""
-    if is_tensor(x) and x.device.type != "cpu":
-        raise TypeError(
-            f"x is on {x.device}: compressors work on numpy arrays and CPU tensors for now; "
-            f"pass x.cpu()"
-        )
-    arr, kind = to_numpy(x)
+def _values(x: Any, argname: str = "x") -> tuple[np.ndarray, Kind | None]:
+    """``x`` as a float32/float64 numpy array (tensors: their values, copied to the host
+    from another device) and its kind."""
+    arr, kind = _to_host(x, argname)
     if arr.dtype not in FLOATS or kind.half is not None:
         got = kind.half or arr.dtype
-        raise TypeError(f"x must hold float32 or float64 values to be compressed, got dtype {got}")
+        raise TypeError(
+            f"{argname} must hold float32 or float64 values to be compressed, got dtype {got}"
+        )
     return arr, (kind if kind.torch else None)
+
+
+def _to_host(x: Any, argname: str = "x") -> tuple[np.ndarray, Kind]:
+    """``x`` as a numpy array, a tensor's values copied from its device if need be."""
+    if is_tensor(x) and x.device.type == "meta":
+        raise TypeError(
+            f"{argname} is on the meta device: it holds no values to compress; "
+            f"materialize it first (e.g. {argname}.to_empty(device='cpu') and fill it)"
+        )
+    return to_numpy(x, argname, allow_cuda=True)
+
+
+def _kind(like: Any) -> Kind | None:
+    """How values like ``like`` come in (checked as :func:`_values` checks them)."""
+    if is_tensor(like):
+        like = like.detach().reshape(-1)[:0]  # its kind, without copying a device's values
+    return _values(like, "like")[1]
 
 
 def _size(shape: tuple[int, ...]) -> int:

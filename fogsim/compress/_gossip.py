@@ -18,8 +18,8 @@ import numpy as np
 
 import fogsim as fs
 
-from .._arrays import to_numpy, wrap_like
-from ._base import Compressor, _values, pack, unpack
+from .._arrays import wrap_like
+from ._base import Compressor, _to_host, _values, _wrap, pack, unpack
 from ._simple import Identity
 
 __all__ = ["CompressedGossip", "compressed_neighbor_allreduce"]
@@ -60,13 +60,12 @@ class _Weights:
 
 
 def _exchange(
-    x: Any, compressor: Compressor, rng: Any, weights: _Weights
-) -> tuple[np.ndarray, np.ndarray, Any]:
-    """Return ``(C(x)_i, self_w_i C(x)_i + sum_j w_ij C(x_j), kind)`` for the agents here.
+    arr: np.ndarray, compressor: Compressor, rng: Any, weights: _Weights
+) -> tuple[np.ndarray, np.ndarray]:
+    """Return ``(C(x)_i, self_w_i C(x)_i + sum_j w_ij C(x_j))`` for the agents here.
 
-    Both flat (``lead + (d,)``) in float64; ``kind`` says how ``x`` came in.
+    ``arr`` is ``x`` in host memory; both results flat (``lead + (d,)``) in float64.
     """
-    arr, kind = to_numpy(x)
     if rng is None:
         rng = fs.rng()
     if weights.stacked:
@@ -95,7 +94,7 @@ def _exchange(
         mixed = weights.self_w * own
         for t in range(int(weights.counts)):
             mixed = mixed + weights.nbr_w[t] * values[t]
-    return own, mixed, kind
+    return own, mixed
 
 
 def _decompress_rows(
@@ -138,12 +137,13 @@ def compressed_neighbor_allreduce(x: Any, compressor: Compressor, rng: Any = Non
     The result has ``x``'s type and dtype (mixed in float64).
     """
     _check_compressor(compressor)
-    _values(x)  # a float array, else the compressor's TypeError (before any exchange)
+    # a float array (a device's values copied to the host), else the compressor's
+    # TypeError, before any exchange
+    arr, kind = _values(x)
     if isinstance(compressor, Identity):
         return fs.neighbor_allreduce(x)
-    _, mixed, kind = _exchange(x, compressor, rng, _Weights())
-    arr = to_numpy(x)[0]
-    return wrap_like(mixed.astype(arr.dtype).reshape(arr.shape), kind)
+    _, mixed = _exchange(arr, compressor, rng, _Weights())
+    return _wrap(mixed.astype(arr.dtype).reshape(arr.shape), kind)
 
 
 class CompressedGossip:
@@ -177,7 +177,7 @@ class CompressedGossip:
 
     def step(self, x: Any, rng: Any = None) -> Any:
         """Return ``x`` after one CHOCO-gossip step (same type, shape and dtype)."""
-        arr, kind = to_numpy(x)
+        arr, kind = _to_host(x)  # a device's values are mixed on the host
         _values(arr)  # a float array, else the compressor's TypeError naming x
         w = self._weights
         lead = arr.shape[:1] if w.stacked else ()
@@ -194,7 +194,7 @@ class CompressedGossip:
             q = diff.reshape(flat.shape).astype(np.float64)
             mixed = np.asarray(fs.neighbor_allreduce(diff)).reshape(flat.shape)
         else:
-            q, mixed, _ = _exchange(diff, self.compressor, rng, w)
+            q, mixed = _exchange(diff, self.compressor, rng, w)
         self._x_hat = self._x_hat + q
         self._s = self._s + mixed
         new = flat + self.gamma * (self._s - self._x_hat)

@@ -28,16 +28,30 @@ class QSGD(Compressor):
     int16 (``s <= 32767``) or int32. A zero value decompresses to zeros. Each agent draws
     ``d`` uniforms from its generator (``rng.random(d)``) on every call, whatever ``x``
     holds, so every mode draws the same numbers.
+
+    ``scaled=True`` decompresses to ``Q(x) / (1 + tau)``, ``tau = min(d / s^2, sqrt(d) / s)``
+    (Koloskova et al. 2019, as CHOCO uses QSGD): biased, but a contraction,
+    ``E||C(x) - x||^2 <= (1 - 1 / (1 + tau)) ||x||^2``. Plain QSGD is none once
+    ``tau >= 1`` (``d >= s^2``), and error feedback then diverges whatever gamma: use
+    ``scaled=True`` with error feedback (CHOCO-gossip, CHOCO-SGD), plain QSGD where
+    unbiasedness matters (averaged gradients). Same payload, bytes and random draws.
     """
 
     randomized = True
 
-    def __init__(self, s: int = 16) -> None:
+    def __init__(self, s: int = 16, scaled: bool = False) -> None:
         if isinstance(s, bool) or not isinstance(s, numbers.Integral):
             raise TypeError(f"s (the number of levels) must be an int, got {type(s).__name__}")
         if not 1 <= s <= _MAX_LEVELS:
             raise ValueError(f"s (the number of levels) must be in [1, {_MAX_LEVELS}], got {s}")
+        if not isinstance(scaled, bool):
+            raise TypeError(f"scaled must be a bool, got {type(scaled).__name__}")
         self.s: int = int(s)
+        self.scaled: bool = scaled
+
+    def tau(self, d: int) -> float:
+        """Return QSGD's variance factor for ``d`` entries: ``min(d / s^2, sqrt(d) / s)``."""
+        return min(d / self.s**2, float(np.sqrt(d)) / self.s)
 
     @property
     def nibbles(self) -> bool:
@@ -91,6 +105,8 @@ class QSGD(Compressor):
         levels = self._decode(codes, d).astype(dtype)
         step = norm.reshape(-1, 1).astype(dtype) / dtype.type(self.s)
         out: np.ndarray = (step * levels).astype(dtype, copy=False)
+        if self.scaled:
+            out = (out / dtype.type(1.0 + self.tau(d))).astype(dtype, copy=False)
         return out
 
 
@@ -120,9 +136,13 @@ class ScaledSign(Compressor):
         return out
 
 
-def qsgd(s: int = 16) -> QSGD:
-    """Return the QSGD quantizer with ``s`` levels (``s = 7``: 4 bits an entry)."""
-    return QSGD(s)
+def qsgd(s: int = 16, scaled: bool = False) -> QSGD:
+    """Return the QSGD quantizer with ``s`` levels (``s = 7``: 4 bits an entry).
+
+    ``scaled=True``: divided by ``1 + tau`` on receipt, a contraction for error feedback
+    (CHOCO); see :class:`QSGD`.
+    """
+    return QSGD(s, scaled)
 
 
 def scaled_sign() -> ScaledSign:

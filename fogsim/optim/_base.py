@@ -114,7 +114,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
     ``compressor`` (a :mod:`fogsim.compress` compressor) with ``gamma`` (the consensus step
     size in (0, 1]): the neighbor mixing becomes CHOCO-gossip (Koloskova et al. 2019), one
     :class:`fogsim.compress.CompressedGossip` per parameter, so adapt-then-combine is
-    CHOCO-SGD; only compressed differences travel, with the static topology's weights
+    CHOCO-SGD and adapt-with-combine steps from ``x``'s CHOCO mix with the gradient at
+    ``x``; only compressed differences travel, with the static topology's weights
     (per-step weight arguments are refused). Each parameter is its own message then, in
     every mode, so all modes compress the same vectors.
 
