@@ -39,7 +39,6 @@ extensions = [
 
 exclude_patterns = ["_build", "_intersphinx", "_scripts", "**.ipynb_checkpoints"]
 templates_path = ["_templates"]
-html_static_path = ["_static"]
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 
 # -- theme --------------------------------------------------------------------------------

@@ -58,5 +58,6 @@ def write_gallery(root: Path, page: Path) -> None:
         "",
     ]
     text = "\n".join(head) + "\n".join(_section(p, root) for p in scripts)
+    page.parent.mkdir(exist_ok=True)  # the folder holds only this git-ignored page
     if not page.exists() or page.read_text() != text:  # unchanged: Sphinx rebuilds nothing
         page.write_text(text)
