@@ -255,7 +255,7 @@ def check_modes(
     ``script`` is a Python file or a Jupyter notebook (``.ipynb``, its code cells in order).
 
     Each run is a child process of this Python (``timeout`` seconds each), with the
-    script's ``argv``; see the module :mod:`fogsim._checkmodes` for what is compared.
+    script's ``argv``; see the module ``fogsim._checkmodes`` for what is compared.
     """
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"size must be an integer >= 1, got {size!r}")

@@ -35,7 +35,7 @@ def rng() -> Any:
     Agent ``r``'s generator is ``np.random.default_rng([seed, r])``, ``seed`` being
     ``init(seed=)`` (else ``FOGSIM_SEED``, else 0), so a script draws the same numbers in
     every mode. Distributed (MPI, torch, SPMD) it is this agent's ``Generator``; in
-    simulation a :class:`StackedGenerator` whose methods return every agent's draws
+    simulation a ``StackedGenerator`` whose methods return every agent's draws
     stacked: ``rng().standard_normal(3)`` has shape ``(n, 3)`` and row ``r`` is agent
     ``r``'s draw. The generator is made once per context and continues from call to call;
     ``init()`` starts it afresh.

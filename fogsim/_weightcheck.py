@@ -60,7 +60,7 @@ TOLERANCE = 1e-9
 
 
 class WeightWarning(UserWarning):
-    """Weights that are neither row- nor column-stochastic (see :mod:`fogsim._weightcheck`)."""
+    """Weights that are neither row- nor column-stochastic (see ``fogsim._weightcheck``)."""
 
 
 _MODES = ("warn", "error", "off")

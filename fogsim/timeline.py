@@ -36,7 +36,7 @@ attribute and does nothing else.
 summarize PREFIX``) prints the time per phase per rank and can draw a Gantt chart.
 
 BlueFog's layout (``start(prefix, bluefog=True)``, what ``BLUEFOG_TIMELINE`` starts through
-:mod:`fogsim.compat.bluefog`) is described in :mod:`fogsim._timeline_bluefog`.
+:mod:`fogsim.compat.bluefog`) is described in ``fogsim._timeline_bluefog``.
 """
 
 from __future__ import annotations

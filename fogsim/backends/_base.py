@@ -63,7 +63,7 @@ class Backend(abc.ABC):
     #: Registered name, e.g. ``"sim"``.
     name: ClassVar[str]
 
-    #: The part that runs the one-sided window ops (:class:`NoWindows` where the runtime
+    #: The part that runs the one-sided window ops (``NoWindows`` where the runtime
     #: has none); each backend builds its own in its constructor.
     windows: WindowPart
 
@@ -268,7 +268,7 @@ class Backend(abc.ABC):
         enable_topo_check: bool = True,
         name: str | None = None,
     ) -> Handle:
-        """Start :meth:`hierarchical_neighbor_allreduce` and return a :class:`Handle`."""
+        """Start :meth:`hierarchical_neighbor_allreduce` and return a :class:`~fogsim.Handle`."""
         result = self.hierarchical_neighbor_allreduce(
             x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
         )
@@ -372,15 +372,15 @@ class Backend(abc.ABC):
 
     # -- nonblocking twins: eager by default; runtimes that overlap override these --------
     def allreduce_nonblocking(self, x: Any, average: bool = True, name: str | None = None):
-        """Start :meth:`allreduce` and return a :class:`Handle`."""
+        """Start :meth:`allreduce` and return a :class:`~fogsim.Handle`."""
         return Handle.completed("allreduce", self.allreduce(x, average, name), name)
 
     def allgather_nonblocking(self, x: Any, name: str | None = None) -> Handle:
-        """Start :meth:`allgather` and return a :class:`Handle`."""
+        """Start :meth:`allgather` and return a :class:`~fogsim.Handle`."""
         return Handle.completed("allgather", self.allgather(x, name), name)
 
     def broadcast_nonblocking(self, x: Any, root_rank: int, name: str | None = None) -> Handle:
-        """Start :meth:`broadcast` and return a :class:`Handle`."""
+        """Start :meth:`broadcast` and return a :class:`~fogsim.Handle`."""
         return Handle.completed("broadcast", self.broadcast(x, root_rank, name), name)
 
     def neighbor_allreduce_nonblocking(
@@ -392,7 +392,7 @@ class Backend(abc.ABC):
         enable_topo_check: bool = True,
         name: str | None = None,
     ) -> Handle:
-        """Start :meth:`neighbor_allreduce` and return a :class:`Handle`."""
+        """Start :meth:`neighbor_allreduce` and return a :class:`~fogsim.Handle`."""
         result = self.neighbor_allreduce(
             x, self_weight, src_weights, dst_weights, enable_topo_check, name
         )
@@ -401,12 +401,12 @@ class Backend(abc.ABC):
     def neighbor_allgather_nonblocking(
         self, x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
     ) -> Handle:
-        """Start :meth:`neighbor_allgather` and return a :class:`Handle`."""
+        """Start :meth:`neighbor_allgather` and return a :class:`~fogsim.Handle`."""
         result = self.neighbor_allgather(x, src_ranks, dst_ranks, name)
         return Handle.completed("neighbor_allgather", result, name)
 
     def barrier_nonblocking(self) -> Handle:
-        """Start :meth:`barrier` and return a :class:`Handle`."""
+        """Start :meth:`barrier` and return a :class:`~fogsim.Handle`."""
         self.barrier()
         return Handle.completed("barrier", None)
 
@@ -491,7 +491,7 @@ class Backend(abc.ABC):
         dst_weights: Any = None,
         require_mutex: bool = False,
     ) -> Handle:
-        """Start :meth:`win_put` and return a :class:`Handle`."""
+        """Start :meth:`win_put` and return a :class:`~fogsim.Handle`."""
         result = self.win_put(x, name, self_weight, dst_weights, require_mutex)
         return Handle.completed("win_put", result, name)
 
@@ -503,14 +503,14 @@ class Backend(abc.ABC):
         dst_weights: Any = None,
         require_mutex: bool = False,
     ) -> Handle:
-        """Start :meth:`win_accumulate` and return a :class:`Handle`."""
+        """Start :meth:`win_accumulate` and return a :class:`~fogsim.Handle`."""
         result = self.win_accumulate(x, name, self_weight, dst_weights, require_mutex)
         return Handle.completed("win_accumulate", result, name)
 
     def win_get_nonblocking(
         self, name: str, src_weights: Any = None, require_mutex: bool = False
     ) -> Handle:
-        """Start :meth:`win_get` and return a :class:`Handle`."""
+        """Start :meth:`win_get` and return a :class:`~fogsim.Handle`."""
         result = self.win_get(name, src_weights, require_mutex)
         return Handle.completed("win_get", result, name)
 

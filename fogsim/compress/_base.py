@@ -71,7 +71,7 @@ class _OneAgent:
 
 class Compressor(abc.ABC):
     """Base class: see the module docstring. Subclasses define :meth:`layout`,
-    :meth:`_compress` and :meth:`_decompress` for stacked values ``(n, d)``."""
+    ``_compress`` and ``_decompress`` for stacked values ``(n, d)``."""
 
     #: Whether compressing draws random numbers (then an ``rng`` is required).
     randomized: bool = False

@@ -27,9 +27,10 @@ class PowerSGD(Compressor):
     from call to call towards the best rank-``r`` error.
 
     The object is **stateful**: it keeps the ``Q`` of the last call, keyed by the number of
-    stacked rows (agents; 1 for :meth:`compress`) and the value's shape, and starts the next
-    call with the same key from it; :meth:`reset` forgets it. Use one object per parameter:
-    two parameters of one shape on one object share (and disturb) each other's warm start.
+    stacked rows (agents; 1 for :meth:`~fogsim.compress.Compressor.compress`) and the value's
+    shape, and starts the next call with the same key from it; :meth:`reset` forgets it. Use
+    one object per parameter: two parameters of one shape on one object share (and disturb)
+    each other's warm start.
     The first ``Q`` of a key is drawn from each agent's generator
     (``rng.standard_normal((n, r))``), so every mode draws the same; later calls draw
     nothing. Receivers need no state: the payload holds ``P`` and ``Q``.

@@ -14,7 +14,7 @@ __all__ = ["RandomK", "random_k"]
 
 class RandomK(KSparse):
     """Keep ``k`` entries chosen uniformly at random without replacement (``k`` a count, or
-    a fraction in (0, 1] of the entries). The payload is :class:`KSparse`'s: the values
+    a fraction in (0, 1] of the entries). The payload is ``KSparse``'s: the values
     (x's dtype or ``value_dtype``) and the smallest unsigned indices.
 
     With ``scale=True`` (the default) the kept values are multiplied by ``d/k`` on

@@ -84,7 +84,7 @@ class KSparse(Compressor):
 class TopK(KSparse):
     """Keep the ``k`` entries of largest magnitude (``k`` a count, or a fraction in (0, 1]
     of the entries, at least one); ties go to the lower index. The payload is
-    :class:`KSparse`'s: the values (x's dtype or ``value_dtype``) and the smallest
+    ``KSparse``'s: the values (x's dtype or ``value_dtype``) and the smallest
     unsigned indices."""
 
     def _compress(self, x: np.ndarray, rng: Any) -> tuple[np.ndarray, ...]:

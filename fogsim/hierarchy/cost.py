@@ -34,8 +34,9 @@ Concurrent messages share links: ``c`` of them on one link in one direction get 
 
 The paper has one latency; here each level has its own (equal latencies give the paper's
 equations exactly). Arithmetic is free, as in the paper. :class:`CostModel` gives any op's
-time; :class:`CostMeter` adds them up per op and per iteration; :func:`attach_cost_model`
-charges every op of a simulated run to one (and :mod:`fogsim.timeline` shows the times).
+time; :class:`CostMeter` adds them up per op and per iteration;
+:func:`~fogsim.hierarchy.attach_cost_model` charges every op of a simulated run to one (and
+:mod:`fogsim.timeline` shows the times).
 """
 
 from __future__ import annotations
@@ -431,7 +432,7 @@ class CostModel:
 
 
 class CostMeter:
-    """Adds up the modelled time of the ops :meth:`record` is told about.
+    """Adds up the modelled time of the ops :meth:`CostMeter.record` is told about.
 
     ``total`` (s), ``per_op`` (s by op), ``calls`` (count by op), ``iterations`` (s per
     iteration closed with :meth:`mark`; the ops since then make ``current``).

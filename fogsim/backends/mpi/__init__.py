@@ -1,8 +1,8 @@
 """The MPI runtime backend (``init(backend="mpi")``, or any launch by mpiexec/fogrun).
 
 ``MPIBackend`` is imported on first use, so that importing this package does not import
-mpi4py (which starts MPI). The protocol it follows is :mod:`fogsim.backends._runtime`'s,
-over :class:`~._transport.MpiTransport`.
+mpi4py (which starts MPI). The protocol it follows is ``fogsim.backends._runtime``'s,
+over ``MpiTransport`` (``_transport``).
 """
 
 __all__ = ["MPIBackend"]

@@ -55,9 +55,9 @@ class SimBackend(Backend):
     """Simulate ``size`` agents in this process (see the module docstring).
 
     A tensor on a device other than the CPU stays there: the collectives and neighbor ops
-    combine it with torch on its device (:mod:`._torchops`; injected faults copy it to the
+    combine it with torch on its device (``_torchops``; injected faults copy it to the
     host). The window ops and the model of asynchrony, its ``windows`` part (a
-    :class:`SimWindowOps`), and the decomposed allreduce take host values only.
+    ``SimWindowOps``), and the decomposed allreduce take host values only.
     """
 
     name = "sim"

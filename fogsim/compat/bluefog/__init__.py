@@ -42,12 +42,12 @@ names (``bf.DistributedAdaptThenCombineOptimizer``, ``bf.CommunicationType`` ...
 on first use because they need torch; their ``self_weights`` is BlueFog's spelling of
 ``self_weight``. BlueFog's timeline calls are :mod:`fogsim.timeline`'s;
 ``nccl_built``, ``is_homogeneous``, ``suspend``/``resume``, the negotiate-stage flag and
-``win_lock`` are in :mod:`._extra` (fogsim's fixed answers or mappings, see each).
+``win_lock`` are in ``_extra`` (fogsim's fixed answers or mappings, see each).
 BlueFog's environment variables (``BLUEFOG_TIMELINE``, ``BLUEFOG_FUSION_THRESHOLD`` ...),
-read by ``bf.init``, and what each does in fogsim are listed in :mod:`._environ`. Where
+read by ``bf.init``, and what each does in fogsim are listed in ``_environ``. Where
 BlueFog raises (a tensor type it lacks, integer averages, weights of a wrong form, an
 unknown window, a name still in flight), this layer raises what BlueFog's callers expect,
-on every rank before any communication; :mod:`._errors` has the table.
+on every rank before any communication; ``_errors`` has the table.
 """
 
 from . import _extra, topology_util

@@ -84,7 +84,7 @@ def init(topology_fn: Callable[[int], nx.DiGraph] | None = None, is_weighted: bo
     ``BLUEFOG_NODES_PER_MACHINE=K`` makes machines of K ranks (``local_size``,
     ``machine_size`` and the hierarchical ops follow it); ``FOGSIM_LOCAL_SIZE`` wins when both
     are set. ``BLUEFOG_TIMELINE`` and ``BLUEFOG_FUSION_THRESHOLD`` are honoured too, and
-    BlueFog's other variables get a notice (:mod:`._environ`).
+    BlueFog's other variables get a notice (``fogsim.compat.bluefog._environ``).
     """
     from . import _environ
 
@@ -280,7 +280,7 @@ def allreduce(
     """Return the average (``average=False``: the sum) of ``tensor`` over all agents.
 
     ``is_hierarchical_local=True``: over the agents of the same machine only. Averaging an
-    integer tensor raises :class:`~._errors.AverageOfIntegers` (BlueFog asserts floats).
+    integer tensor raises ``AverageOfIntegers`` (BlueFog asserts floats).
     """
     _blocking("allreduce", tensor, name)
     _errors.check_average("allreduce", tensor, average)

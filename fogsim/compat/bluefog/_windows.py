@@ -51,7 +51,7 @@ def win_create(tensor: Any, name: str, zero_init: bool = False) -> bool:
 def win_free(name: str | None = None) -> bool:
     """Free the window ``name``, or all windows (collective).
 
-    A name no window has raises :class:`~._errors.UnknownWindow` (a KeyError, as BlueFog's
+    A name no window has raises ``UnknownWindow`` (a KeyError, as BlueFog's
     lookup, and a ValueError).
     """
     _known_window("win_free", name)
@@ -137,7 +137,7 @@ def win_update(
     """Return the weighted average of the registered tensor and the buffers (in place).
 
     A half-precision tensor (float16, bfloat16) is combined in float32 and rounded once.
-    As in BlueFog, an unknown ``name`` raises a KeyError (:class:`~._errors.UnknownWindow`),
+    As in BlueFog, an unknown ``name`` raises a KeyError (``UnknownWindow``),
     and ``self_weight`` must be a float and ``neighbor_weights`` a dict (ValueError).
     """
     _known_window("win_update", name)
@@ -206,7 +206,7 @@ win_sync_then_collect = win_update_then_collect
 
 
 def _known_window(op: str, name: str | None) -> None:
-    """Raise :class:`~._errors.UnknownWindow` unless a window ``name`` exists (None: all)."""
+    """Raise ``UnknownWindow`` unless a window ``name`` exists (None: all)."""
     if name is not None and isinstance(name, str) and name not in fogsim.win_names():
         names = ", ".join(map(repr, fogsim.win_names())) or "none"
         raise _errors.UnknownWindow(

@@ -1,0 +1,193 @@
+"""Sphinx configuration of fogsim's documentation site (``make -C docs html``).
+
+The build needs no network: intersphinx reads the inventories cached in ``_intersphinx/``,
+the notebooks of ``notebooks/`` are copied into ``tutorials/notebooks/`` (git-ignored) and
+executed by myst-nb with a jupyter-cache under ``_build/``, so that a rebuild with unchanged
+notebooks executes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+DOCS = Path(__file__).resolve().parent
+ROOT = DOCS.parent
+sys.path.insert(0, str(ROOT))  # the checkout's fogsim, also without an installed one
+
+import fogsim  # noqa: E402
+
+project = "fogsim"
+author = "the fogsim developers"
+copyright = "the fogsim developers"
+version = release = fogsim.__version__
+
+extensions = [
+    "myst_nb",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "sphinx.ext.intersphinx",
+    "sphinx.ext.viewcode",
+    "numpydoc",
+    "sphinx_copybutton",
+    "matplotlib.sphinxext.plot_directive",
+]
+
+exclude_patterns = ["_build", "_intersphinx", "_scripts", "**.ipynb_checkpoints"]
+templates_path = ["_templates"]
+source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
+
+# -- theme --------------------------------------------------------------------------------
+html_theme = "pydata_sphinx_theme"
+html_title = f"fogsim {release}"
+html_theme_options = {
+    "navigation_with_keys": False,
+    "show_toc_level": 2,
+    "footer_start": ["copyright"],
+}
+html_show_sourcelink = False
+
+# -- API reference ------------------------------------------------------------------------
+autosummary_generate = True
+autosummary_imported_members = True
+autodoc_typehints = "signature"
+autodoc_preserve_defaults = True
+# Methods without a docstring of their own stay out (not torch.nn.Module's text on fogsim's
+# pages, whose references point into torch's own pages).
+autodoc_inherit_docstrings = False
+numpydoc_show_class_members = False  # the class template lists the members itself
+numpydoc_class_members_toctree = False
+numpydoc_xref_param_type = False
+add_module_names = False
+
+# No nitpick_ignore: numpydoc leaves the docstrings' type words ("array", "optional") as
+# text (numpydoc_xref_param_type = False), so every reference left is a real one.
+
+# -- intersphinx: cached inventories, no network (see _intersphinx/make_inventories.py) ----
+intersphinx_mapping = {
+    "python": ("https://docs.python.org/3/", "_intersphinx/python.inv"),
+    "numpy": ("https://numpy.org/doc/stable/", "_intersphinx/numpy.inv"),
+    "scipy": ("https://docs.scipy.org/doc/scipy/", "_intersphinx/scipy.inv"),
+    "torch": ("https://docs.pytorch.org/docs/stable/", "_intersphinx/torch.inv"),
+    "networkx": ("https://networkx.org/documentation/stable/", "_intersphinx/networkx.inv"),
+    "mpi4py": ("https://mpi4py.readthedocs.io/en/stable/", "_intersphinx/mpi4py.inv"),
+    "matplotlib": ("https://matplotlib.org/stable/", "_intersphinx/matplotlib.inv"),
+}
+intersphinx_timeout = 1
+
+# -- MyST and notebooks ---------------------------------------------------------------------
+myst_enable_extensions = ["colon_fence", "dollarmath"]
+myst_heading_anchors = 3
+nb_execution_mode = "cache"
+nb_execution_cache_path = str(DOCS / "_build" / "jupyter_cache")
+nb_execution_timeout = 300
+nb_execution_raise_on_error = True
+nb_merge_streams = True
+
+# -- links: no network (make -C docs linkcheck checks internal links only) ---------------------
+linkcheck_ignore = [r"https?://.*"]
+
+# -- benchmark plots drawn at build time (docs/benchmarks.md) --------------------------------
+plot_include_source = False
+plot_html_show_source_link = False
+plot_html_show_formats = False
+plot_formats = [("png", 110)]
+
+
+# String annotations (``from __future__ import annotations``) that autodoc cannot evaluate
+# keep their module abbreviations; these are the ones fogsim's modules use.
+_ABBREVIATIONS = {
+    "np.": "numpy.",
+    "npt.": "numpy.typing.",
+    "sp.": "scipy.sparse.",
+    "nx.": "networkx.",
+}
+_BARE = {"Path": "pathlib.Path"}
+
+
+def _expand_abbreviation(app: object, env: object, node: dict, contnode: object) -> None:
+    """Rewrite ``np.ndarray`` to ``numpy.ndarray`` (and so on) before intersphinx looks it up."""
+    target = node.get("reftarget", "")
+    if target in _BARE:
+        node["reftarget"] = _BARE[target]
+        return
+    for short, full in _ABBREVIATIONS.items():
+        if target.startswith(short):
+            node["reftarget"] = full + target[len(short) :]
+            return
+
+
+def _private_unlinked(app: object, env: object, node: dict, contnode: object) -> object:
+    """Show a type of a private fogsim module (``fogsim._arrays.Kind``) as text, unlinked.
+
+    Private helpers appear in the annotations of a few public signatures but have no page;
+    every other unresolved reference still fails the build.
+    """
+    if node.get("reftype") == "class" and _PRIVATE.match(node.get("reftarget", "")):
+        return contnode
+    return None
+
+
+_PRIVATE = re.compile(r"fogsim(\.\w+)*\._\w+(\.\w+)*$")
+
+
+def _factory_default(
+    app: object,
+    what: str,
+    name: str,
+    obj: object,
+    options: object,
+    signature: str | None,
+    return_annotation: str | None,
+) -> tuple[str | None, str | None] | None:
+    """Write a dataclass field's ``default_factory`` default as ``...``, not ``<factory>``.
+
+    ``<factory>`` is no Python expression, so Sphinx could not parse such a signature.
+    """
+    if signature and "<factory>" in signature:
+        return signature.replace("<factory>", "..."), return_annotation
+    return None
+
+
+def setup(app: Any) -> None:
+    # before intersphinx's own missing-reference handler (priority 500)
+    app.connect("missing-reference", _expand_abbreviation, priority=400)
+    app.connect("missing-reference", _private_unlinked, priority=900)
+    app.connect("autodoc-process-signature", _factory_default)
+
+
+def _copy_notebooks() -> None:
+    """Copy ``notebooks/*.ipynb`` into ``tutorials/notebooks/`` (git-ignored).
+
+    Only changed files are copied, so that Sphinx's and the jupyter-cache's change
+    detection sees the notebook as unchanged on a rebuild. The fish-school notebook writes
+    its GIF next to itself, that is into this git-ignored folder.
+    """
+    target = DOCS / "tutorials" / "notebooks"
+    target.mkdir(exist_ok=True)
+    sources = sorted((ROOT / "notebooks").glob("*.ipynb"))
+    for path in sources:
+        copy = target / path.name
+        if not copy.exists() or copy.read_bytes() != path.read_bytes():
+            shutil.copyfile(path, copy)
+    wanted = {p.name for p in sources}
+    for stale in target.glob("*.ipynb"):
+        if stale.name not in wanted:
+            stale.unlink()
+
+
+_copy_notebooks()
+
+# What a notebook writes to the temporary directory (tempfile.gettempdir()) stays in the
+# build folder; the executing kernels inherit this environment.
+os.environ["TMPDIR"] = str(DOCS / "_build" / "tmp")
+(DOCS / "_build" / "tmp").mkdir(parents=True, exist_ok=True)
+
+sys.path.insert(0, str(DOCS / "_scripts"))
+from gallery import write_gallery  # noqa: E402
+
+write_gallery(ROOT, DOCS / "examples" / "index.md")
