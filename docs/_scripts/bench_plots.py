@@ -72,6 +72,8 @@ def compressed() -> None:
     labels = [name for name, _ in named][::-1]
     ax.barh(labels, [ratio for _, ratio in named][::-1], color="tab:blue")
     ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.axvline(0.2, color="tab:red", linewidth=0.8, linestyle=":", label="goal: 0.2 (top-1%)")
+    ax.legend(fontsize=7, loc="lower right")
     ax.set_xlabel("bytes to reach 1e-8 / exact gossip's bytes")
     ax.set_title("Compressed gossip, ring of 16 agents, d = 10^4")
     fig.tight_layout()
