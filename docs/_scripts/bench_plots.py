@@ -75,5 +75,5 @@ def compressed() -> None:
     ax.axvline(0.2, color="tab:red", linewidth=0.8, linestyle=":", label="goal: 0.2 (top-1%)")
     ax.legend(fontsize=7, loc="lower right")
     ax.set_xlabel("bytes to reach 1e-8 / exact gossip's bytes")
-    ax.set_title("Compressed gossip, ring of 16 agents, d = 10^4")
+    ax.set_title("Compressed gossip, ring of 16 agents, d = 10^4", fontsize=10)
     fig.tight_layout()
