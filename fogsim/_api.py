@@ -416,35 +416,33 @@ def neighbor_allreduce(
     is checked whole and dicts by this rank's row alone (see ``fogsim._weightcheck``).
 
     ``compressor`` (a :mod:`fogsim.compress` compressor): every agent sends its compressed
-    value, packed, so only ``compressor.payload_bytes(...)`` bytes per out-neighbor travel,
-    and ``x_i <- w_ii C(x_i) + sum_j w_ij C(x_j)`` with the topology's weights (the weight
-    arguments must then be None); a randomized compressor draws from ``fs.rng()``, so every
-    mode gives the same numbers. ``identity()`` gives the uncompressed result bit for bit.
-    The nonblocking twin runs it at once and returns a completed handle. For compressed
-    gossip with error feedback see :class:`fogsim.compress.CompressedGossip`.
+    value, packed, so only ``compressor.payload_bytes(...)`` bytes per destination travel,
+    and ``x_i <- w_ii C(x_i) + sum_j w_ij C(x_j)``, with the topology's weights or this
+    call's: ``src_weights`` as one matrix or Topology for the step (payloads go only along
+    its edges: a dynamic schedule's step costs its out-degree), or ``self_weight`` and
+    per-agent ``src_weights`` dicts (the senders are then the topology's; the keys must be
+    in-neighbors). ``dst_weights`` is refused: the receiver mixes the decompressed values,
+    so push weights would have to travel with the payload. A randomized compressor draws
+    from ``fs.rng()``, so every mode gives the same numbers; ``identity()`` gives the
+    uncompressed result bit for bit. The nonblocking twin runs it at once and returns a
+    completed handle. For compressed gossip with error feedback (static topology) see
+    :class:`fogsim.compress.CompressedGossip`.
     """
     if compressor is not None:
-        given = [
-            argname
-            for argname, value in (
-                ("self_weight", self_weight),
-                ("src_weights", src_weights),
-                ("dst_weights", dst_weights),
-            )
-            if value is not None
-        ]
-        if given:
+        if dst_weights is not None:
             raise ValueError(
-                f"neighbor_allreduce with a compressor mixes with the topology's weights: "
-                f"{', '.join(given)} must be None (set the weights with fs.set_topology(W, "
-                "is_weighted=True))"
+                "neighbor_allreduce with a compressor takes no dst_weights: the receiver mixes "
+                "the decompressed values, so push weights cannot apply; give the step's weights "
+                "as src_weights (one n x n matrix or Topology, or per-agent dicts with "
+                "self_weight)"
             )
         from .compress._gossip import compressed_neighbor_allreduce
 
         return Call(
             compressed_neighbor_allreduce,
-            (x, compressor),
+            (x, compressor, None, self_weight, src_weights),
             "COMPRESSED_NEIGHBOR_ALLREDUCE",
+            context=None if check_weights is True else _weightcheck.checks(check_weights),
             eager=True,
         )
     args = (x, self_weight, src_weights, dst_weights, enable_topo_check, name)

@@ -112,7 +112,25 @@ def work() -> dict[str, Any]:
     for _ in range(3):
         y = gossip.step(y)
     out["bytes_identity"], out["counted_identity"] = gossip.bytes_sent, fs.bytes_sent()
+    # a dynamic topology: this step's matrix, payloads only along its edges
+    fs.bytes_sent(reset=True)
+    z = x
+    for C, step in zip(DYNAMIC, T.one_peer_exponential_two(4), strict=False):
+        z = fs.neighbor_allreduce(z, src_weights=step.weights, compressor=C)
+    out["dynamic"], out["counted_dynamic"] = z, np.asarray(fs.bytes_sent())
+    out["dynamic_dicts"] = fs.neighbor_allreduce(
+        x, fs.local(lambda r: 0.5), fs.local(half_from_first_in_neighbor), compressor=qsgd(3)
+    )
     return out
+
+
+#: the compressors of the dynamic steps in :func:`work`
+DYNAMIC = (top_k(3), qsgd(7), top_k(2), qsgd(3))
+
+
+def half_from_first_in_neighbor(r: int) -> dict[int, float]:
+    """Agent r's per-call weights over :func:`irregular_weights`: a subset of its in-neighbors."""
+    return {0: {1: 0.5}, 1: {2: 0.5}, 2: {3: 0.5}, 3: {2: 0.5}}[r]
 
 
 def job(path: str) -> None:
@@ -395,6 +413,9 @@ def test_the_bytes_counted_are_the_payload_bytes():
     for name in ("random_k", "identity"):
         assert np.array_equal(got[f"counted_{name}"], got[f"bytes_{name}"]), name
     assert got["bytes_random_k"].min() > 0
+    # one-peer steps: each agent sends each step's payload to exactly one agent
+    per_step = [C.payload_bytes((10,), np.float64) for C in DYNAMIC]
+    assert np.array_equal(got["counted_dynamic"], np.full(4, sum(per_step)))
 
 
 # -- bad input --------------------------------------------------------------------------------
@@ -433,11 +454,17 @@ def test_a_meta_tensor_is_refused_before_any_exchange():
         CompressedGossip(top_k(1), 0.5).step(meta)
 
 
-def test_weights_with_a_compressor_and_a_non_compressor_are_refused():
+def test_push_weights_with_a_compressor_and_a_non_compressor_are_refused():
     fs.init(size=4, topology=T.ring_graph)
     x = fs.local(lambda r: np.ones(3))
-    with pytest.raises(ValueError, match="self_weight, src_weights must be None"):
-        fs.neighbor_allreduce(x, 0.5, fs.local(lambda r: {(r + 1) % 4: 0.5}), compressor=top_k(1))
+    with pytest.raises(ValueError, match="compressor takes no dst_weights"):
+        fs.neighbor_allreduce(
+            x,
+            0.5,
+            fs.local(lambda r: {(r + 1) % 4: 0.5}),
+            fs.local(lambda r: {(r - 1) % 4: 1.0}),
+            compressor=top_k(1),
+        )
     with pytest.raises(TypeError, match="compressor must be a fogsim.compress.Compressor"):
         fs.neighbor_allreduce(x, compressor="top_k")
     with pytest.raises(ValueError, match="k=4 is more than"):

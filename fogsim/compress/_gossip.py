@@ -4,9 +4,10 @@ Each agent compresses its value, :func:`~fogsim.compress.pack`\\ s the payload i
 ``uint8`` row and ``fs.neighbor_allgather`` moves exactly those bytes to its out-neighbors
 (in simulation one stacked call, distributed the compressed payload on the wire); each agent
 then decompresses its in-neighbors' payloads and mixes them with the static topology's
-weights. The mixing is the same float64 operations in every mode, in the same order (own
-term first, then the in-neighbors by ascending rank; vectorized over the stacked agents in
-simulation), so simulation, SPMD, MPI and torch.distributed agree bit for bit.
+weights or one call's (e.g. a dynamic step's matrix; see ``_mixing``). The mixing is the
+same float64 operations in every mode, in the same order (own term first, then the
+in-neighbors by ascending rank; vectorized over the stacked agents in simulation), so
+simulation, SPMD, MPI and torch.distributed agree bit for bit.
 """
 
 from __future__ import annotations
@@ -20,47 +21,14 @@ import fogsim as fs
 
 from .._arrays import wrap_like
 from ._base import Compressor, _to_host, _values, _wrap, pack, unpack
+from ._mixing import MixWeights
 from ._simple import Identity
 
 __all__ = ["CompressedGossip", "compressed_neighbor_allreduce"]
 
 
-class _Weights:
-    """The static topology's mixing weights for the agents of this process.
-
-    ``self_w`` and ``counts`` have the agent axis ``lead`` (``(rows,)`` stacked, ``()``
-    distributed); ``nbr_w`` is ``lead + (max in-degree,)``, zero-padded, in-neighbors
-    ascending (the order ``neighbor_allgather`` delivers them); ``out_degree`` how many
-    agents receive each agent's payload.
-    """
-
-    def __init__(self) -> None:
-        ranks = fs.rank()
-        self.stacked = bool(np.ndim(ranks) > 0)
-        rows = np.atleast_1d(np.asarray(ranks, dtype=np.int64))
-        topo = fs.load_topology()
-        # the weights neighbor_allreduce takes when given none: the topology's, or uniform
-        mix = topo if fs.is_topology_weighted() else topo.uniform()
-        indptr, _, data = mix.offdiag_csr()
-        counts = (indptr[rows + 1] - indptr[rows]).astype(np.int64)
-        width = int(counts.max(initial=0))
-        nbr_w = np.zeros((rows.size, width))
-        for t in range(width):
-            has = counts > t
-            nbr_w[has, t] = data[indptr[rows[has]] + t]
-        self_w = mix.self_weights[rows]
-        out_degree = topo.out_degrees()[rows]
-        self.uniform = bool(np.all(counts == width))
-        if self.stacked:
-            self.self_w, self.counts, self.nbr_w = self_w, counts, nbr_w
-            self.out_degree: Any = out_degree
-        else:
-            self.self_w, self.counts, self.nbr_w = self_w[0], counts[0], nbr_w[0]
-            self.out_degree = int(out_degree[0])
-
-
 def _exchange(
-    arr: np.ndarray, compressor: Compressor, rng: Any, weights: _Weights
+    arr: np.ndarray, compressor: Compressor, rng: Any, weights: MixWeights
 ) -> tuple[np.ndarray, np.ndarray]:
     """Return ``(C(x)_i, self_w_i C(x)_i + sum_j w_ij C(x_j))`` for the agents here.
 
@@ -78,22 +46,22 @@ def _exchange(
     d = int(np.prod(shape, dtype=np.int64))
     lead = own.shape[:1] if weights.stacked else ()
     own = own.reshape(*lead, d).astype(np.float64)
-    got = fs.neighbor_allgather(pack(payload))
+    got = fs.neighbor_allgather(pack(payload), weights.src_ranks, weights.dst_ranks)
     nbytes = compressor.payload_bytes(shape, dtype)
     if weights.stacked:
         if isinstance(got, list):  # in-degrees differ: one array per agent
             flat = np.concatenate([np.asarray(g).reshape(-1) for g in got])
         else:
             flat = np.asarray(got).reshape(-1)
-        rows = flat.reshape(-1, nbytes) if nbytes else np.zeros((int(weights.counts.sum()), 0))
+        rows = flat.reshape(-1, nbytes) if nbytes else np.zeros((int(weights.recv.sum()), 0))
         values = _decompress_rows(compressor, rows, shape, dtype, d)
         mixed = _mix_stacked(own, values, weights)
     else:
-        rows = np.asarray(got).reshape(-1, nbytes) if nbytes else np.zeros((weights.counts, 0))
+        rows = np.asarray(got).reshape(-1, nbytes) if nbytes else np.zeros((weights.recv, 0))
         values = _decompress_rows(compressor, rows, shape, dtype, d)
         mixed = weights.self_w * own
         for t in range(int(weights.counts)):
-            mixed = mixed + weights.nbr_w[t] * values[t]
+            mixed = mixed + weights.nbr_w[t] * values[weights.pos[t]]
     return own, mixed
 
 
@@ -108,8 +76,8 @@ def _decompress_rows(
     return values.reshape(rows.shape[0], d)
 
 
-def _mix_stacked(own: np.ndarray, values: np.ndarray, weights: _Weights) -> np.ndarray:
-    """Mix the stacked agents' own terms and received rows (grouped by agent, in order)."""
+def _mix_stacked(own: np.ndarray, values: np.ndarray, weights: MixWeights) -> np.ndarray:
+    """Mix the stacked agents' own terms and the received rows they combine (grouped by agent)."""
     mixed: np.ndarray = weights.self_w[:, None] * own
     counts = weights.counts
     if weights.uniform:
@@ -117,32 +85,53 @@ def _mix_stacked(own: np.ndarray, values: np.ndarray, weights: _Weights) -> np.n
         for t in range(received.shape[1]):
             mixed = mixed + weights.nbr_w[:, t, None] * received[:, t]
         return mixed
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    starts = np.concatenate([[0], np.cumsum(weights.recv)[:-1]])
     for t in range(weights.nbr_w.shape[1]):
         # only the agents with a t-th in-neighbor add: a padded 0 * 0 could turn -0.0 into +0.0
         has = counts > t
-        mixed[has] = mixed[has] + weights.nbr_w[has, t, None] * values[starts[has] + t]
+        picked = values[starts[has] + weights.pos[has, t]]
+        mixed[has] = mixed[has] + weights.nbr_w[has, t, None] * picked
     return mixed
 
 
-def compressed_neighbor_allreduce(x: Any, compressor: Compressor, rng: Any = None) -> Any:
+def compressed_neighbor_allreduce(
+    x: Any,
+    compressor: Compressor,
+    rng: Any = None,
+    self_weight: Any = None,
+    src_weights: Any = None,
+) -> Any:
     """Return the weighted average of own and in-neighbors' compressed values.
 
-    ``x_i <- w_ii C(x_i) + sum_j w_ij C(x_j)``, with the static topology's weights (its own
-    if it was set with ``is_weighted=True``, else ``1/(in-degree + 1)``, as
-    :func:`fogsim.neighbor_allreduce` takes them). Only the packed payloads travel
-    (``compressor.payload_bytes`` per out-neighbor). ``rng`` is the agents' generator for a
-    randomized compressor (default ``fs.rng()``, so every mode draws the same numbers).
-    With :func:`~fogsim.compress.identity` this is ``fs.neighbor_allreduce(x)``, bit for bit.
-    The result has ``x``'s type and dtype (mixed in float64).
+    ``x_i <- w_ii C(x_i) + sum_j w_ij C(x_j)``. Without weights, the static topology's (its
+    own if it was set with ``is_weighted=True``, else ``1/(in-degree + 1)``, as
+    :func:`fogsim.neighbor_allreduce` takes them). Per-call weights, as that op reads them:
+
+    * ``src_weights`` one ``n x n`` matrix or :class:`~fogsim.topology.Topology` for the
+      step (a dynamic schedule's ``step.weights``), ``w_ii`` from its diagonal unless
+      ``self_weight`` is given: each agent sends its payload only to the agents whose row
+      weighs it (``neighbor_allgather`` with this step's ``src_ranks``/``dst_ranks``).
+    * ``self_weight`` and ``src_weights`` per agent (``{rank: weight}``; stacked in
+      simulation, a sequence of n dicts): the senders are the static topology's, since a
+      sender cannot tell which receivers weigh it; the keys must be in-neighbors, and every
+      out-neighbor of the topology receives the payload (as in the uncompressed op).
+
+    Only the packed payloads travel (``compressor.payload_bytes`` per destination, counted
+    by ``fs.bytes_sent()``). ``rng`` is the agents' generator for a randomized compressor
+    (default ``fs.rng()``, so every mode draws the same numbers). With
+    :func:`~fogsim.compress.identity` this is ``fs.neighbor_allreduce(x, self_weight,
+    src_weights)``, bit for bit. The result has ``x``'s type and dtype (mixed in float64).
     """
     _check_compressor(compressor)
     # a float array (a device's values copied to the host), else the compressor's
     # TypeError, before any exchange
     arr, kind = _values(x)
     if isinstance(compressor, Identity):
-        return fs.neighbor_allreduce(x)
-    _, mixed = _exchange(arr, compressor, rng, _Weights())
+        if src_weights is None and self_weight is None:
+            return fs.neighbor_allreduce(x)
+        return fs.neighbor_allreduce(x, self_weight, src_weights)
+    weights = MixWeights.per_call(self_weight, src_weights)
+    _, mixed = _exchange(arr, compressor, rng, weights)
     return _wrap(mixed.astype(arr.dtype).reshape(arr.shape), kind)
 
 
@@ -159,7 +148,9 @@ class CompressedGossip:
     Only ``q`` travels (one compressed exchange per step). With a doubly stochastic ``W``
     the average of ``x`` is preserved; for ``gamma`` small enough (the paper's bound, from
     the spectral gap of ``W`` and the compressor's ``delta``) every ``x_i`` tends to it
-    linearly. The weights are the static topology's at construction; ``bytes_sent`` is the
+    linearly. The weights are the static topology's at construction, for every step: the
+    running sum ``s_i`` holds ``sum_j w_ij x_hat_j`` for one fixed ``W``, so a dynamic
+    topology (another ``W`` each step) does not fit it; ``bytes_sent`` is the
     cumulative bytes each agent has sent (stacked in simulation): ``payload_bytes`` times
     its out-degree per step.
     """
@@ -168,7 +159,7 @@ class CompressedGossip:
         _check_compressor(compressor)
         self.compressor = compressor
         self.gamma = check_gamma(gamma)
-        self._weights = _Weights()
+        self._weights = MixWeights.static()
         self._x_hat: np.ndarray | None = None
         self._s: np.ndarray | None = None
         self.bytes_sent: Any = (
