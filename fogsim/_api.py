@@ -3,6 +3,11 @@
 Every function here has the same signature on every backend. In simulation, agent-local
 values are stacked along a leading axis of length ``size()`` and per-agent arguments are
 stacked too (arrays of n, sequences of n dicts, or one n x n matrix for the step).
+
+A value an op takes (``x``) may be a numpy array, a torch tensor, a Python number or a plain
+list or tuple of numbers. A number and a list of numbers are one value, ``np.asarray(x)``,
+the same on every agent, in every mode: distributed it is this agent's value; in
+simulation every agent holds it. One value per agent is made with :func:`local`.
 """
 
 from __future__ import annotations
@@ -158,9 +163,11 @@ def local(fn: Callable[[int], Any], *, jit: bool = False) -> Any:
     In simulation ``fn(r)`` is called for every agent and the results are stacked: arrays
     and numbers of one shape into one array (tensors into one tensor) with a leading agent
     axis, a tuple of those into a tuple of stacked values (``A, b = fs.local(data)`` reads
-    as it does for one agent), anything else (dicts, ragged arrays) into a list of n.
-    Distributed, it is ``fn(rank())``. Per-agent data and weights are thus written once,
-    e.g. ``src_weights=fs.local(lambda r: {(r - 1) % n: 0.5})``.
+    as it does for one agent), anything else (dicts, lists, ragged arrays) into a list of
+    n, which the ops read as the agents' values (a plain list of numbers written in the
+    script is one value for every agent instead). Distributed, it is ``fn(rank())``.
+    Per-agent data and weights are thus written once, e.g.
+    ``src_weights=fs.local(lambda r: {(r - 1) % n: 0.5})``.
 
     ``jit=True`` compiles ``fn`` with numba and, in simulation, runs the loop over agents
     in compiled code too (see :func:`vmap`); ``fn`` then returns numbers, arrays or a tuple

@@ -1,8 +1,12 @@
 """numpy / torch interchange shared by the backends.
 
 Ops accept numpy arrays, torch CPU tensors and Python scalars and return the type they
-were given. torch is never imported here: a value can only be a tensor if the caller
-already imported torch, so ``sys.modules`` tells.
+were given. A plain list or tuple of numbers (nested lists of numbers too) is one array,
+``np.asarray(x)``, and means the same in every mode: this agent's value distributed, the
+same value on every agent in simulation, as a Python scalar does (:data:`LITERAL`).
+
+torch is never imported here: a value can only be a tensor if the caller already imported
+torch, so ``sys.modules`` tells.
 
 Half precision (float16, and torch's bfloat16, which numpy lacks) is computed in float32
 and rounded once on the way out, the same in every mode: :func:`to_numpy` turns a bfloat16
@@ -21,7 +25,9 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "LITERAL",
     "Kind",
+    "is_literal",
     "is_tensor",
     "to_numpy",
     "wrap_like",
@@ -52,6 +58,25 @@ class Kind:
 
 
 _NUMPY = Kind(False)
+#: How a plain list or tuple of numbers came in: a value written in the script, the same on
+#: every agent. The simulator holds it once per agent (a list that ``fogsim.local`` made is
+#: not plain: it is one value per agent).
+LITERAL = Kind(False)
+
+
+def _numbers_only(x: list[Any] | tuple[Any, ...]) -> bool:
+    """Whether every entry of ``x`` is a number or a plain list or tuple of numbers."""
+    return all(
+        (type(v) is list or type(v) is tuple)
+        and _numbers_only(v)
+        or (isinstance(v, numbers.Number | np.generic) and not isinstance(v, np.ndarray))
+        for v in x
+    )
+
+
+def is_literal(x: Any) -> bool:
+    """Return whether ``x`` is a plain list or tuple of numbers (see :data:`LITERAL`)."""
+    return (type(x) is list or type(x) is tuple) and _numbers_only(x)
 
 
 def is_tensor(x: Any) -> bool:
@@ -85,7 +110,7 @@ def to_numpy(x: Any, argname: str = "x", *, allow_cuda: bool = False) -> tuple[n
             raise ValueError(_ragged_message(x, argname, exc)) from None
         if arr.dtype == object:
             raise TypeError(f"{argname} holds objects that are not numbers")
-        return arr, _NUMPY
+        return arr, (LITERAL if is_literal(x) else _NUMPY)
     raise TypeError(
         f"{argname} must be a numpy array, a torch tensor or a number, got {type(x).__name__}"
     )
@@ -103,6 +128,12 @@ def _ragged_message(x: list[Any] | tuple[Any, ...], argname: str, exc: ValueErro
     odd = next((k for k, shape in enumerate(shapes) if shape != first), None)
     if odd is None or first is None or shapes[odd] is None:
         return f"{argname} is a ragged nested sequence: {exc}"
+    if is_literal(x):
+        return (
+            f"{argname} is a list of numbers that makes no array (np.asarray({argname}) fails): "
+            f"entry 0 has shape {first}, entry {odd} has shape {shapes[odd]}; a list of "
+            "numbers is one value, the same on every agent, so its rows must have one length"
+        )
     return (
         f"{argname}: entries differ in shape (one per agent in simulation): entry 0 has shape "
         f"{first}, entry {odd} has shape {shapes[odd]}"

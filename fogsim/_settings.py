@@ -40,6 +40,11 @@ is listed here with its meaning:
     Set by ``fogrun --bluefog``: ``1`` registers fogsim's BlueFog layer as the modules
     ``bluefog``, ``bluefog.torch`` and ``bluefog.common`` before the script runs (``force``:
     even where a real BlueFog is installed; see :mod:`fogsim.compat.bluefog._alias`).
+``FOGSIM_CHECK_MODES``
+    Set by the mode checker (``fogrun --check-modes``) in the runs it records: the
+    optimizer wrappers of :mod:`fogsim.optim` then communicate as they do in one process
+    (whole steps in ``step()``, one fused message per dtype) in every mode, so that the
+    runs make the same ops (see :func:`checking_modes`).
 ``FOGSIM_TORCH_PORT``
     TCP port of the torch backend's rendezvous (wins over ``MASTER_PORT``).
 ``FOGSIM_PURE_PYTHON``
@@ -66,6 +71,7 @@ __all__ = [
     "DEFAULT_SIM_SIZE",
     "DEFAULT_STALL_TIMEOUT",
     "Settings",
+    "checking_modes",
     "environ",
     "load",
     "pure_python",
@@ -200,6 +206,12 @@ def pure_python(environ: Mapping[str, str] | None = None) -> bool:
     if text.lower() in ("1", "true", "yes", "on"):
         return True
     raise ValueError(f"FOGSIM_PURE_PYTHON={text!r} is not 1 (pure-Python twins) or 0 (compiled)")
+
+
+def checking_modes(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this process is a run the mode checker records (``FOGSIM_CHECK_MODES``)."""
+    env = os.environ if environ is None else environ
+    return bool(env.get("FOGSIM_CHECK_MODES", "").strip())
 
 
 def _shard_transport(environ: Mapping[str, str]) -> str | None:

@@ -289,9 +289,9 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "check-modes-ignores-shapes",
         "mode checker: inputs and outputs of different shapes are not told apart",
-        "fogsim/_checkmodes.py",
-        "        if a.shape != b.shape:\n",
-        "        if False:\n",
+        "fogsim/_checkmodes/_compare.py",
+        "    if a.shape != b.shape:\n",
+        "    if False:\n",
         ("tests/test_checkmodes.py", "-k", "broadcasting"),
     ),
     Mutation(

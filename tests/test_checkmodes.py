@@ -121,7 +121,7 @@ def test_a_script_that_fails_in_one_mode_is_reported_with_its_error(tmp_path):
     assert set(report.errors) == {"sim"} and "matmul" in report.errors["sim"]
     said = str(report)
     assert "the script failed simulated" in said
-    assert "made 0 ops simulated and 20 as SPMD agents" in said
+    assert "made 0 ops simulated and 20 as 2 SPMD agents" in said
 
 
 def test_bad_arguments_are_refused(tmp_path):

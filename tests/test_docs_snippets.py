@@ -16,6 +16,7 @@ set-up and main-job commands are checked against what ``.ci/run`` runs.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -167,3 +168,24 @@ def test_the_readme_main_job_is_one_command_on_an_example() -> None:
     assert any(
         line.strip().startswith(".venv/bin/python ") for line in CI_RUN.read_text().splitlines()
     )
+
+
+def test_the_readme_first_example_prints_one_line_alike_in_every_mode(tmp_path: Path) -> None:
+    """A new user pastes the README's first example into a file and runs it simulated, as
+    16 SPMD agents and under ``fogrun -np 16``: one line, the same each time."""
+    first = blocks(README)[0]
+    assert first.language == "python", first.id
+    script = tmp_path / "script.py"
+    script.write_text(first.code)
+    fogrun = str(Path(sys.executable).parent / "fogrun")
+    outputs = {"simulated": _jobs.run([sys.executable, str(script)], timeout=120)}
+    environment.require_mpiexec()
+    for mode, options in {"spmd": ["--spmd"], "mpi": []}.items():
+        outputs[mode] = _jobs.run(
+            [fogrun, *options, "-np", "16", "python", str(script)], timeout=300
+        )
+    printed = {mode: job.check().stdout for mode, job in outputs.items()}
+    assert len(set(printed.values())) == 1, printed
+    lines = printed["simulated"].splitlines()
+    assert len(lines) == 1 and lines[0].startswith("average 7.5"), lines
+    assert f"It prints `{lines[0]}`" in README.read_text(encoding="utf-8")

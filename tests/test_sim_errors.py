@@ -136,8 +136,15 @@ def test_wrong_number_of_agents_in_x():
         fs.neighbor_allreduce(np.ones((4, 3)))
     with pytest.raises(
         ValueError,
-        match=r"x: entries differ in shape .*entry 0 has shape "
+        match=r"x: entries differ in shape \(one per agent in simulation\): entry 0 has shape "
         r"\(1,\), entry 1 has shape \(2,\)",
+    ):
+        fs.neighbor_allreduce(fs.local(lambda r: np.ones(1 + r % 2)))
+    # a list of numbers written in the script is one value for every agent, as distributed
+    with pytest.raises(
+        ValueError,
+        match=r"x is a list of numbers that makes no array \(np.asarray\(x\) fails\): entry 0 "
+        r"has shape \(1,\), entry 1 has shape \(2,\)",
     ):
         fs.neighbor_allreduce([[1.0], [1.0, 2.0]] * 3)
     with pytest.raises(TypeError, match="must be a numpy array, a torch tensor or a number"):

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 import fogsim as fs
-from fogsim import _context
+from fogsim import _context, _settings
 from fogsim import timeline as _timeline
 
 from ._agents import is_simulated
@@ -80,8 +80,12 @@ def _compression(compressor: Any, gamma: Any) -> tuple[Any, float | None]:
 
 
 def _in_one_process() -> bool:
-    """Whether the simulator runs this step's ops: in simulation, or as an SPMD agent."""
-    return is_simulated() or _context.spmd_agent() is not None
+    """Whether the simulator runs this step's ops: in simulation, or as an SPMD agent.
+
+    Also true in a run the mode checker records (``fogrun --check-modes``), so that an MPI
+    run makes the ops an SPMD run makes, one fused message per dtype, from ``step()``.
+    """
+    return is_simulated() or _context.spmd_agent() is not None or _settings.checking_modes()
 
 
 class DistributedOptimizer(torch.optim.Optimizer):

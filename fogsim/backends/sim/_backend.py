@@ -217,6 +217,8 @@ class SimBackend(Backend):
         arr, kind = to_numpy(x, allow_cuda=self._host_staging)
         if arr.ndim == 0:  # a scalar is the same value on every agent
             arr = np.full(self._rows, arr[()])
+        elif kind is _arrays.LITERAL:  # so is a list of numbers, as it is distributed
+            arr = np.broadcast_to(arr, (self._rows, *arr.shape)).copy()
         elif arr.shape[0] != self._rows:
             raise ValueError(
                 f"{op}: x has {arr.shape[0]} entries on its leading (agent) axis {self._held()}"
@@ -257,7 +259,12 @@ class SimBackend(Backend):
 
     def allgather(self, x: Any, name: str | None = None) -> Any:
         _arrays.check_name(name)
-        if isinstance(x, list | tuple) and len(x) == self._n and _ragged(x):
+        if (
+            isinstance(x, list | tuple)
+            and len(x) == self._n
+            and not _arrays.is_literal(x)
+            and _ragged(x)
+        ):
             return self._allgather_ragged(x)
         if _torchops.takes(x):
             return _torchops.allgather(self, x)

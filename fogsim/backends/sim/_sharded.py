@@ -454,7 +454,7 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
 
     def allgather(self, x: Any, name: str | None = None) -> Any:
         _arrays.check_name(name)
-        if isinstance(x, list | tuple) and len(x) == self._rows:
+        if isinstance(x, list | tuple) and len(x) == self._rows and not _arrays.is_literal(x):
             return self._allgather_values(x)
         arr, kind = self._stacked(x, "allgather", averaging=False)
         return self._allgathered(self._gather_blocks(np.ascontiguousarray(arr)), kind, arr)

@@ -10,29 +10,40 @@ import numpy as np
 
 from ..._arrays import is_tensor
 
-__all__ = ["stack_agents", "stack_outputs"]
+__all__ = ["PerAgent", "stack_agents", "stack_outputs"]
+
+
+class PerAgent(list):  # type: ignore[type-arg]
+    """A list of one value per agent, as :func:`stack_agents` makes it.
+
+    A plain list of numbers passed to an op is one value, the same on every agent (as it is
+    distributed); this list is not plain, so the simulator reads it as the agents' values.
+    """
+
+    __slots__ = ()
 
 
 def stack_agents(values: Sequence[Any]) -> Any:
     """Stack per-agent values: arrays and numbers of one shape into one array, else a list.
 
     numpy arrays and real numbers stack into an ndarray with a leading agent axis, torch
-    tensors into a tensor; dicts, lists, ragged shapes and mixtures stay a list of n.
+    tensors into a tensor; dicts, lists, ragged shapes and mixtures stay a list of n (a
+    :class:`PerAgent`).
     """
     if not values:
-        return []
+        return PerAgent()
     first = values[0]
     if is_tensor(first):
         if all(is_tensor(v) and v.shape == first.shape for v in values):
             import torch
 
             return torch.stack(list(values))
-        return list(values)
+        return PerAgent(values)
     if all(_is_array_like(v) for v in values):
         shape = np.shape(first)
         if all(np.shape(v) == shape for v in values):
             return np.stack([np.asarray(v) for v in values])
-    return list(values)
+    return PerAgent(values)
 
 
 def stack_outputs(values: Sequence[Any]) -> Any:
