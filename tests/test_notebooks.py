@@ -99,3 +99,19 @@ def test_readme_says_how_to_open_them_in_jupyter():
     brings = _extra_requires(extras, install.group(1))
     assert {"jupyterlab", "ipykernel"} <= brings, brings
     assert start == ".venv/bin/jupyter lab notebooks/"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
+def test_notebook_title_is_numbered_as_its_file(path):
+    """``04_fish_school.ipynb`` opens with ``# 4. ...``, as the tutorials' list shows it."""
+    first = json.loads(path.read_text())["cells"][0]
+    title = "".join(first["source"]).splitlines()[0]
+    assert first["cell_type"] == "markdown" and title.startswith(f"# {int(path.name[:2])}. ")
+
+
+def test_the_pages_count_the_lessons_right():
+    words = "zero one two three four five six seven eight nine ten eleven twelve".split()
+    root = NOTEBOOK_DIR.parent
+    for page in (root / "README.md", root / "docs" / "guide" / "algorithms.md"):
+        counts = re.findall(r"\b(\w+) lessons\b", page.read_text())
+        assert counts and set(counts) == {words[len(NOTEBOOKS)]}, (page.name, counts)
