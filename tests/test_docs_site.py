@@ -1,12 +1,18 @@
-"""The documentation site as a user gets it: the build command.
+"""The documentation site as a user gets it: the build command, the built pages, their sources.
 
 * ``make -C docs html`` right after the README's set-up, with no venv activated, runs the
   venv's ``sphinx-build`` (checked with ``make -n``: no build here).
+* The built site (``docs/_build/html``, which ``.ci/run`` builds before the tests) links no
+  page of a private module (``fogsim._weightcheck``, ``fogsim.compress._base``, ...).
+  Without a built site these tests skip outside CI and fail under ``CI=true``. They read the
+  last build: rebuild after changing the docs (an incremental build keeps the pages of
+  modules no longer shown: remove docs/_build/html and docs/_build/doctrees first).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -74,3 +80,53 @@ def test_make_html_without_a_venv_runs_sphinx_build_from_path(tmp_path: Path) ->
     shutil.copyfile(DOCS / "Makefile", docs / "Makefile")
     commands = _make_dry_run(docs)
     assert commands[0].split()[0] == "sphinx-build"
+
+
+# -- the built site -------------------------------------------------------------------------
+
+
+def _site() -> Path:
+    if not (SITE / "index.html").is_file():
+        environment.missing(
+            f"no built site in {SITE}: run make -C docs html first (.ci/run builds it)"
+        )
+    return SITE
+
+
+def _pages(site: Path) -> list[Path]:
+    """Every HTML page of the site (viewcode's source pages included)."""
+    skip = {"_static", "_sources", "_images"}
+    return [p for p in sorted(site.rglob("*.html")) if not skip & set(p.relative_to(site).parts)]
+
+
+_HREF = re.compile(r"""\bhref\s*=\s*["']([^"']*)["']""")
+_SRC = re.compile(r"""<script\b[^>]*\bsrc\s*=\s*["']([^"']*)["']""", re.I)
+#: A private module's name in a link's path or anchor: ``fogsim/_api.html``,
+#: ``fogsim.compress._base``, ``#fogsim._weightcheck.WeightWarning`` (not ``__version__``).
+_PRIVATE = re.compile(r"\bfogsim(?:[./][A-Za-z]\w*)*[./]_(?!_)\w")
+
+
+def private_links(site: Path) -> list[str]:
+    """``page: href`` for every internal link of the site into a private module."""
+    found = []
+    for page in _pages(site):
+        for href in _HREF.findall(page.read_text(encoding="utf-8")):
+            if re.match(r"[a-z][a-z0-9+.-]*:", href, re.I):  # http:, mailto:, ...
+                continue
+            if _PRIVATE.search(href):
+                found.append(f"{page.relative_to(site)}: {href}")
+    return found
+
+
+def test_no_page_links_a_private_module() -> None:
+    site = _site()
+    links = private_links(site)
+    assert not links, f"{len(links)} links into private modules, e.g.\n" + "\n".join(links[:20])
+    sources = sorted(p.relative_to(site) for p in (site / "_modules").rglob("*.html"))
+    assert not [p for p in sources if _PRIVATE.search(p.as_posix())], sources
+
+
+def test_the_api_reference_still_links_source_code() -> None:
+    """Public modules keep their ``[source]`` links (what the check above must not drop)."""
+    page = _site() / "api" / "generated" / "fogsim.topology.ring_graph.html"
+    assert "_modules/fogsim/topology/builders.html#ring_graph" in page.read_text()
