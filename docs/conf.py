@@ -36,6 +36,9 @@ extensions = [
     "numpydoc",
     "sphinx_copybutton",
     "matplotlib.sphinxext.plot_directive",
+    # MathJax 3 copied into the site (_static/mathjax/): the maths is typeset with no network,
+    # e.g. on a cluster's login node, where the default MathJax from a CDN cannot load.
+    "sphinx-mathjax-offline",
 ]
 
 exclude_patterns = ["_build", "_intersphinx", "_scripts", "**.ipynb_checkpoints"]

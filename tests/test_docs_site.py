@@ -3,10 +3,11 @@
 * ``make -C docs html`` right after the README's set-up, with no venv activated, runs the
   venv's ``sphinx-build`` (checked with ``make -n``: no build here).
 * The built site (``docs/_build/html``, which ``.ci/run`` builds before the tests) links no
-  page of a private module (``fogsim._weightcheck``, ``fogsim.compress._base``, ...).
-  Without a built site these tests skip outside CI and fail under ``CI=true``. They read the
-  last build: rebuild after changing the docs (an incremental build keeps the pages of
-  modules no longer shown: remove docs/_build/html and docs/_build/doctrees first).
+  page of a private module (``fogsim._weightcheck``, ``fogsim.compress._base``, ...) and
+  typesets its maths with a MathJax of its own, with no network. Without a built site these
+  tests skip outside CI and fail under ``CI=true``. They read the last build: rebuild after
+  changing the docs (an incremental build keeps the pages of modules no longer shown:
+  remove docs/_build/html and docs/_build/doctrees first).
 """
 
 from __future__ import annotations
@@ -130,3 +131,20 @@ def test_the_api_reference_still_links_source_code() -> None:
     """Public modules keep their ``[source]`` links (what the check above must not drop)."""
     page = _site() / "api" / "generated" / "fogsim.topology.ring_graph.html"
     assert "_modules/fogsim/topology/builders.html#ring_graph" in page.read_text()
+
+
+def test_maths_is_typeset_without_network() -> None:
+    """Pages with maths load MathJax from the site itself, not from a CDN."""
+    site = _site()
+    with_maths = [p for p in _pages(site) if 'class="math' in p.read_text(encoding="utf-8")]
+    assert len(with_maths) >= 6, "the notebooks' pages should have maths"
+    for page in with_maths:
+        scripts = [s for s in _SRC.findall(page.read_text(encoding="utf-8")) if "mathjax" in s]
+        where = page.relative_to(site)
+        assert scripts, f"{where}: no MathJax script"
+        for src in scripts:
+            assert not re.match(r"([a-z]+:)?//", src, re.I), f"{where} loads {src}"
+            script = (page.parent / src.split("?")[0]).resolve()
+            assert script.is_file() and script.stat().st_size > 100_000, f"{where}: {src}"
+            fonts = script.parent / "output" / "chtml" / "fonts" / "woff-v2"
+            assert list(fonts.glob("*.woff")), f"no MathJax fonts beside {script}"
