@@ -54,6 +54,9 @@ html_theme_options = {
     "footer_start": ["copyright"],
 }
 html_show_sourcelink = False
+# Pages with no pages under them: no left sidebar, whose section navigation would be empty.
+_LEAVES = ["install", "examples/index", "migration", "architecture", "benchmarks", "changelog"]
+html_sidebars = {page: [] for page in _LEAVES}
 
 # -- API reference ------------------------------------------------------------------------
 autosummary_generate = True
