@@ -4,14 +4,18 @@
   venv's ``sphinx-build`` (checked with ``make -n``: no build here).
 * The built site (``docs/_build/html``, which ``.ci/run`` builds before the tests) links no
   page of a private module (``fogsim._weightcheck``, ``fogsim.compress._base``, ...) and
-  typesets its maths with a MathJax of its own, with no network. Without a built site these
-  tests skip outside CI and fail under ``CI=true``. They read the last build: rebuild after
-  changing the docs (an incremental build keeps the pages of modules no longer shown:
-  remove docs/_build/html and docs/_build/doctrees first).
+  typesets its maths with a MathJax of its own, with no network; no page has an empty
+  section navigation. Without a built site these tests skip outside CI and fail under
+  ``CI=true``. They read the last build: rebuild after changing the docs (an incremental
+  build keeps the pages of modules no longer shown: remove docs/_build/html and
+  docs/_build/doctrees first).
+* The examples page shows each script's docstring once, as text, then its code.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import os
 import re
 import shutil
@@ -148,3 +152,32 @@ def test_maths_is_typeset_without_network() -> None:
             assert script.is_file() and script.stat().st_size > 100_000, f"{where}: {src}"
             fonts = script.parent / "output" / "chtml" / "fonts" / "woff-v2"
             assert list(fonts.glob("*.woff")), f"no MathJax fonts beside {script}"
+
+
+def test_no_page_has_an_empty_section_navigation() -> None:
+    """A page with no pages under it has no left sidebar rather than an empty one."""
+    site = _site()
+    empty = re.compile(r'<div class="bd-toc-item navbar-nav">\s*</div>')
+    pages = [p.relative_to(site) for p in _pages(site) if empty.search(p.read_text())]
+    assert not pages, pages
+
+
+def test_the_gallery_shows_each_docstring_once(tmp_path: Path) -> None:
+    """The examples page: a script's docstring as text, then its code without it."""
+    spec = importlib.util.spec_from_file_location("gallery", DOCS / "_scripts" / "gallery.py")
+    assert spec and spec.loader
+    gallery = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gallery)
+    page = tmp_path / "index.md"
+    gallery.write_gallery(ROOT, page)
+    text = page.read_text()
+    markup = re.findall(r"``[^`\n]+``", text)
+    assert not markup, f"reST markup left on the page: {markup[:5]}"
+    shown = re.findall(
+        r"\{literalinclude\} \.\./\.\./(\S+)\n:language: python\n:lines: (\d+)-", text
+    )
+    scripts = [p for p in (ROOT / "examples").rglob("*.py") if not p.name.startswith("_")]
+    assert len(shown) == len(scripts)
+    for script, first in shown:
+        docstring = ast.parse((ROOT / script).read_text()).body[0]
+        assert int(first) > (docstring.end_lineno or 0), script
