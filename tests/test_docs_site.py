@@ -10,6 +10,9 @@
   build keeps the pages of modules no longer shown: remove docs/_build/html and
   docs/_build/doctrees first).
 * The examples page shows each script's docstring once, as text, then its code.
+* No page of the site, nor anything it includes or shows (BENCHMARKS.md, CHANGELOG.md, the
+  notebooks, the examples, the docstrings and the source of fogsim), cites an issue number
+  of the project: the site is written for users.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from tests import environment
 
@@ -181,3 +186,69 @@ def test_the_gallery_shows_each_docstring_once(tmp_path: Path) -> None:
     for script, first in shown:
         docstring = ast.parse((ROOT / script).read_text()).body[0]
         assert int(first) > (docstring.end_lineno or 0), script
+
+
+# -- issue numbers --------------------------------------------------------------------------
+
+#: ``issue 23``, ``Issues 23 and 24``, ``PR 7``, ``#12`` (not ``python/mypy#3186``, ``&#123;``).
+ISSUE_NUMBER = re.compile(
+    r"(?i)\b(?:issues?|pr|pull requests?)\s+(?:no\.?\s*)?#?\d+|(?<![\w/&#])#\d+\b"
+)
+_INCLUDE = re.compile(r"^```\{(?:include|literalinclude)\}\s+(\S+)", re.M)
+
+
+def site_sources() -> list[Path]:
+    """What the site shows: its pages, the files they include, notebooks, examples, fogsim."""
+    generated = {"_build", "generated", "notebooks"}  # built, or copied from elsewhere
+    pages = [
+        p
+        for p in sorted(DOCS.rglob("*"))
+        if p.suffix in (".md", ".rst")
+        and not generated & set(p.relative_to(DOCS).parts)
+        and p.relative_to(DOCS).as_posix() != "examples/index.md"
+    ]
+    included = {
+        (page.parent / target).resolve()
+        for page in pages
+        for target in _INCLUDE.findall(page.read_text(encoding="utf-8"))
+    }
+    shown = [
+        *sorted((ROOT / "notebooks").glob("*.ipynb")),
+        *sorted((ROOT / "notebooks").glob("*.md")),
+        *sorted((ROOT / "examples").rglob("*.py")),
+        *sorted((ROOT / "fogsim").rglob("*.py")),
+    ]
+    return [*pages, *sorted(included), *shown]
+
+
+def test_site_sources_are_found() -> None:
+    names = {p.relative_to(ROOT).as_posix() for p in site_sources()}
+    assert {"BENCHMARKS.md", "CHANGELOG.md", "docs/index.md"} <= names
+    assert "notebooks/01_consensus.ipynb" in names and "examples/consensus.py" in names
+
+
+def test_no_issue_numbers_on_the_site() -> None:
+    found = []
+    for path in site_sources():
+        text = path.read_text(encoding="utf-8")
+        for match in ISSUE_NUMBER.finditer(text):
+            line = text.count("\n", 0, match.start()) + 1
+            found.append(f"{path.relative_to(ROOT)}:{line}: {match.group(0)!r}")
+    assert not found, "issue numbers in what the site shows:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    ("text", "cites"),
+    [
+        ("the goal of issue 23", True),
+        ("Work of issues 23 (compressed) and 24", True),
+        ("Issue 20's figure", True),
+        ("see #14", True),
+        ("python/mypy#3186", False),
+        ("color &#123;", False),
+        ("issues with 2 ranks", False),
+        ("#1f77b4", False),
+    ],
+)
+def test_the_issue_number_pattern(text: str, cites: bool) -> None:
+    assert bool(ISSUE_NUMBER.search(text)) is cites
