@@ -8,6 +8,7 @@ notebooks executes nothing.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shutil
@@ -35,6 +36,9 @@ extensions = [
     "numpydoc",
     "sphinx_copybutton",
     "matplotlib.sphinxext.plot_directive",
+    # MathJax 3 copied into the site (_static/mathjax/): the maths is typeset with no network,
+    # e.g. on a cluster's login node, where the default MathJax from a CDN cannot load.
+    "sphinx-mathjax-offline",
 ]
 
 exclude_patterns = ["_build", "_intersphinx", "_scripts", "**.ipynb_checkpoints"]
@@ -50,6 +54,9 @@ html_theme_options = {
     "footer_start": ["copyright"],
 }
 html_show_sourcelink = False
+# Pages with no pages under them: no left sidebar, whose section navigation would be empty.
+_LEAVES = ["install", "examples/index", "migration", "architecture", "benchmarks", "changelog"]
+html_sidebars = {page: [] for page in _LEAVES}
 
 # -- API reference ------------------------------------------------------------------------
 autosummary_generate = True
@@ -135,6 +142,27 @@ def _private_unlinked(app: object, env: object, node: dict, contnode: object) ->
 _PRIVATE = re.compile(r"fogsim(\.\w+)*\._\w+(\.\w+)*$")
 
 
+def _public_source(app: object, modname: str, fullname: str) -> str:
+    """Give ``[source]`` links only into public modules' code.
+
+    viewcode links an object to the page of the module that defines it, and most public
+    names are defined in private modules (``fogsim.init`` in ``fogsim._api``); such a link
+    would lead from the reference into a private module's page. Named here by the module it
+    is documented under (which has no code for it), the object gets no link.
+    """
+    obj: object = importlib.import_module(modname)
+    for part in fullname.split("."):
+        obj = getattr(obj, part, None)
+    defined_in = getattr(obj, "__module__", None)
+    if isinstance(defined_in, str) and not _is_private_module(defined_in):
+        return defined_in
+    return modname
+
+
+def _is_private_module(name: str) -> bool:
+    return any(part.startswith("_") for part in name.split("."))
+
+
 def _factory_default(
     app: object,
     what: str,
@@ -158,6 +186,7 @@ def setup(app: Any) -> None:
     app.connect("missing-reference", _expand_abbreviation, priority=400)
     app.connect("missing-reference", _private_unlinked, priority=900)
     app.connect("autodoc-process-signature", _factory_default)
+    app.connect("viewcode-follow-imported", _public_source)
 
 
 def _copy_notebooks() -> None:

@@ -420,7 +420,7 @@ def neighbor_allreduce(
     Per-call weights whose effective matrix is neither row- nor column-stochastic get a
     one-time :class:`fogsim.WeightWarning` per call site (``check_weights=False``: they are
     meant, e.g. push-sum's). The simulator checks the whole matrix; distributed, a matrix
-    is checked whole and dicts by this rank's row alone (see ``fogsim._weightcheck``).
+    is checked whole and dicts by this rank's row alone (see :class:`fogsim.WeightWarning`).
 
     ``compressor`` (a :mod:`fogsim.compress` compressor): every agent sends its compressed
     value, packed, so only ``compressor.payload_bytes(...)`` bytes per destination travel,

@@ -60,7 +60,14 @@ TOLERANCE = 1e-9
 
 
 class WeightWarning(UserWarning):
-    """Weights that are neither row- nor column-stochastic (see ``fogsim._weightcheck``)."""
+    """Weights that are neither row- nor column-stochastic.
+
+    Warned once per call site, naming the first row and column whose sum is not 1 (within
+    1e-9), for ``set_topology(W, is_weighted=True)``, ``set_machine_topology`` and the
+    per-call weights of ``neighbor_allreduce``. ``check_weights=False`` on the call says
+    such weights are meant; ``FOGSIM_CHECK_WEIGHTS=error`` raises a ``ValueError`` instead,
+    ``off`` skips the checks (the user guide: "Topologies and the weight convention").
+    """
 
 
 _MODES = ("warn", "error", "off")

@@ -5,6 +5,7 @@ How long they take is measured by benchmarks/bench_notebooks.py, not here."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,53 @@ def test_notebook_executes(path, tmp_path):
     assert not errors, [f"{e.ename}: {e.evalue}" for e in errors]
     if path.name == "04_fish_school.ipynb":  # its animation lands next to it
         assert (workdir / "fish_school.gif").is_file()
+
+
+def _extra_requires(extras: dict[str, list[str]], name: str) -> set[str]:
+    """The distributions an extra brings, following ``fogsim[...]`` to other extras."""
+    names: set[str] = set()
+    for requirement in extras[name]:
+        dist = re.match(r"[A-Za-z0-9_.-]+", requirement).group(0).lower()
+        nested = re.match(r"fogsim\[(.*)\]", requirement)
+        if nested:
+            for other in nested.group(1).split(","):
+                names |= _extra_requires(extras, other.strip())
+        else:
+            names.add(dist)
+    return names
+
+
+def test_readme_says_how_to_open_them_in_jupyter():
+    """From a fresh checkout: a venv with an extra that brings JupyterLab, then its jupyter."""
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from 3.11")
+    text = (NOTEBOOK_DIR / "README.md").read_text()
+    section = text[text.index("\n## Opening them\n") :]
+    block = re.search(r"\n```bash\n(.*?)\n```", section, re.S)
+    assert block, "no bash block under '## Opening them'"
+    setup, start = block.group(1).splitlines()
+    install = re.fullmatch(
+        r'python3 -m venv \.venv && \.venv/bin/pip install -e "\.\[(\w+)\]"', setup
+    )
+    assert install, setup
+    extras = tomllib.loads((NOTEBOOK_DIR.parent / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    brings = _extra_requires(extras, install.group(1))
+    assert {"jupyterlab", "ipykernel"} <= brings, brings
+    assert start == ".venv/bin/jupyter lab notebooks/"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids)
+def test_notebook_title_is_numbered_as_its_file(path):
+    """``04_fish_school.ipynb`` opens with ``# 4. ...``, as the tutorials' list shows it."""
+    first = json.loads(path.read_text())["cells"][0]
+    title = "".join(first["source"]).splitlines()[0]
+    assert first["cell_type"] == "markdown" and title.startswith(f"# {int(path.name[:2])}. ")
+
+
+def test_the_pages_count_the_lessons_right():
+    words = "zero one two three four five six seven eight nine ten eleven twelve".split()
+    root = NOTEBOOK_DIR.parent
+    for page in (root / "README.md", root / "docs" / "guide" / "algorithms.md"):
+        counts = re.findall(r"\b(\w+) lessons\b", page.read_text())
+        assert counts and set(counts) == {words[len(NOTEBOOKS)]}, (page.name, counts)

@@ -7,6 +7,7 @@ the page is git-ignored. Nothing is executed.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 _LAUNCHERS = ("python ", "fogrun ", "mpiexec ", "torchrun ")
@@ -24,18 +25,37 @@ def _split(doc: str) -> tuple[str, list[str], str]:
     return " ".join(summary.split()), commands, "\n".join(rest).strip()
 
 
+def _markdown(text: str) -> str:
+    """Return a docstring's reST-flavoured text as Markdown.
+
+    The docstrings use little markup: ````code```` becomes `code`; ``**bold**``, ``*``
+    lists and blocks indented by 4 spaces (equations: Markdown's indented code blocks) read
+    the same in both. Runs of blank lines, left where command lines were taken out, shrink.
+    """
+    text = re.sub(r"``(.+?)``", r"`\1`", text)
+    return re.sub(r"\n{3,}", "\n\n", text)
+
+
 def _section(path: Path, root: Path) -> str:
     rel = path.relative_to(root).as_posix()
-    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    tree = ast.parse(path.read_text())
+    doc = ast.get_docstring(tree) or ""
     summary, commands, rest = _split(doc)
     if not commands:
         commands = [f"python {rel}"]
-    parts = [f"## `{rel}`", "", summary, "", "```bash", *commands, "```", ""]
+    # a plain file name: the page's contents list in the right sidebar has room for it
+    parts = [f"### {path.name}", "", _markdown(summary), "", "```bash", *commands, "```", ""]
     if rest:
-        parts += ["```text", rest, "```", ""]
+        parts += [_markdown(rest), ""]
+    # the code after the docstring: the docstring is shown once, as text, above
+    lines = path.read_text().splitlines()
+    first = tree.body[0].end_lineno or 0 if doc else 0
+    while first < len(lines) and not lines[first].strip():
+        first += 1
     parts += [
         "```{literalinclude} ../../" + rel,
         ":language: python",
+        f":lines: {first + 1}-",
         "```",
         "",
     ]
@@ -44,10 +64,10 @@ def _section(path: Path, root: Path) -> str:
 
 def write_gallery(root: Path, page: Path) -> None:
     """Write the gallery page ``page`` for the scripts under ``root / "examples"``."""
-    scripts = sorted((root / "examples").glob("*.py")) + sorted(
-        (root / "examples" / "bluefog").glob("*.py")
-    )
-    scripts = [p for p in scripts if not p.name.startswith("_")]
+    groups = [
+        ("fogsim's examples (`examples/`)", root / "examples"),
+        ("BlueFog programs (`examples/bluefog/`)", root / "examples" / "bluefog"),
+    ]
     head = [
         "# Examples",
         "",
@@ -57,7 +77,11 @@ def write_gallery(root: Path, page: Path) -> None:
         "processes. `python examples/NAME.py --help` lists a script's options.",
         "",
     ]
-    text = "\n".join(head) + "\n".join(_section(p, root) for p in scripts)
+    parts = ["\n".join(head)]
+    for title, folder in groups:
+        scripts = [p for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")]
+        parts += [f"## {title}\n", *(_section(p, root) for p in scripts)]
+    text = "\n".join(parts)
     page.parent.mkdir(exist_ok=True)  # the folder holds only this git-ignored page
     if not page.exists() or page.read_text() != text:  # unchanged: Sphinx rebuilds nothing
         page.write_text(text)
