@@ -23,11 +23,14 @@ DYNAMIC = {"one-peer-exp2": T.one_peer_exponential_two}
 DISTANCE = "mean_i ||x_i - x*||^2 (mean squared distance of the agents to the optimum x*)"
 
 
-def parser(doc: str, extra_topologies: tuple[str, ...] = ()) -> argparse.ArgumentParser:
+def parser(
+    doc: str, extra_topologies: tuple[str, ...] = (), default_size: int = 16
+) -> argparse.ArgumentParser:
     """Return an argument parser with the options every example shares.
 
     ``doc`` is the example's docstring, shown whole by ``--help``: what the example does, how
-    to run it and what it prints.
+    to run it and what it prints. ``default_size``: the agents simulated when neither
+    ``--size``, ``FOGSIM_SIZE`` nor a launcher gives the number (see :func:`setup`).
     """
     p = argparse.ArgumentParser(
         description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -36,7 +39,7 @@ def parser(doc: str, extra_topologies: tuple[str, ...] = ()) -> argparse.Argumen
         "--size",
         type=int,
         default=None,
-        help="simulated agents (default FOGSIM_SIZE, else 16); under fogrun -np N: N",
+        help=f"simulated agents (default FOGSIM_SIZE, else {default_size}); under fogrun -np N: N",
     )
     topologies = [*TOPOLOGIES, *DYNAMIC, *extra_topologies]
     p.add_argument(

@@ -96,14 +96,8 @@ def row(k: int, x, steps, A, y, show: bool = True) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> list[float]:
-    p = parser(__doc__)
-    p.add_argument(
-        "--agents",
-        dest="size",
-        type=int,
-        help="simulated agents, as --size (default FOGSIM_SIZE, else 100000); under fogrun "
-        "-np N: N",
-    )
+    p = parser(__doc__, default_size=100_000)
+    p.add_argument("--agents", dest="size", type=int, help="the same as --size")
     p.add_argument("--rows", type=int, default=10, help="data points per agent")
     p.add_argument("--dim", type=int, default=3, help="number of unknowns")
     p.add_argument("--alpha", type=float, default=1.0, help="prox step size (default %(default)s)")

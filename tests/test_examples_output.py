@@ -8,6 +8,9 @@ are checked by the tests that already run them (``tests/example_output.table``).
 
 from __future__ import annotations
 
+import ast
+import re
+
 import pytest
 
 from tests import _jobs, environment
@@ -113,3 +116,20 @@ def test_a_curve_at_zero_from_the_start_and_a_run_of_no_iteration(common):
 def test_digits_count_what_a_relative_error_leaves(common):
     assert common.digits(3e-10) == "to 9 digits"
     assert common.digits(0.0) == "exactly"
+
+
+# -- what --help and the docstrings say -------------------------------------------------
+SCRIPTS = sorted(p for p in EXAMPLES.rglob("*.py") if not p.name.startswith("_"))
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_the_docstring_says_what_is_printed_and_the_last_line(script):
+    doc = " ".join(ast.get_docstring(ast.parse(script.read_text())).split())
+    assert re.search(r"\bprints?\b[^.]* a header naming the columns", doc, re.I), script.name
+    assert re.search(r"\blast\b", doc), script.name
+
+
+def test_help_shows_the_docstring_and_the_defaults():
+    job = _jobs.python(str(EXAMPLES / "local_solver.py"), "--help", timeout=60).check()
+    assert "Prints a header naming the columns" in job.stdout
+    assert "default FOGSIM_SIZE, else 100000" in job.stdout and "(default 20)" in job.stdout
