@@ -12,14 +12,17 @@ created or lost, so the sum of p stays n and x/p tends to the average of the ini
 whatever order and speed the agents run at. In simulation the asynchrony is modelled
 (``--activation``, ``--max-delay``, ``--loss``: see ``fogsim.set_asynchrony``).
 
-Printed: ``iteration  max_i |x_i/p_i - xbar| / |xbar|`` every ``--report-every``
-iterations, then the final relative error and the total mass sum_i p_i.
+Prints a header naming the columns, then ``iteration  max_i |x_i/p_i - xbar| / |xbar|`` (the
+worst agent's relative error) at the start and every ``--report-every`` iterations; then a
+last line with the final relative error (after a last collect of what is still in the
+buffers) and the total mass sum_i p_i, saying whether every agent holds the average and
+whether mass was lost.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from _common import TOPOLOGIES, finish, report
+from _common import TOPOLOGIES, digits, finish, header, levelled, report
 
 import fogsim as fs
 
@@ -32,20 +35,55 @@ def relative_error(x, p, xbar) -> float:
     return float(np.max(fs.global_view(err)))
 
 
+def verdict(final: float, curve: list[float], mass: float, n: int) -> str:
+    """Return the last line: the final error and mass, and what they mean."""
+    start = curve[0]
+    if final <= 1e-6:
+        meaning = f"every agent's x/p is the average of the initial vectors, {digits(final)}"
+    elif final < start and levelled(curve):
+        meaning = "x/p stopped approaching the average before reaching it"
+    elif final < start:
+        meaning = "x/p is approaching the average but not there yet (run more --iters)"
+    else:
+        meaning = "x/p did not approach the average: the run does not converge"
+    lost = abs(mass - n) > 1e-9 * n
+    kept = "mass was lost (lost messages carry it away)" if lost else "no mass was lost"
+    return (
+        f"final relative error {final:.3e} ({start:.2e} at the start), total mass "
+        f"sum(p) = {mass!r} (n = {n}): {meaning}, and {kept}"
+    )
+
+
 def main(argv: list[str] | None = None) -> dict:
     import argparse
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--size", type=int, default=None, help="simulated agents (default 16)")
-    p.add_argument("--topology", choices=list(TOPOLOGIES), default="exp2")
-    p.add_argument("--iters", type=int, default=200)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--size",
+        type=int,
+        default=None,
+        help="simulated agents (default FOGSIM_SIZE, else 16); under fogrun -np N: N",
+    )
+    p.add_argument(
+        "--topology", choices=list(TOPOLOGIES), default="exp2", help="default %(default)s"
+    )
+    p.add_argument("--iters", type=int, default=200, help="iterations (default %(default)s)")
     p.add_argument("--dim", type=int, default=4, help="length of each agent's vector")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--activation", choices=["all", "one", "bernoulli", "speeds"], default="all")
+    p.add_argument("--seed", type=int, default=0, help="seed of the data and the asynchrony")
+    p.add_argument(
+        "--activation",
+        choices=["all", "one", "bernoulli", "speeds"],
+        default="all",
+        help="which agents act in a round (simulated; default %(default)s: lock-step)",
+    )
     p.add_argument("--p-active", type=float, default=0.5, help="for --activation bernoulli")
     p.add_argument("--max-delay", type=int, default=0, help="rounds a message may be late")
     p.add_argument("--loss", type=float, default=0.0, help="probability a message is lost")
-    p.add_argument("--report-every", type=int, default=20)
+    p.add_argument(
+        "--report-every", type=int, default=20, help="print a row every this many iterations"
+    )
     p.add_argument(
         "--lockstep",
         action="store_true",
@@ -79,7 +117,9 @@ def main(argv: list[str] | None = None) -> dict:
     fs.set_win_ops_with_associated_p(True)
     fs.win_create(x, "x", zero_init=True)
     sync = fs.barrier if args.lockstep else (lambda: None)
-    curve = []
+    header("max_i |x_i/p_i - xbar| / |xbar| (the worst agent's relative error)")
+    curve = [relative_error(x, fs.win_associated_p("x"), xbar)]
+    report(0, curve[0])
     for k in range(1, args.iters + 1):
         fs.win_accumulate(x, "x", self_weight=share, dst_weights=dst, require_mutex=True)
         sync()
@@ -94,12 +134,10 @@ def main(argv: list[str] | None = None) -> dict:
         np.ravel(fs.allreduce(np.asarray(fs.win_associated_p("x"))[..., None], average=False))[0]
     )
     final = relative_error(x, fs.win_associated_p("x"), xbar)
-    if fs.is_main_process():
-        print(f"final relative error {final:.3e}, total mass sum(p) = {mass!r} (n = {n})")
     estimate = x / np.asarray(fs.win_associated_p("x"))[..., None]
     fs.win_free()
     args.topology = f"{args.topology}, asynchronous push-sum"
-    finish(args, estimate, curve, "max relative error of x/p")
+    finish(args, estimate, curve, "max relative error of x/p", verdict(final, curve, mass, n))
     return {"error": final, "mass": mass, "curve": curve}
 
 

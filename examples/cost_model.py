@@ -9,10 +9,13 @@ figures are illustrative): ring, two-level and decomposed (BlueConnect) all-redu
 neighbor allreduce on the exponential-2 graph, the average step of the one-peer
 exponential-2 schedule, and hierarchical neighbor allreduce over the exponential-2 graph
 of machines. Every GPU of a machine shares the machine's uplink (``fogsim.hierarchy.cost``).
+It prints a title, a header naming the columns, a row per number of GPUs (ms per op), and a
+line naming the cheapest and the dearest op at the most GPUs.
 
 Part 2 attaches the model to a simulated run of decentralized gradient descent on 16
-agents (2 machines of 8) and prints the modelled communication time per iteration next to
-the consensus error, for a flat and a hierarchical neighbor allreduce.
+agents (2 machines of 8) and, for a flat and a hierarchical neighbor allreduce, prints the
+modelled communication time per iteration, then a header and rows ``iteration  consensus
+error  communication (us)`` at a few iterations; the last line compares the two.
 """
 
 from __future__ import annotations
@@ -35,6 +38,14 @@ def scaling(gpus_per_machine: int, mib: float, out: str | None) -> list[dict]:
     print(f"{'GPUs':>6} " + " ".join(f"{k:>13}" for k in COLUMNS))
     for row in rows:
         print(f"{row['gpus']:>6} " + " ".join(f"{1e3 * row[k]:>13.3f}" for k in COLUMNS))
+    largest = rows[-1]
+    cheapest = min(COLUMNS, key=lambda k: largest[k])
+    dearest = max(COLUMNS, key=lambda k: largest[k])
+    print(
+        f"at {largest['gpus']} GPUs the cheapest op is {cheapest} "
+        f"({1e3 * largest[cheapest]:.3f} ms), the dearest {dearest} "
+        f"({1e3 * largest[dearest]:.3f} ms)"
+    )
     if out:
         import matplotlib
 
@@ -48,7 +59,7 @@ def scaling(gpus_per_machine: int, mib: float, out: str | None) -> list[dict]:
 
 def simulated_run(dim: int, iters: int = 30) -> dict[str, list[float]]:
     """Run DGD on least squares, 16 agents as 2 machines of 8, with the cost model attached."""
-    out = {}
+    out, final = {}, {}
     for mode in ("neighbor_allreduce", "hierarchical_neighbor_allreduce"):
         fs.init(backend="sim", size=16, local_size=8, seed=0, shards=1)  # all in this process
         meter = H.attach_cost_model(H.Network.cluster(8, 2))
@@ -66,19 +77,33 @@ def simulated_run(dim: int, iters: int = 30) -> dict[str, list[float]]:
             f"\n{mode}: modelled communication per iteration "
             f"{1e6 * meter.iterations[-1]:.1f} us, total {1e3 * meter.total:.3f} ms"
         )
-        for t in (0, iters // 2, iters - 1):
-            print(
-                f"  iteration {t:>3}  consensus error {errors[t]:.3e}  "
-                f"communication {1e6 * meter.iterations[t]:.1f} us"
-            )
+        print(f"{'iter':>5}  {'consensus error':>15}  {'communication (us)':>18}")
+        for t in (0, iters // 2, iters - 1):  # row k: after k iterations
+            print(f"{t + 1:5d}  {errors[t]:15.3e}  {1e6 * meter.iterations[t]:18.1f}")
         out[mode] = meter.iterations
+        final[mode] = (1e6 * meter.iterations[-1], errors[-1])
         fs.shutdown()
+    print(verdict(*final["neighbor_allreduce"], *final["hierarchical_neighbor_allreduce"]))
     return out
 
 
+def verdict(flat_us: float, flat_error: float, hier_us: float, hier_error: float) -> str:
+    """Return the last line: the two neighbor allreduces' cost and consensus error compared."""
+    ratio = hier_us / flat_us
+    cost = f"{ratio:.3g} times" if ratio >= 1 else f"{1 / ratio:.3g} times less than"
+    closer = "closer together than" if hier_error < flat_error else "no closer together than"
+    return (
+        f"per iteration the hierarchical neighbor allreduce is modelled at {hier_us:.1f} us, "
+        f"{cost} the flat one's {flat_us:.1f} us, and keeps the agents {closer} the flat one "
+        f"(consensus error {hier_error:.1e} against {flat_error:.1e})"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--gpus-per-machine", type=int, default=8)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--gpus-per-machine", type=int, default=8, help="default %(default)s")
     p.add_argument("--mib", type=float, default=64.0, help="message size per GPU (MiB)")
     p.add_argument("--dim", type=int, default=2000, help="model size of the simulated run")
     p.add_argument("--out", default="cost_model.png", help="figure file ('' for none)")

@@ -11,24 +11,26 @@ average gradient (y_i = grad f_i(x_i) at the start), and moves along it (ATC for
     python examples/gradient_tracking.py --topology one-peer-exp2 --plot gt.png
     fogrun -np 4 python examples/gradient_tracking.py             # one MPI process per agent
 
-Each line printed is ``iteration  mean_i ||x_i - x*||^2``; it falls to round-off on static
+Prints a header naming the columns, then ``iteration  mean_i ||x_i - x*||^2`` every 10
+iterations (row 0: the start, x_i = 0) and after the last; it falls to round-off on static
 and on dynamic (one-peer) topologies alike. Pass ``--grad-norm`` to print
-``||(1/n) sum_i grad f_i(xbar)||`` instead.
+``||(1/n) sum_i grad f_i(xbar)||`` instead. The last line says how far it fell and what
+that means.
 """
 
 from __future__ import annotations
 
-from _common import finish, parser, report_curve, setup
+from _common import DISTANCE, digits, distance_outcome, finish, outcome, parser, report_curve, setup
 
 from fogsim import algorithms as A
 
 
 def main(argv: list[str] | None = None) -> list[float]:
-    p = parser(__doc__.split("\n\n")[0])
+    p = parser(__doc__)
     p.add_argument("--rows", type=int, default=8, help="data rows per agent")
     p.add_argument("--dim", type=int, default=4, help="number of unknowns")
-    p.add_argument("--alpha", type=float, default=0.02, help="step size")
-    p.add_argument("--grad-norm", action="store_true", help="print the gradient norm")
+    p.add_argument("--alpha", type=float, default=0.02, help="step size (default %(default)s)")
+    p.add_argument("--grad-norm", action="store_true", help="print the gradient norm instead")
     p.set_defaults(iters=300)
     args = p.parse_args(argv)
     schedule = setup(args)
@@ -39,10 +41,20 @@ def main(argv: list[str] | None = None) -> list[float]:
     )
     if args.grad_norm:
         curve, ylabel = result.history["grad_norm"].tolist(), "||mean_i grad f_i(xbar)||"
+        column = f"{ylabel} (gradient norm at the agents' average)"
+        relative = curve[-1] / curve[0] if curve[0] else 0.0
+        verdict = outcome(
+            curve,
+            "gradient norm at the average",
+            args.iters,
+            reached=f"the agents' average is the optimum x*, {digits(relative)} of the gradient",
+            goal=1e-8,
+        )
     else:
         curve, ylabel = (result.history["distance"] ** 2).tolist(), "mean ||x_i - x*||^2"
-    report_curve(curve, every=10)
-    finish(args, result.x, curve, ylabel)
+        column, verdict = DISTANCE, distance_outcome(curve, args.iters)
+    report_curve(curve, column, every=10)
+    finish(args, result.x, curve, ylabel, verdict)
     return curve
 
 

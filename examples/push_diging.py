@@ -17,13 +17,15 @@ divides out the weight v_i it accumulated, as push-sum does (Nedic, Olshevsky an
 ``--topology random-push`` (the default): at every step each agent pushes to the next agent
 on a directed ring and to one more agent drawn at random (the same draw on every process,
 from ``--seed``), keeping one share for itself; the static topologies push along their
-edges. Each line printed is ``iteration  mean_i ||x_i - x*||^2``, which falls to round-off.
+edges. Prints a header naming the columns, then ``iteration  mean_i ||x_i - x*||^2`` every
+10 iterations (row 0: the start, x_i = 0) and after the last, which falls to round-off;
+then a last line saying how far it fell and what that means.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from _common import finish, parser, report_curve, setup
+from _common import DISTANCE, distance_outcome, finish, parser, report_curve, setup
 
 import fogsim as fs
 from fogsim import algorithms as A
@@ -44,10 +46,10 @@ def random_push(n: int, seed: int):
 
 
 def main(argv: list[str] | None = None) -> list[float]:
-    p = parser(__doc__.split("\n\n")[0], extra_topologies=("random-push",))
+    p = parser(__doc__, extra_topologies=("random-push",))
     p.add_argument("--rows", type=int, default=8, help="data rows per agent")
     p.add_argument("--dim", type=int, default=4, help="number of unknowns")
-    p.add_argument("--alpha", type=float, default=0.02, help="step size")
+    p.add_argument("--alpha", type=float, default=0.02, help="step size (default %(default)s)")
     p.set_defaults(iters=300, topology="random-push")
     args = p.parse_args(argv)
     schedule = setup(args)
@@ -57,8 +59,8 @@ def main(argv: list[str] | None = None) -> list[float]:
     problem = A.LeastSquares.random(args.rows, args.dim, seed=args.seed)
     result = A.push_diging(problem, args.alpha, args.iters, schedule, progress=args.progress)
     curve = (result.history["distance"] ** 2).tolist()
-    report_curve(curve, every=10)
-    finish(args, result.x, curve, "mean ||x_i - x*||^2")
+    report_curve(curve, DISTANCE, every=10)
+    finish(args, result.x, curve, "mean ||x_i - x*||^2", distance_outcome(curve, args.iters))
     return curve
 
 

@@ -15,10 +15,12 @@ boundary (one row from each side for the ring). The error is reduced with ``fs.a
 (P partial sums), never gathered, so the lines printed are those of one process, up to the
 last digits of those sums.
 
-Every ``--every`` iterations it prints ``iteration  consensus error``, the error being
-sqrt(mean_i ||x_i - xbar||^2) with xbar the initial average, which W keeps (it is doubly
-stochastic for both topologies); then the steps per second of the loop (the error's
-reductions excluded), then one line per process: its block of agents and its peak memory.
+Prints a title and a header naming the columns, then ``iteration  consensus error`` at the
+start and every ``--every`` iterations, the error being sqrt(mean_i ||x_i - xbar||^2) with
+xbar the initial average, which W keeps (it is doubly stochastic for both topologies); then
+the steps per second of the loop (the error's reductions excluded), and a last line saying
+how far the error fell and what that means. Each process also writes one line to stderr:
+its block of agents and its peak memory.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+from _common import header, outcome, say
 
 import fogsim as fs
 from fogsim import _settings
@@ -78,12 +81,16 @@ def peak_memory_mib() -> float:
 
 
 def main(argv: list[str] | None = None) -> list[float]:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument(
         "--agents", type=int, help="default FOGSIM_SIZE (fogrun --sim -np N), else 1000000"
     )
-    p.add_argument("--iters", type=int, default=100)
-    p.add_argument("--topology", choices=list(TOPOLOGIES), default="ring")
+    p.add_argument("--iters", type=int, default=100, help="iterations (default %(default)s)")
+    p.add_argument(
+        "--topology", choices=list(TOPOLOGIES), default="ring", help="default %(default)s"
+    )
     p.add_argument("--dim", type=int, default=8, help="length of each agent's vector")
     p.add_argument("--every", type=int, default=20, help="print the error every this many")
     args = p.parse_args(argv)
@@ -94,24 +101,33 @@ def main(argv: list[str] | None = None) -> list[float]:
     x = fs.local(start(args.dim), jit=True)
     xbar = fs.allreduce(x)[0].copy()  # the average; a copy, not a view of the stacked result
     errors, seconds = [consensus_error(x, xbar)], 0.0
-    if fs.is_main_process():
-        print(f"{n} agents, {args.topology}, d = {args.dim}", flush=True)
-        print(f"{0:5d}  {errors[0]:.12e}", flush=True)
+    say(f"sharded consensus: {n} agents, {args.topology}, d = {args.dim}")
+    header("consensus error (RMS distance of the agents' vectors to their average)")
+    say(f"{0:5d}  {errors[0]:.12e}")
     for k in range(1, args.iters + 1):
         tic = time.perf_counter()
         x = fs.neighbor_allreduce(x)  # x_i <- sum_j W_ij x_j, boundary rows moved if sharded
         seconds += time.perf_counter() - tic
         if k % args.every == 0 or k == args.iters:
             errors.append(consensus_error(x, xbar))
-            if fs.is_main_process():
-                print(f"{k:5d}  {errors[-1]:.12e}", flush=True)
-    if fs.is_main_process():
-        print(f"{args.iters / seconds:.1f} steps/s", flush=True)
-    # One write per process: whole lines, in whichever order the processes finish.
-    sys.stdout.write(
+            say(f"{k:5d}  {errors[-1]:.12e}")
+    say(f"speed: {args.iters / seconds:.1f} steps/s")
+    # One write per process, on stderr: whole lines, in whichever order the processes finish.
+    sys.stderr.write(
         f"agents {ranks[0]}..{ranks[-1]} ({len(ranks)}): peak memory {peak_memory_mib():.0f} MiB\n"
     )
-    sys.stdout.flush()
+    sys.stderr.flush()
+    say(
+        outcome(
+            errors,
+            "consensus error",
+            args.iters,
+            reached=f"every agent holds the average of the initial vectors, to within "
+            f"{errors[-1]:.1e} (RMS)",
+            goal=1e-6,
+            floor="the agents stopped approaching the average before agreeing on it",
+        )
+    )
     fs.shutdown()
     return errors
 

@@ -9,9 +9,13 @@ import numpy as np
 import pytest
 
 from tests import _jobs
+from tests.example_output import table
 
 ROOT = _jobs.ROOT
-FINAL = re.compile(r"final relative error (\S+), total mass sum\(p\) = (\S+) \(n = (\d+)\)")
+FINAL = re.compile(
+    r"final relative error (\S+) \(\S+ at the start\), total mass sum\(p\) = (\S+) "
+    r"\(n = (\d+)\): (.*)"
+)
 
 
 def run(tmp_path: Path, mode: list[str], n: int, *options: str) -> tuple[float, float, np.ndarray]:
@@ -27,8 +31,17 @@ def run(tmp_path: Path, mode: list[str], n: int, *options: str) -> tuple[float, 
     ).check()
     found = FINAL.findall(done.stdout)
     assert len(found) == 1, done.stdout[-2000:]  # printed once per job
-    error, mass, size = found[0]
+    error, mass, size, meaning = found[0]
     assert int(size) == n
+    assert table(done.stdout).last.endswith(meaning)  # the last line, a header above the rows
+    if float(error) <= 1e-6:
+        assert meaning.startswith("every agent's x/p is the average of the initial vectors")
+    else:
+        assert "x/p" in meaning and "average" in meaning and "every agent" not in meaning
+    kept = float(mass) == pytest.approx(n, rel=1e-9)
+    assert meaning.endswith(
+        "no mass was lost" if kept else "mass was lost (lost messages carry it away)"
+    )
     return float(error), float(mass), np.load(out)
 
 

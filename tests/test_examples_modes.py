@@ -1,5 +1,6 @@
 """The examples give the same numbers simulated (fogrun --sim), under MPI (fogrun) and as
-per-agent threads of one process (fogrun --spmd)."""
+per-agent threads of one process (fogrun --spmd), and print the same header and last line,
+once per job."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests import _jobs
+from tests.example_output import Table, table, wording
 
 ROOT = _jobs.ROOT
 CONFIGS = [
@@ -22,9 +24,17 @@ CONFIGS = [
 def fogrun(
     tmp_path: Path, mode: list[str], n: int, example: str, topology: str, *options: str
 ) -> np.ndarray:
+    """Run ``example`` under ``fogrun -np n *mode``; return every agent's final value."""
+    return run(tmp_path, mode, n, example, topology, *options)[0]
+
+
+def run(
+    tmp_path: Path, mode: list[str], n: int, example: str, topology: str, *options: str
+) -> tuple[np.ndarray, Table]:
+    """Run ``example`` under ``fogrun -np n *mode``; return the final values and the output."""
     how = mode[0].strip("-") if mode else "mpi"
     out = tmp_path / f"{example}-{how}-{n}-{topology}.npy"
-    run = _jobs.fogrun(
+    job = _jobs.fogrun(
         n,
         str(ROOT / "examples" / f"{example}.py"),
         "--topology",
@@ -37,18 +47,25 @@ def fogrun(
         options=tuple(mode),
         timeout=120,
     ).check()
-    lines = [ln for ln in run.stdout.splitlines() if ln.strip() and ln.split()[0].isdigit()]
+    lines = [ln for ln in job.stdout.splitlines() if ln.strip() and ln.split()[0].isdigit()]
     assert lines and len(set(lines)) == len(lines), "progress must be printed once per job"
-    return np.load(out)
+    return np.load(out), table(job.stdout)
+
+
+def same_output(*outputs: Table) -> None:
+    """The same header, and the same last line up to the last digits, in every mode."""
+    assert len({out.header for out in outputs}) == 1, [out.header for out in outputs]
+    assert len({wording(out.last) for out in outputs}) == 1, [out.last for out in outputs]
 
 
 @pytest.mark.mpi
 @pytest.mark.parametrize("example", ["consensus", "dgd"])
 @pytest.mark.parametrize(("n", "topology"), CONFIGS)
 def test_example_same_numbers_in_both_modes(tmp_path, example, n, topology):
-    simulated = fogrun(tmp_path, ["--sim"], n, example, topology)
-    distributed = fogrun(tmp_path, [], n, example, topology)
-    threads = fogrun(tmp_path, ["--spmd"], n, example, topology)
+    simulated, printed = run(tmp_path, ["--sim"], n, example, topology)
+    distributed, printed_mpi = run(tmp_path, [], n, example, topology)
+    threads, printed_spmd = run(tmp_path, ["--spmd"], n, example, topology)
+    same_output(printed, printed_mpi, printed_spmd)
     assert simulated.shape[0] == n
     np.testing.assert_allclose(distributed, simulated, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(threads, simulated, rtol=1e-12, atol=1e-14)
@@ -68,9 +85,10 @@ OTHERS = {
 @pytest.mark.parametrize("example", list(OTHERS))
 def test_other_examples_same_numbers_in_both_modes(tmp_path, example):
     topology, *options = OTHERS[example]
-    simulated = fogrun(tmp_path, ["--sim"], 4, example, topology, *options)
-    distributed = fogrun(tmp_path, [], 4, example, topology, *options)
-    threads = fogrun(tmp_path, ["--spmd"], 4, example, topology, *options)
+    simulated, printed = run(tmp_path, ["--sim"], 4, example, topology, *options)
+    distributed, printed_mpi = run(tmp_path, [], 4, example, topology, *options)
+    threads, printed_spmd = run(tmp_path, ["--spmd"], 4, example, topology, *options)
+    same_output(printed, printed_mpi, printed_spmd)
     assert simulated.shape[0] == 4
     np.testing.assert_allclose(distributed, simulated, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(threads, simulated, rtol=1e-12, atol=1e-14)
@@ -83,8 +101,11 @@ def test_local_solver_gives_the_same_numbers_compiled_and_uncompiled(tmp_path):
     for name, flags in {"jit": [], "no-jit": ["--no-jit"]}.items():
         out = tmp_path / f"{name}.npy"
         options = ["--agents", "64", "--iters", "5", "--save", str(out), *flags]
-        _jobs.python(script, *options, timeout=300).check()
+        job = _jobs.python(script, *options, timeout=300).check()
         saved[name] = np.load(out)
+        printed = table(job.stdout)  # as a user runs it
+        assert printed.header.split()[:2] == ["iter", "mean_i"] and len(printed.rows[0]) == 5
+        assert "||grad F(xbar)|| fell from" in printed.last, job.stdout
     assert saved["jit"].shape == (64, 3)
     np.testing.assert_allclose(saved["no-jit"], saved["jit"], rtol=1e-12, atol=1e-14)
 

@@ -13,6 +13,7 @@ import fogsim as fs
 from fogsim import topology as T
 from fogsim.demos import fish_school as fish
 from tests import _jobs, environment
+from tests.example_output import table
 
 ROOT = Path(__file__).parent.parent
 EXAMPLE = ROOT / "examples" / "fish_school.py"
@@ -228,6 +229,7 @@ def fogrun(tmp_path: Path, mode: list[str], n: int, extra: list[str]) -> np.ndar
         n, str(EXAMPLE), "--save", str(out), *extra, options=tuple(mode), timeout=120
     ).check()
     assert run.stdout.count(f"{n} fish, ") == 1, "the report must be printed once per job"
+    assert table(run.stdout).last.startswith(f"at step {extra[1]} the fish's shared")
     return np.load(out)
 
 

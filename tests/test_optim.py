@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests import environment
+from tests.example_output import table
 
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
@@ -545,7 +546,11 @@ def test_example_reaches_95_percent_test_accuracy(capsys):
     example = environment.load_example("decentralized_training")
     results = example.main(["--no-progress"])
     printed = capsys.readouterr().out
-    assert printed.count("epoch  15") == 3 and "final test accuracy" in printed
+    assert table(printed, label_columns=1).header.split()[:3] == ["method", "epoch", "loss"]
+    rows = [line.split() for line in printed.splitlines()]
+    last_epoch = [row[0] for row in rows if len(row) == 5 and row[1] == "15"]
+    assert last_epoch == list(example.METHODS) and "final test accuracy" in printed
+    assert printed.splitlines()[-1].startswith("after 15 epochs the mean test accuracy is")
     for method in example.METHODS:
         assert results[method]["accuracy"][-1] >= 0.95, (method, results[method])
         assert results[method]["worst_accuracy"][-1] >= 0.94, method

@@ -7,10 +7,11 @@ fogsim, unchanged, with
     fogrun --bluefog -np 4 python examples/bluefog/average_consensus.py
     fogrun --bluefog --spmd -np 8 python examples/bluefog/average_consensus.py --topology ring
 
-Rank 0 prints the mean squared distance to the average every few iterations and, at the
-end, ``converged: True`` when it fell below ``--tol``. ``--dynamic`` uses BlueFog's one-peer
-exponential-2 schedule (one in- and one out-neighbour per iteration, ``dst_weights`` and
-``src_weights`` given per call).
+Rank 0 prints a header naming the columns, then ``iteration  mse`` every 10 iterations (the
+mean squared distance of the ranks' vectors to the average after that many iterations) and,
+last, ``converged: True`` when it fell below ``--tol`` (``False`` otherwise), with what that
+means. ``--dynamic`` uses BlueFog's one-peer exponential-2 schedule (one in- and one
+out-neighbour per iteration, ``dst_weights`` and ``src_weights`` given per call).
 """
 
 import argparse
@@ -43,6 +44,8 @@ x_bar = bf.allreduce(x, average=True, name="x_bar")
 peers = topology_util.GetDynamicOnePeerSendRecvRanks(bf.load_topology(), bf.rank())
 
 mse = []
+if bf.rank() == 0:
+    sys.stdout.write(" iter  mse (mean squared distance of the ranks' vectors to the average)\n")
 for it in range(args.max_iters):
     if args.dynamic:
         send_ranks, recv_ranks = next(peers)
@@ -57,9 +60,18 @@ for it in range(args.max_iters):
         x = bf.neighbor_allreduce(x, name="x")
     mse.append(bf.allreduce(torch.mean((x - x_bar) ** 2), average=True, name="mse").item())
     if bf.rank() == 0 and (it % 10 == 0 or it == args.max_iters - 1):
-        sys.stdout.write(f"iteration {it:3d}  mse {mse[-1]:.3e}\n")
+        sys.stdout.write(f"{it + 1:5d}  {mse[-1]:.3e}\n")
 
 if bf.rank() == 0:
-    sys.stdout.write(f"converged: {mse[-1] < args.tol}\n")
+    converged = mse[-1] < args.tol
+    meaning = (
+        "every rank holds the global average"
+        if converged
+        else "the ranks do not hold the global average yet"
+    )
+    sys.stdout.write(
+        f"converged: {converged}: after {args.max_iters} iterations the mse is {mse[-1]:.1e}, "
+        f"{'below' if converged else 'not below'} --tol {args.tol:g}: {meaning}\n"
+    )
 bf.barrier()
 bf.shutdown()

@@ -10,8 +10,10 @@ estimate approaches the exact minimizer, which rank 0 computes from all the data
 
     fogrun --bluefog -np 4 python examples/bluefog/push_sum_least_squares.py
 
-Rank 0 prints the relative errors (its own, the worst rank's) and ``converged: True`` when the
-worst rank's relative error is below ``--tol``.
+Rank 0 prints a header naming the columns, then ``iteration  error`` every 100 iterations
+and after the last (the worst rank's relative error ||x_i - x*|| / ||x*||), the final
+relative errors (its own, the worst rank's) and, last, ``converged: True`` when the worst
+rank's relative error is below ``--tol`` (``False`` otherwise), with what that means.
 """
 
 import argparse
@@ -45,6 +47,16 @@ share = 1.0 / (len(outs) + 1)
 z = torch.zeros(args.dim + 1, dtype=torch.double)  # [x * p, p]
 z[-1] = 1.0
 bf.win_create(z, name="z", zero_init=True)
+
+
+def worst_error() -> float:
+    """Return the largest relative error ||x_i - x*|| / ||x*|| over the ranks."""
+    error = (torch.norm(z[:-1] / z[-1] - x_star) / torch.norm(x_star)).item()
+    return bf.allgather(torch.tensor([error]), name="errors").max().item()
+
+
+if bf.rank() == 0:
+    sys.stdout.write(" iter  ||x_i - x*|| / ||x*|| (the worst rank's relative error)\n")
 for it in range(args.max_iters):
     x = z[:-1] / z[-1]
     grad = A.t() @ (A @ x - b)
@@ -59,12 +71,25 @@ for it in range(args.max_iters):
     bf.barrier()
     bf.win_update_then_collect(name="z")
     bf.barrier()
+    if (it + 1) % 100 == 0 or it + 1 == args.max_iters:
+        worst = worst_error()
+        if bf.rank() == 0:
+            sys.stdout.write(f"{it + 1:5d}  {worst:.3e}\n")
 
 x = z[:-1] / z[-1]
 error = (torch.norm(x - x_star) / torch.norm(x_star)).item()
 worst = bf.allgather(torch.tensor([error]), name="errors").max().item()
 if bf.rank() == 0:
     sys.stdout.write(f"relative error: rank 0 {error:.3e}, worst rank {worst:.3e}\n")
-    sys.stdout.write(f"converged: {worst < args.tol}\n")
+    converged = worst < args.tol
+    meaning = (
+        "every rank's estimate is near the least-squares solution x*"
+        if converged
+        else "some rank's estimate is still far from the least-squares solution x*"
+    )
+    sys.stdout.write(
+        f"converged: {converged}: the worst rank's relative error {worst:.1e} is "
+        f"{'below' if converged else 'not below'} --tol {args.tol:g}: {meaning}\n"
+    )
 bf.win_free()
 bf.shutdown()

@@ -9,9 +9,10 @@ state (``bf.broadcast_optimizer_state``). Run it on fogsim, unchanged, with
 
     fogrun --bluefog -np 4 python examples/bluefog/synthetic_mnist.py
 
-Every epoch rank 0 prints the mean training loss and the test accuracy averaged over ranks;
-at the end ``consensus distance`` (the largest gap between a rank's parameters and their
-average) and ``accuracy ok: True`` when the mean test accuracy reached ``--min-accuracy``.
+Rank 0 prints a header naming the columns, then every epoch the mean training loss and the
+test accuracy averaged over ranks; at the end ``consensus distance`` (the largest gap
+between a rank's parameters and their average) and, last, ``accuracy ok: True`` when the
+mean test accuracy reached ``--min-accuracy`` (``False`` otherwise), with what that means.
 """
 
 import argparse
@@ -64,6 +65,8 @@ bf.broadcast_parameters(model.state_dict(), root_rank=0)
 bf.broadcast_optimizer_state(optimizer, root_rank=0)
 optimizer = bf.DistributedAdaptWithCombineOptimizer(optimizer, model=model)
 
+if bf.rank() == 0:
+    sys.stdout.write("epoch  training loss  test accuracy (mean over ranks)\n")
 for epoch in range(args.epochs):
     model.train()
     total = 0.0
@@ -79,12 +82,18 @@ for epoch in range(args.epochs):
         accuracy = (model(test_x).argmax(1) == test_y).double().mean()
     stats = bf.allreduce(torch.tensor([total / args.samples, accuracy.item()]), name="stats")
     if bf.rank() == 0:
-        sys.stdout.write(f"epoch {epoch}  loss {stats[0]:.4f}  test accuracy {stats[1]:.3f}\n")
+        sys.stdout.write(f"{epoch + 1:5d}  {stats[0]:13.4f}  {stats[1]:13.3f}\n")
 
 flat = torch.cat([p.detach().flatten() for p in model.parameters()])
 gap = torch.norm(flat - bf.allreduce(flat, name="mean_params"))
 worst_gap = bf.allgather(gap.reshape(1), name="gaps").max().item()
 if bf.rank() == 0:
     sys.stdout.write(f"consensus distance {worst_gap:.3e}\n")
-    sys.stdout.write(f"accuracy ok: {stats[1].item() >= args.min_accuracy}\n")
+    accuracy = stats[1].item()
+    ok = accuracy >= args.min_accuracy
+    sys.stdout.write(
+        f"accuracy ok: {ok}: after {args.epochs} epochs the ranks' mean test accuracy is "
+        f"{accuracy:.3f}, {'at least' if ok else 'below'} --min-accuracy {args.min_accuracy:g}"
+        f"{': decentralized training learned the task' if ok else ''}\n"
+    )
 bf.shutdown()
