@@ -231,11 +231,12 @@ def __dir__() -> list[str]:
 
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
-# A rank of a fogrun job reports its uncaught exception to fogrun, which prints each distinct
-# error once (fogsim.run._errors); elsewhere nothing changes.
+# A rank of a fogrun job reports its uncaught exception, its warnings and its exit status to
+# fogrun, which prints each distinct error and warning once (fogsim.run._hooks); elsewhere
+# nothing changes.
 from . import _settings as _fogsim_settings  # noqa: E402 - light: no numpy
 
 if _fogsim_settings.environ().get("FOGSIM_RANK_DIR"):  # set by fogrun for its ranks only
-    from .run import _errors as _run_errors
+    from .run import _hooks as _run_hooks
 
-    _run_errors.install_from_environ(_fogsim_settings.environ())
+    _run_hooks.install_from_environ(_fogsim_settings.environ())

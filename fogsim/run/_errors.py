@@ -2,11 +2,14 @@
 
 Under ``fogrun`` (``FOGSIM_RANK_DIR`` set, and a rank given by the MPI launcher), each rank
 starts in `fogsim.run._rank`, which replaces ``sys.excepthook`` before the program's first
-line (``import fogsim`` does the same for a program fogrun could not start that way, e.g.
-one already run through ``python -m mpi4py`` or another interpreter): an uncaught exception is
+line (`fogsim.run._hooks`; ``import fogsim`` does the same for a program fogrun could not
+start that way, e.g. one already run through ``python -m mpi4py`` or another interpreter):
+an uncaught exception is
 written to ``FOGSIM_RANK_DIR/error-<rank>.json`` instead of being printed (and printed as
 well when ``fogrun --verbose`` asked for it, or when the report cannot be written). The
-rank then ends as before: ``python -m mpi4py`` aborts the job.
+rank then ends as before: ``python -m mpi4py`` aborts the job. The one process of
+``fogrun --sim`` or ``--spmd`` (no rank) prints its exceptions itself, but for the
+``KeyboardInterrupt`` of fogrun's Ctrl-C, which fogrun tells in one line.
 
 When the job has ended, fogrun reads the reports, groups those of the same exception (the
 same type and message, raised at the same lines) and prints each group once::
@@ -29,42 +32,44 @@ import traceback
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["VERBOSE_NAME", "install", "install_from_environ", "rank_ranges", "read", "summary"]
+from . import _status
+
+__all__ = ["INTERRUPTED_NAME", "VERBOSE_NAME", "install", "rank_ranges", "read", "summary"]
 
 #: A file in ``FOGSIM_RANK_DIR`` whose presence asks the ranks to print their tracebacks too.
 VERBOSE_NAME = "verbose"
+#: A file in ``FOGSIM_RANK_DIR`` fogrun writes when Ctrl-C reaches it, before it passes the
+#: SIGINT on: the ``KeyboardInterrupt`` that follows is fogrun's to tell.
+INTERRUPTED_NAME = "interrupted"
 _PREFIX = "error-"
 # Frames of the machinery that runs the script, left out of a report: runpy, mpi4py and
 # fogsim.run._rank.
 _RUNNER_FILES = ("<frozen runpy>", os.sep + "runpy.py", os.path.join("fogsim", "run", "_rank.py"))
 _RUNNER_DIR = os.sep + "mpi4py" + os.sep
-# The launchers' variables holding the rank (as in fogsim._settings).
-_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK")
 _installed: dict[str, Any] = {}
 
 
-def install(rank_dir: str, rank: int) -> None:
-    """Make this process report its uncaught exception to the fogrun watching ``rank_dir``."""
+def install(rank_dir: str, rank: int | None) -> None:
+    """Make this process report its uncaught exception to the fogrun watching ``rank_dir``
+    (``rank`` None: the one process of a job without ranks, which prints it but for the
+    ``KeyboardInterrupt`` of fogrun's Ctrl-C)."""
     if not _installed:
         _installed["previous"] = sys.excepthook
         sys.excepthook = _hook
-    _installed.update(rank_dir=rank_dir, rank=int(rank))
-
-
-def install_from_environ(environ: Any = None) -> None:
-    """:func:`install` when ``FOGSIM_RANK_DIR`` and a launcher's rank variable are set."""
-    env = os.environ if environ is None else environ
-    rank_dir = env.get("FOGSIM_RANK_DIR", "").strip()
-    for name in _RANK_VARS:
-        with contextlib.suppress(ValueError):
-            if rank_dir and name in env:
-                install(rank_dir, int(env[name]))
-                return
+    _installed.update(rank_dir=rank_dir, rank=None if rank is None else int(rank))
 
 
 def _hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
     previous = _installed.get("previous", sys.__excepthook__)
     rank_dir, rank = _installed["rank_dir"], _installed["rank"]
+    if rank is None:
+        interrupted = issubclass(kind, KeyboardInterrupt) and os.path.exists(
+            os.path.join(rank_dir, INTERRUPTED_NAME)
+        )
+        if not interrupted or os.path.exists(os.path.join(rank_dir, VERBOSE_NAME)):
+            previous(kind, value, tb)
+        return
+    _status.record(value)  # where the bootstrap did not record it already
     try:
         report = _report(kind, value, tb, rank)
         path = os.path.join(rank_dir, f"{_PREFIX}{rank}.json")

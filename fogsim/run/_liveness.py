@@ -8,7 +8,9 @@ an uncaught exception (which ``python -m mpi4py`` turns into an abort of the job
 kernel closes a dead process's socket at the moment it dies, so the first connection
 that fails or ends without a goodbye is the rank that ended the job. Events seen in the
 same wake-up of the watcher cannot be ordered; :meth:`Watch.first_dead` then returns
-all of them.
+all of them. The goodbye leaves the connection open until the process has ended (MPI's
+finalization, or abort, comes after it), so an open connection is a rank still running
+(:meth:`Watch.alive`), which fogrun ends before it returns.
 
 Best effort throughout: a rank that cannot connect runs on, and fogrun falls back on the
 process ids the MPI launcher reports.
@@ -31,18 +33,19 @@ __all__ = ["SOCKET_NAME", "Watch", "record", "report_alive"]
 SOCKET_NAME = "alive"
 _BYE, _FAILED = b"bye\n", b"failed\n"
 _kept: list[socket.socket] = []  # the rank's connection, open until the process ends
+_detached: list[int] = []  # ... and its descriptor after the goodbye
 
 
 def record(rank_dir: str, rank: int) -> None:
     """Write this process's rank to ``rank_dir/<pid>`` (for the launcher's reports) and
     keep a socket to fogrun open while the process lives (best effort); report an uncaught
-    exception to fogrun (`fogsim.run._errors`)."""
+    exception, warnings and the exit status to fogrun (`fogsim.run._hooks`)."""
     with contextlib.suppress(OSError), open(os.path.join(rank_dir, str(os.getpid())), "w") as f:
         f.write(str(int(rank)))
     report_alive(rank_dir, rank)
-    from ._errors import install
+    from ._hooks import install
 
-    install(rank_dir, rank)  # its uncaught exception goes to fogrun, printed once per error
+    install(rank_dir, rank)  # where the bootstrap and `import fogsim` could not tell the rank
 
 
 def report_alive(rank_dir: str, rank: int) -> None:
@@ -60,21 +63,30 @@ def report_alive(rank_dir: str, rank: int) -> None:
     _kept.append(sock)
     atexit.register(_goodbye, sock)
     if hasattr(os, "register_at_fork"):  # a forked child must not keep the rank "alive"
-        os.register_at_fork(after_in_child=lambda: _forget(sock))
+        os.register_at_fork(after_in_child=lambda: _forget(sock, in_child=True))
 
 
 def _goodbye(sock: socket.socket) -> None:
-    failed = getattr(sys, "last_value", None) is not None  # set by an uncaught exception
+    from ._status import recorded
+
+    # an uncaught exception sets sys.last_value; the bootstrap records sys.exit(n), n != 0
+    failed = getattr(sys, "last_value", None) is not None or bool(recorded())
     with contextlib.suppress(OSError):
         sock.sendall(_FAILED if failed else _BYE)
-    _forget(sock)
+    # open until the process is gone (the kernel closes it), not only until Python's exit
+    with contextlib.suppress(ValueError):
+        _kept.remove(sock)
+    _detached.append(sock.detach())
 
 
-def _forget(sock: socket.socket) -> None:
+def _forget(sock: socket.socket, in_child: bool = False) -> None:
     with contextlib.suppress(OSError):
         sock.close()
     with contextlib.suppress(ValueError):
         _kept.remove(sock)
+    while in_child and _detached:
+        with contextlib.suppress(OSError):
+            os.close(_detached.pop())
 
 
 class Watch:
@@ -82,6 +94,9 @@ class Watch:
 
     def __init__(self, rank_dir: str) -> None:
         self._rounds: list[list[tuple[int, int, str]]] = []  # (rank, pid, how) per wake-up
+        self._round_times: list[float] = []  # time.time() of each of those wake-ups
+        self._alive: dict[socket.socket, tuple[int, int]] = {}  # open: (rank, pid)
+        self._lock = threading.Lock()
         #: ``time.monotonic()`` when a rank first failed (an uncaught exception; None: none
         #: has). A rank gone without a goodbye may have called ``os._exit(0)``: not counted.
         self.failed_at: float | None = None
@@ -126,6 +141,7 @@ class Watch:
             known = [who for who in ended if who is not None]
             if known:
                 self._rounds.append(sorted(known))
+                self._round_times.append(time.time())
                 if self.failed_at is None and not stop and any(who[2] == "failed" for who in known):
                     self.failed_at = time.monotonic()
 
@@ -148,12 +164,18 @@ class Watch:
                 chunk = b""
             if not chunk:
                 said = buffers.pop(sock)
+                with self._lock:
+                    self._alive.pop(sock, None)
                 self._selector.unregister(sock)
                 sock.close()
                 if not said.endswith((_BYE, _FAILED)):
                     ended.append(_parse(said, "died"))
                 return
             buffers[sock] += chunk
+            hello = _parse(buffers[sock], "alive") if b"\n" in buffers[sock] else None
+            if hello is not None and sock not in self._alive:
+                with self._lock:
+                    self._alive[sock] = hello[:2]
             if buffers[sock].endswith(_FAILED):  # noted now: its abort ends the others
                 ended.append(_parse(buffers[sock], "failed"))
 
@@ -161,6 +183,16 @@ class Watch:
         """Return ``(rank, pid, how)`` of the rank(s) that ended the job: ``how`` is
         ``"failed"`` (an uncaught exception) or ``"died"`` (gone without a goodbye)."""
         return list(self._rounds[0]) if self._rounds else []
+
+    def first_dead_at(self) -> float | None:
+        """Return when (``time.time()``) :meth:`first_dead`'s ranks were seen gone."""
+        return self._round_times[0] if self._round_times else None
+
+    def alive(self) -> list[tuple[int, int]]:
+        """Return ``(rank, pid)`` of the ranks whose socket is still open: processes that
+        are certainly alive (a forked child closes its copy)."""
+        with self._lock:
+            return sorted(self._alive.values())
 
     def close(self) -> None:
         """Stop the thread (after the job ended: all the ranks' sockets are closed)."""

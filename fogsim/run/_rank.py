@@ -1,13 +1,14 @@
 """The first code a rank of a fogrun job runs: ``python -m mpi4py -m fogsim.run._rank PROGRAM``.
 
-It makes the rank report an uncaught exception to fogrun (`fogsim.run._errors`) from the
-program's first line on, so that an error raised before the program imports fogsim (a
-missing module, a bad argument) is also printed once for all ranks, and then runs
-``PROGRAM`` as Python would have: ``script.py [args]`` (the script's folder first on
-``sys.path``), ``-m module [args]``, ``-c code [args]`` or ``-`` (standard input). Only the
-standard library and the light `fogsim.run._errors` are imported before the program, and,
-under ``fogrun --bluefog`` (``FOGSIM_BLUEFOG`` set), fogsim's BlueFog module aliases
-(`fogsim.compat.bluefog.install`).
+It makes the rank report an uncaught exception and its warnings to fogrun
+(`fogsim.run._hooks`) from the program's first line on, so that an error or a warning raised
+before the program imports fogsim (a missing module, a bad argument) is also printed once for
+all ranks, and then runs ``PROGRAM`` as Python would have: ``script.py [args]`` (the script's
+folder first on ``sys.path``), ``-m module [args]``, ``-c code [args]`` or ``-`` (standard
+input). The status the program ends with (``sys.exit(n)``, an exception, Ctrl-C) is recorded
+for fogrun (`fogsim.run._status`) on its way out. Only the standard library and the light
+`fogsim.run._hooks` are imported before the program, and, under ``fogrun --bluefog``
+(``FOGSIM_BLUEFOG`` set), fogsim's BlueFog module aliases (`fogsim.compat.bluefog.install`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import runpy
 import sys
 
 from .. import _settings
-from . import _errors
+from . import _hooks, _status
 
 __all__ = ["main"]
 
@@ -26,7 +27,15 @@ USAGE = "usage: python -m fogsim.run._rank (script.py | -m module | -c code | -)
 
 def main(argv: list[str]) -> None:
     """Run the program ``argv`` (``sys.argv[1:]`` of this module) as ``__main__``."""
-    _errors.install_from_environ()
+    _hooks.install_from_environ(_settings.environ())
+    try:
+        _run(argv)
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt too: how the rank ends
+        _status.record(exc)
+        raise
+
+
+def _run(argv: list[str]) -> None:
     if _settings.environ().get("FOGSIM_BLUEFOG", "").strip():  # fogrun --bluefog
         from ..compat.bluefog import _alias
 
