@@ -468,13 +468,15 @@ def test_mpiexec_next_to_the_interpreter_comes_first(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("HYDRA build details:\n    Version:   5.0.2\n", (fr.MPICH, "5.0.2")),
+        # MPICH's own Hydra reports every process's exit status when asked
+        ("HYDRA build details:\n    Version:   5.0.2\n", (fr.MPICH, "5.0.2", True)),
+        ("Intel(R) MPI Library for Linux* OS, Version 2021.10", (fr.MPICH, "2021.10", False)),
         (
             "mpiexec (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/",
-            (fr.OPENMPI, "5.0.11"),
+            (fr.OPENMPI, "5.0.11", False),
         ),
-        ("mpiexec (OpenRTE) 4.1.2\n", (fr.OPENMPI, "4.1.2")),
-        ("something else", (fr.UNKNOWN, "")),
+        ("mpiexec (OpenRTE) 4.1.2\n", (fr.OPENMPI, "4.1.2", False)),
+        ("something else", (fr.UNKNOWN, "", False)),
     ],
 )
 @pytest.mark.skipif(os.name != "posix", reason="fake mpiexec is a shell script")
@@ -496,10 +498,7 @@ def test_detection_is_cached(monkeypatch):
         assert (
             _mpi._detect("/fake/mpiexec")
             == _mpi._detect("/fake/mpiexec")
-            == (
-                fr.OPENMPI,
-                "5.0.5",
-            )
+            == (fr.OPENMPI, "5.0.5", False)
         )
     finally:
         _mpi._detect.cache_clear()

@@ -11,7 +11,10 @@ it) is preferred to the one on ``PATH``; its implementation (MPICH, Open MPI 4 o
 from ``mpiexec --version``. Python commands run as ``python -m mpi4py ...`` so that an uncaught
 exception on one rank aborts the job. The child gets an argument list, never a shell string.
 When ranks fail, each distinct error is printed once, with the ranks that raised it and the
-traceback of the first, and the launchers' abort banners are left out (``--verbose``: all).
+traceback of the first, and the launchers' abort banners are left out; each warning the ranks
+raise alike is printed once, with their ranks, while the job runs; Ctrl-C prints one line
+and exits with 130 (``--verbose``: all of it, every rank's own). The exit status is the one
+of the rank that failed first (``sys.exit(n)``: n, an exception: 1, signal s: 128 + s).
 
 :func:`build_command` turns parsed :class:`Options` and an environment into the child's
 ``(argv, env)`` without running anything; :func:`main` is the console script.

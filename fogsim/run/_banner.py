@@ -1,8 +1,11 @@
 """Leave out the MPI launchers' abort banners from the job's output, passing the rest live.
 
-fogrun reports a failed job itself (each distinct error once, the rank that ended the job),
-so MPICH's ``Abort(1) on node 3 ...``/``BAD TERMINATION`` block and Open MPI's ``MPI_ABORT
-was invoked`` block only repeat it, in the launcher's words; ``fogrun --verbose`` keeps them.
+fogrun reports a failed or interrupted job itself (each distinct error once, the rank that
+ended the job, one line for Ctrl-C), so MPICH's ``Abort(1) on node 3 ...``/``BAD
+TERMINATION`` block, Hydra's ``Sending Ctrl-C to processes as requested``/``Press Ctrl-C
+again to force abort`` and Open MPI's ``MPI_ABORT was invoked`` block only repeat it, in the
+launcher's words; so does the ``Exit codes:`` report fogrun asks Hydra for
+(`fogsim.run._status`). ``fogrun --verbose`` keeps them.
 
 :class:`Filter` works on the bytes as they come: a line whose beginning cannot start a
 banner is passed on at once, even before its end arrives (progress bars stay live); only a
@@ -15,16 +18,21 @@ import re
 
 __all__ = ["Filter"]
 
-# One line each: MPICH's rank-side message, Hydra's "====" block and its epilogue, Open
-# MPI's help aggregation.
+# One line each: MPICH's rank-side message, Hydra's "====" block and its epilogue, Hydra's
+# Ctrl-C messages and exit codes, Open MPI's help aggregation.
 _LINES = re.compile(
     rb"^(Abort\(\d+\) on node \d+|application called MPI_Abort\(|\[cli_\d+\]: aborting job"
+    rb"|\[mpiexec@[^\]]*\] (Sending Ctrl-C to processes as requested|Press Ctrl-C again to "
+    rb"force abort|Exit codes: )"
     rb"|=+\s*$|=   |YOUR APPLICATION TERMINATED WITH THE EXIT STRING"
     rb"|This typically refers to a problem with your application\.\s*$"
     rb"|Please see the FAQ page for debugging suggestions\s*$"
     rb"|\[[^\]]*\] \d+ more process(es)? ha(s|ve) sent help message"
     rb"|\[[^\]]*\] Set MCA parameter \S+ to 0 to see all help|\x00+\s*$)"
 )
+# Hydra's exit codes of the processes of a further host, on the lines after "Exit codes:".
+_EXIT_CODES = re.compile(rb"^\[mpiexec@[^\]]*\] Exit codes: ")
+_MORE_EXIT_CODES = re.compile(rb"^\[[^\]]*\] -?\d+(,-?\d+)*\s*$")
 # Open MPI's blocks between two lines of dashes, told by their first line.
 _DASHES = re.compile(rb"^-{40,}\s*$")
 _BLOCK_FIRST = re.compile(
@@ -57,6 +65,7 @@ class Filter:
         self._dashes: bytes | None = None  # a line of dashes, held: a block may follow
         self._blank = b""  # an empty line, held: Hydra's block starts with one
         self._block: list[bytes] | None = None  # inside a banner block: its lines so far
+        self._exit_codes = False  # the last line was Hydra's exit codes
 
     def feed(self, chunk: bytes) -> bytes:
         """Return what of ``chunk`` (and of what was held) to pass on now."""
@@ -93,6 +102,10 @@ class Filter:
         return b"".join(held)
 
     def _line(self, line: bytes, out: list[bytes]) -> None:
+        after_codes, self._exit_codes = self._exit_codes, bool(_EXIT_CODES.match(line))
+        if after_codes and _MORE_EXIT_CODES.match(line):
+            self._exit_codes = True
+            return
         if self._block is not None:
             self._block.append(line)
             if _DASHES.match(line):  # the end of the banner: dropped

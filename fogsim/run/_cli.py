@@ -24,7 +24,16 @@ _EPILOG = """examples:
   fogrun --check-modes -np 4 python dgd.py --iters 20
   fogrun --bluefog -np 4 python bluefog_script.py
 
-Everything from the first word that is not a fogrun option on is the command."""
+Everything from the first word that is not a fogrun option on is the command.
+
+output and exit status (MPI jobs):
+  Each distinct error of the ranks is printed once, with the ranks that raised it; so is
+  each warning ("job.py:4: UserWarning (ranks 0-3): ..."), while the job runs, once every
+  rank has raised it (else 2 s after the last did). Ctrl-C prints one line and exits
+  with 130, leaving no rank running; a second Ctrl-C kills the job at once. The exit
+  status is that of the rank that failed first: n for sys.exit(n), 1 for an uncaught
+  exception, 128+s for a rank killed by signal s; 124 after --timeout. --verbose shows
+  every rank's tracebacks and warnings and the MPI launcher's own messages."""
 _WITH_VALUE = frozenset(
     {
         "-np",
@@ -165,8 +174,8 @@ def make_parser() -> argparse.ArgumentParser:
     add(
         "--verbose",
         action="store_true",
-        help="when ranks fail, show every rank's traceback "
-        "and the MPI launcher's abort messages (default: each distinct error once)",
+        help="show every rank's tracebacks and warnings and the MPI launcher's own "
+        "messages (default: each distinct error and warning once, one line for Ctrl-C)",
     )
     add(
         "--dry-run",

@@ -208,6 +208,8 @@ def _mpiexec_args(
     args = [mpi.mpiexec, "-n", str(processes)]
     if options.hosts:
         args += ["--host" if mpi.implementation == OPENMPI else "-hosts", options.hosts]
+    if mpi.exit_codes:  # how each rank ended: fogrun's exit status (fogsim.run._status)
+        args.append("-print-all-exitcodes")
     if mpi.implementation == OPENMPI:
         for name in _exported(env, changes):
             args += ["-x", name]

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from .. import _settings
-from . import _banner, _errors, _liveness, _mpi
+from . import _banner, _errors, _liveness, _mpi, _status, _warnings
 from ._cli import Options, parse_args
 from ._command import NO_MPI_MESSAGE, LaunchError, build_command, env_changes
 
@@ -29,36 +29,78 @@ _USAGE_EXIT_CODE = 2
 _NOT_FOUND_EXIT_CODE = 127
 # Seconds between SIGTERM (mpiexec cleans up its ranks) and SIGKILL to the process group.
 _KILL_GRACE = 3.0
+# Seconds ranks may outlive their launcher (Hydra's proxies end them) before fogrun does.
+_STRAY_GRACE = 2.0
 _FORWARDED = (signal.SIGINT, signal.SIGTERM)
 # Seconds the job may run on after a rank raised an uncaught exception before fogrun ends it.
 _FAILED_GRACE = 3.0
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    # The child leads its own process group (start_new_session), so this reaches mpiexec,
-    # its proxies and the ranks, and nothing of the caller's.
-    if not hasattr(os, "killpg"):  # pragma: no cover - Windows
-        proc.kill()
-        proc.wait()
-        return
-    for sig, grace in ((signal.SIGTERM, _KILL_GRACE), (signal.SIGKILL, None)):
+class _Job:
+    """The running job: its process, the ranks' sockets, the Ctrl-C presses so far."""
+
+    def __init__(
+        self, proc: subprocess.Popen[bytes], watch: _liveness.Watch, rank_dir: str
+    ) -> None:
+        self.proc = proc
+        self.watch = watch
+        self.rank_dir = rank_dir
+        self.interrupts = 0
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the launcher's process group (never waits: a signal handler
+        calls this); SIGKILL also goes to every rank still alive, since Hydra starts each
+        rank in a session of its own, out of reach of the group."""
+        if not hasattr(os, "killpg"):  # pragma: no cover - Windows
+            with contextlib.suppress(OSError):
+                self.proc.send_signal(sig)
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(grace)
+            os.killpg(self.proc.pid, sig)
+        if sig == signal.SIGKILL:
+            for _, pid in self.watch.alive():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+
+    def kill(self) -> None:
+        """End the job: SIGTERM (the launcher cleans up its ranks), SIGKILL after a grace."""
+        for sig, grace in ((signal.SIGTERM, _KILL_GRACE), (signal.SIGKILL, None)):
+            self.signal(sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(grace)
+
+    def end_strays(self) -> None:
+        """After the launcher has ended: SIGKILL ranks still alive a moment later."""
+        deadline = time.monotonic() + _STRAY_GRACE
+        while self.watch.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.watch.alive():
+            self.signal(signal.SIGKILL)
+            deadline = time.monotonic() + _STRAY_GRACE
+            while self.watch.alive() and time.monotonic() < deadline:
+                time.sleep(0.05)
 
 
 @contextlib.contextmanager
-def _forwarding_signals(proc: subprocess.Popen[bytes]) -> Iterator[None]:
+def _forwarding_signals(job: _Job) -> Iterator[None]:
     # The child is in its own session, so a terminal's Ctrl-C reaches only fogrun: pass
-    # SIGINT/SIGTERM on to mpiexec, which relays them to every rank.
+    # SIGINT/SIGTERM on to mpiexec, which relays them to every rank. A second Ctrl-C kills
+    # the job at once.
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def forward(signum: int, frame: object) -> None:
+        if signum == signal.SIGINT:
+            job.interrupts += 1
+            if job.interrupts > 1:
+                job.signal(signal.SIGKILL)
+                return
+            # the KeyboardInterrupt that follows is told in fogrun's one line (_errors)
+            with contextlib.suppress(OSError):
+                open(os.path.join(job.rank_dir, _errors.INTERRUPTED_NAME), "w").close()
         with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signum)
+            job.proc.send_signal(signum)
 
     previous = {sig: signal.signal(sig, forward) for sig in _FORWARDED}
     try:
@@ -74,20 +116,21 @@ def run(
     timeout: float | None = None,
     *,
     verbose: bool = False,
+    ranks: int | None = None,
 ) -> int:
     """Run ``argv`` with environment ``env``; return its exit code.
 
-    A child killed by signal ``s`` gives ``128 + s``, as in a shell. After ``timeout``
-    seconds the child's whole process group is killed and `TIMEOUT_EXIT_CODE` returned.
-    When the job fails, the rank that died first is named: the ranks keep a socket to
-    fogrun open while they live (`fogsim.run._liveness`); failing that, the rank of a
-    process id the MPI launcher reports dead (the ranks record their ids in
-    ``FOGSIM_RANK_DIR``).
-
-    Ranks that raise report the exception there instead of printing it
-    (`fogsim.run._errors`): each distinct error is printed once, with the ranks that raised
-    it and the traceback of the first, and the MPI launchers' abort banners are left out of
-    the job's output. ``verbose`` keeps every rank's traceback and the banners.
+    After ``timeout`` seconds the child's whole process group is killed and
+    `TIMEOUT_EXIT_CODE` returned. Ranks that raise report the exception in
+    ``FOGSIM_RANK_DIR`` instead of printing it (`fogsim.run._errors`): each distinct error is
+    printed once, with the ranks that raised it and the traceback of the first; so is each
+    warning that ``ranks`` (the job's number of processes, when known) print alike
+    (`fogsim.run._warnings`), while the job runs. The MPI launchers' abort banners are left
+    out of the job's output. The exit code is that of the rank that failed first
+    (`fogsim.run._status`), named with its rank; a child killed by signal ``s`` gives
+    ``128 + s``, as in a shell. Ctrl-C (SIGINT) is passed on to the job and reported in one
+    line, with exit code 130; a second Ctrl-C kills the job at once. ``verbose`` keeps every
+    rank's traceback and warnings, and the launchers' messages.
     """
     sys.stdout.flush()
     sys.stderr.flush()
@@ -110,44 +153,83 @@ def run(
             watch.close()
             print(f"fogrun: command not found: {argv[0]}", file=sys.stderr)
             return _NOT_FOUND_EXIT_CODE
+        job = _Job(proc, watch, rank_dir)
         dead: list[str] = []  # MPICH's launcher reports dead processes on either stream
+        codes = [_status.ExitCodes(), _status.ExitCodes()]
         relays = [
             threading.Thread(
                 target=_relay,
                 daemon=True,
-                args=(stream, to, dead, None if verbose else _banner.Filter()),
+                args=(stream, to, dead, None if verbose else _banner.Filter(), report),
             )
-            for stream, to in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))
+            for stream, to, report in zip(
+                (proc.stdout, proc.stderr), (sys.stdout, sys.stderr), codes, strict=True
+            )
         ]
         for relay in relays:
             relay.start()
+        collector = None if verbose else _warnings.Collector(rank_dir, ranks, _print_err)
         try:
-            with _forwarding_signals(proc):
-                code = _wait(proc, timeout, watch)
+            with _forwarding_signals(job):
+                code = _wait(job, timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            for relay in relays:
-                relay.join(5)
-            watch.close()
+            job.kill()
+            _finish(job, relays, collector)
             _report_errors(rank_dir, verbose)
             print(f"fogrun: timed out after {timeout:g} s; killed the job", file=sys.stderr)
             return TIMEOUT_EXIT_CODE
         finally:
             if proc.poll() is None:  # fogrun itself is failing: take the job down with it
-                _kill_group(proc)
-        for relay in relays:
-            relay.join(5)
-        watch.close()
+                job.kill()
+        _finish(job, relays, collector)
+        code = code if code >= 0 else 128 - code
+        if job.interrupts:
+            _report_errors(rank_dir, verbose, interrupted=True)
+            twice = job.interrupts > 1
+            how = "(Ctrl-C twice): killed" if twice else "(Ctrl-C): ended"
+            count = "" if ranks is None else f" ({ranks} rank{'s' if ranks != 1 else ''})"
+            print(f"fogrun: interrupted {how} the job{count}", file=sys.stderr)
+            return _status.INTERRUPTED if code != 0 else 0
         _report_errors(rank_dir, verbose)
-        if code != 0:
-            _name_dead_ranks(dead, rank_dir, watch.first_dead())
-    return code if code >= 0 else 128 - code
+        if code == 0:
+            return 0
+        first = watch.first_dead()
+        if len(first) > 1:  # gone in the same instant: the launcher's report may tell
+            first = [f for f in first if str(f[1]) in dead] or first
+        ending = _status.first_ending(
+            _status.read(rank_dir), first, watch.first_dead_at(), _by_rank(codes)
+        )
+        if ending is not None:
+            first = [(r, p, ending.how) for r, p in zip(ending.ranks, ending.pids, strict=True)]
+        _name_dead_ranks(dead, rank_dir, first)
+        return ending.code if ending is not None and ending.code else code
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout: float | None, watch: _liveness.Watch) -> int:
+def _by_rank(codes: Sequence[_status.ExitCodes]) -> dict[int, int]:
+    for report in codes:
+        found = report.by_rank()
+        if found:
+            return found
+    return {}
+
+
+def _finish(
+    job: _Job, relays: Sequence[threading.Thread], collector: _warnings.Collector | None
+) -> None:
+    """After the launcher has ended: no rank left running, all output and reports read."""
+    job.end_strays()
+    for relay in relays:
+        relay.join(5)
+    job.watch.close()
+    if collector is not None:
+        collector.close()
+
+
+def _wait(job: _Job, timeout: float | None) -> int:
     """Wait for the job; end it ``_FAILED_GRACE`` seconds after a rank raised an uncaught
     exception if it is still running (MPI aborts by itself; ranks of the torch backend that
     are not in a collective with the failed one would run on)."""
+    proc, watch = job.proc, job.watch
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         left = None if deadline is None else deadline - time.monotonic()
@@ -157,33 +239,51 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float | None, watch: _liveness
             return proc.wait(0.2 if left is None else min(0.2, left))
         failed = watch.failed_at
         if failed is not None and time.monotonic() - failed > _FAILED_GRACE:
-            who = ", ".join(str(f[0]) for f in watch.first_dead())
-            print(f"fogrun: rank {who} failed; ending the ranks still running", file=sys.stderr)
-            _kill_group(proc)
+            if not job.interrupts:  # after Ctrl-C, every rank fails: nothing to tell
+                who = ", ".join(str(f[0]) for f in watch.first_dead())
+                print(f"fogrun: rank {who} failed; ending the ranks still running", file=sys.stderr)
+            job.kill()
             code = proc.wait()
             return code if code != 0 else 1
 
 
-def _report_errors(rank_dir: str, verbose: bool) -> None:
+def _report_errors(rank_dir: str, verbose: bool, interrupted: bool = False) -> None:
     """Print each distinct error the ranks reported once (with ``verbose`` the ranks
-    printed their tracebacks themselves: only which ranks raised what)."""
+    printed their tracebacks themselves: only which ranks raised what). After Ctrl-C the
+    ranks' ``KeyboardInterrupt`` is fogrun's one line, unless ``verbose``."""
     reports = _errors.read(rank_dir)
+    if interrupted and not verbose:
+        reports = [r for r in reports if r.get("error") != "KeyboardInterrupt"]
     if reports:
         print(_errors.summary(reports, tracebacks=not verbose), file=sys.stderr)
+
+
+def _print_err(text: str) -> None:
+    _write(sys.stderr, text.encode())
 
 
 _DEAD_PID = re.compile(r"\bPID[ :]+(\d+)")
 
 
-def _relay(stream: Any, to: Any, dead: list[str], banners: _banner.Filter | None = None) -> None:
+def _relay(
+    stream: Any,
+    to: Any,
+    dead: list[str],
+    banners: _banner.Filter | None = None,
+    codes: _status.ExitCodes | None = None,
+) -> None:
     """Copy the job's output to ours as it comes (progress bars too), without what
-    ``banners`` filters out; note the process ids the launcher reports dead."""
+    ``banners`` filters out; note the process ids the launcher reports dead, and its
+    report of every process's exit status in ``codes``."""
     tail = b""
     for chunk in iter(lambda: stream.read1(1 << 16), b""):
         _write(to, chunk if banners is None else banners.feed(chunk))
         *lines, tail = (tail + chunk).split(b"\n")
         for line in lines:
-            dead += _DEAD_PID.findall(line.decode(errors="replace"))
+            text = line.decode(errors="replace")
+            dead += _DEAD_PID.findall(text)
+            if codes is not None:
+                codes.feed(text.rstrip("\r"))
     if banners is not None:
         _write(to, banners.close())
     dead += _DEAD_PID.findall(tail.decode(errors="replace"))
@@ -276,4 +376,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.dry_run:
         print(_describe(command, env_changes(options, environ, mpi)))
         return 0
-    return run(command, env, options.timeout, verbose=options.verbose)
+    ranks = None if options.one_process else options.shards if options.sharded else options.np
+    return run(command, env, options.timeout, verbose=options.verbose, ranks=ranks)

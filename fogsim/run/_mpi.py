@@ -26,6 +26,8 @@ _SIGNATURES = (
 )
 _VERSION_TIMEOUT = 20.0
 _VERSION = re.compile(r"\b(\d+(?:\.\d+)+)")
+# MPICH's own Hydra (and MVAPICH's) print this; Intel MPI's mpiexec prints its own banner.
+_HYDRA = re.compile(r"HYDRA build details")
 
 
 @dataclass(frozen=True)
@@ -33,12 +35,14 @@ class MPIInfo:
     """The launcher to use: the path of ``mpiexec``, its implementation and version.
 
     ``version`` is the first dotted number ``mpiexec --version`` printed ("5.0.5"), or
-    ``""`` when it printed none.
+    ``""`` when it printed none. ``exit_codes``: whether it reports every process's exit
+    status when asked (Hydra's ``-print-all-exitcodes``), which fogrun asks for.
     """
 
     mpiexec: str
     implementation: str
     version: str = ""
+    exit_codes: bool = False
 
     @property
     def major(self) -> int | None:
@@ -70,7 +74,7 @@ def implementation(version_text: str) -> str:
 
 
 @cache
-def _detect(mpiexec: str) -> tuple[str, str]:
+def _detect(mpiexec: str) -> tuple[str, str, bool]:
     # Cached: the answer only depends on the executable, and asking costs a process start.
     try:
         done = subprocess.run(
@@ -81,10 +85,12 @@ def _detect(mpiexec: str) -> tuple[str, str]:
             check=False,
         )
     except (OSError, subprocess.SubprocessError):
-        return UNKNOWN, ""
+        return UNKNOWN, "", False
     text = done.stdout + "\n" + done.stderr
     found = _VERSION.search(text)
-    return implementation(text), found.group(1) if found else ""
+    name = implementation(text)
+    hydra = name == MPICH and _HYDRA.search(text) is not None
+    return name, found.group(1) if found else "", hydra
 
 
 def find_mpi(environ: Mapping[str, str]) -> MPIInfo | None:
@@ -92,5 +98,5 @@ def find_mpi(environ: Mapping[str, str]) -> MPIInfo | None:
     mpiexec = find_mpiexec(environ)
     if mpiexec is None:
         return None
-    name, version = _detect(mpiexec)
-    return MPIInfo(mpiexec=mpiexec, implementation=name, version=version)
+    name, version, exit_codes = _detect(mpiexec)
+    return MPIInfo(mpiexec=mpiexec, implementation=name, version=version, exit_codes=exit_codes)
