@@ -134,7 +134,8 @@ class Job:
     foreground job), its output read line by line as it comes."""
 
     def __init__(self, folder: Path, *args: str) -> None:
-        environment.require_mpiexec()
+        if "--sim" not in args:
+            environment.require_mpiexec()
         self.folder = folder
         self.proc = subprocess.Popen(
             [FOGRUN, *args],
@@ -273,6 +274,20 @@ def test_ctrl_c_prints_one_line_and_leaves_no_rank_running(tmp_path, to):
     )
     assert job.out == [], job.describe()
     assert [pid for pid in job.rank_pids() if running(pid)] == [], job.describe()
+
+
+def test_ctrl_c_prints_one_line_for_a_simulation_too(tmp_path):
+    (tmp_path / "job.py").write_text(
+        "import os, time\nimport fogsim as fs\n\nfs.init()\n"
+        'with open("pid-0.part", "w") as f:\n    f.write(str(os.getpid()))\n'
+        'os.replace("pid-0.part", "pid-0")\ntime.sleep(600)\n'
+    )
+    job = Job(tmp_path, "--sim", "-np", "4", "python", "job.py")
+    job.wait_until(lambda: job.ranks_started(1))
+    os.killpg(job.proc.pid, signal.SIGINT)
+    assert job.finish() == 130, job.describe()
+    assert job.err == ["fogrun: interrupted (Ctrl-C): ended the job"], job.describe()
+    assert job.out == [] and not any(running(pid) for pid in job.rank_pids()), job.describe()
 
 
 @pytest.mark.mpi
