@@ -133,14 +133,14 @@ class Job:
     """``fogrun ARGS`` run from ``folder`` in a process group of its own (as a terminal's
     foreground job), its output read line by line as it comes."""
 
-    def __init__(self, folder: Path, *args: str) -> None:
-        if "--sim" not in args:
+    def __init__(self, folder: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        if "--sim" not in args and "--spmd" not in args:
             environment.require_mpiexec()
         self.folder = folder
         self.proc = subprocess.Popen(
             [FOGRUN, *args],
             cwd=folder,
-            env=_jobs.job_env(),
+            env=_jobs.job_env(**(env or {})),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -290,6 +290,17 @@ def test_ctrl_c_prints_one_line_for_a_simulation_too(tmp_path):
     assert job.out == [] and not any(running(pid) for pid in job.rank_pids()), job.describe()
 
 
+def test_ctrl_c_prints_one_line_for_spmd_agents_too(tmp_path):
+    job = _start_sleepers(tmp_path, "--spmd")
+    # the agents' warnings: once each, with the agents that raised them
+    job.wait_until(lambda: job.ranks_started(4) and len(job.err) >= len(WARNED))
+    assert job.err == WARNED, job.describe()
+    os.killpg(job.proc.pid, signal.SIGINT)
+    assert job.finish() == 130, job.describe()
+    assert job.err == [*WARNED, "fogrun: interrupted (Ctrl-C): ended the job"], job.describe()
+    assert job.out == [], job.describe()
+
+
 @pytest.mark.mpi
 def test_a_second_ctrl_c_kills_ranks_that_ignore_the_first(tmp_path):
     job = _start_sleepers(tmp_path, script_args=("stubborn",))
@@ -336,16 +347,21 @@ for step in range(3):
 if fs.rank() in (0, 2):
     warnings.warn("some ranks only")
 warnings.warn("ignored by -W", RuntimeWarning)
+fs.barrier()  # SPMD agents share the filters: simplefilter resets every agent's once-per-line
 warnings.simplefilter("ignore", DeprecationWarning)
 warnings.warn("ignored by the script", DeprecationWarning)
 fs.set_topology(np.full((4, 4), 0.3), is_weighted=True)
 """
 
 
-@pytest.mark.mpi
-def test_a_warning_raised_alike_on_every_rank_prints_once_with_its_ranks(tmp_path):
+@pytest.mark.parametrize("mode", [pytest.param("mpi", marks=pytest.mark.mpi), "spmd"])
+def test_a_warning_raised_alike_on_every_rank_prints_once_with_its_ranks(tmp_path, mode):
     (tmp_path / "job.py").write_text(WARNINGS)
-    job = Job(tmp_path, "-np", "4", "python", "-W", "ignore::RuntimeWarning", "job.py")
+    if mode == "mpi":
+        job = Job(tmp_path, "-np", "4", "python", "-W", "ignore::RuntimeWarning", "job.py")
+    else:  # agent threads of one process, the filter given as Python's variable
+        env = {"PYTHONWARNINGS": "ignore::RuntimeWarning"}
+        job = Job(tmp_path, "--spmd", "-np", "4", "python", "job.py", env=env)
     assert job.finish() == 0, job.describe()
     assert len(job.err) == 6, job.describe()
     blocks = dict(zip(job.err[::2], job.err[1::2], strict=True))
@@ -358,7 +374,7 @@ def test_a_warning_raised_alike_on_every_rank_prints_once_with_its_ranks(tmp_pat
     # fogsim's own warnings take the same path
     [(head, source)] = blocks.items()
     assert head.startswith(
-        "job.py:14: WeightWarning (ranks 0-3): set_topology: the weights are neither row- nor "
+        "job.py:15: WeightWarning (ranks 0-3): set_topology: the weights are neither row- nor "
         "column-stochastic: row 0 sums to 1.2"
     ), job.describe()
     assert source == "  fs.set_topology(np.full((4, 4), 0.3), is_weighted=True)", job.describe()

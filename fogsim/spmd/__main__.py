@@ -3,7 +3,8 @@
 What ``fogrun --spmd -np N python script.py`` runs. The script runs once per agent, each
 in its own thread with its own scalar ``rank()`` (see :mod:`fogsim.spmd`); ``sys.argv``
 is ``[script.py, args ...]`` as under MPI. An exception in an agent stops the others and
-is printed with the agent's rank; the exit status is then 1.
+is printed with the agent's rank; the exit status is then 1. Ctrl-C stops the agents and
+exits with 130, printing one line (none under fogrun, which prints its own).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from .. import _settings
 from . import run_path
 from ._errors import SpmdError
 
@@ -45,6 +47,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, IsADirectoryError) as exc:
         print(f"fogsim.spmd: cannot run {ns.script!r}: {exc.strerror}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: the agents stopped; fogrun says so in its own line
+        if not _settings.environ().get("FOGSIM_RANK_DIR"):
+            print("fogsim.spmd: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
     except BaseException:  # the agent's own exception, its rank in a note
         traceback.print_exc()
         return 1

@@ -185,6 +185,7 @@ def run(
         for r in range(n)
     ]
     _random.start()  # np.random.* and torch's generator: per agent thread (see _random)
+    world.warnings.install()  # a warning all agents raise: printed once, with their ranks
     try:
         for t in threads:
             t.start()
@@ -195,6 +196,7 @@ def run(
         world.interrupt(exc)
         raise
     finally:
+        world.warnings.uninstall()
         _random.stop()
     if errors:
         rank = min(errors, key=lambda r: (isinstance(errors[r], SpmdAborted), r))

@@ -21,6 +21,7 @@ from typing import Any
 
 from .. import _settings
 from ._errors import SpmdAborted, SpmdError, SpmdTimeout, agents, groups
+from ._warnings import AgentWarnings
 
 __all__ = ["World"]
 
@@ -54,6 +55,8 @@ class World:
         self.settings = settings if settings is not None else _settings.load()
         self.sim: Any = None
         self.windows: dict[str, Any] = {}
+        #: the agents' warnings, each printed once (flushed whenever the agents meet)
+        self.warnings = AgentWarnings(size)
         self._lock = threading.Lock()
         self._gates = [threading.Lock() for _ in range(size)]
         for gate in self._gates:
@@ -107,11 +110,16 @@ class World:
                     f"fogsim.spmd: the agents must call the same ops in the same order, "
                     f"but {joined}"
                 )
-            results = entries[0][2](self, [args for _, args, _ in entries])
+            self.warnings.in_op = True
+            try:
+                results = entries[0][2](self, [args for _, args, _ in entries])
+            finally:
+                self.warnings.in_op = False
             self._outcome = (True, results, by)
         except BaseException as exc:  # raised in every agent (a copy in the others)
             self._outcome = (False, exc, by)
         self._generation += 1
+        self.warnings.flush()  # every agent got here: a warning only some raised is complete
         self._release_waiting()
 
     def _release_waiting(self) -> None:
