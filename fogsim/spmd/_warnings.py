@@ -36,6 +36,14 @@ from ..run._warnings import WINDOW, format_group
 __all__ = ["AgentWarnings"]
 
 
+def _printed_by_python() -> bool:
+    """Whether a warning shown now is printed by Python's own code, not recorded or
+    displayed by someone else's."""
+    impl = getattr(warnings, "_showwarnmsg_impl", None)
+    original = getattr(warnings, "_showwarning_orig", warnings.showwarning)
+    return warnings.showwarning is original and getattr(impl, "__module__", None) == "warnings"
+
+
 class AgentWarnings:
     """Hold the warnings of ``size`` agent threads; print each group once (see above)."""
 
@@ -53,7 +61,11 @@ class AgentWarnings:
         self.in_op = False
 
     def install(self) -> None:
-        """Take over ``warnings.showwarning`` until :meth:`uninstall`."""
+        """Take over ``warnings.showwarning`` until :meth:`uninstall`, unless warnings are
+        not printed the default way (recorded by ``catch_warnings(record=True)`` or
+        ``pytest.warns``, or shown by a ``showwarning`` of the caller's): they stay so."""
+        if not _printed_by_python():
+            return
         self._previous = warnings.showwarning
         warnings.showwarning = self._show
         self._timer = threading.Thread(target=self._wait, daemon=True, name="fogsim-warnings")
