@@ -159,8 +159,10 @@ def test_a_rank_that_dies_ends_the_job_naming_it(tmp_path, how):
         assert said.count("Traceback (most recent call last)") == 1, said[-2000:]
         assert "(rank 1 in comm 0)" not in said, said[-2000:]
         assert "fogrun: rank 1 (process" in said and ") failed and ended" in said, said[-2000:]
-    else:
-        assert "fogrun: rank 1 (process" in said and ") died and ended" in said, said[-2000:]
+    else:  # the rank's own end, as a shell shows it: 128 + SIGKILL
+        assert "fogrun: rank 1 (process" in said, said[-2000:]
+        assert ") was killed by SIGKILL and ended the job" in said, said[-2000:]
+        assert run.returncode == 137, run.describe()
 
 
 WINDOWS = """
