@@ -23,7 +23,6 @@ with the traceback of the rank that raised it first.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
@@ -104,16 +103,7 @@ def _report(kind: type[BaseException], value: BaseException, tb: Any, rank: int)
 
 def read(rank_dir: str) -> list[dict[str, Any]]:
     """Return the reports the ranks left in ``rank_dir``, in the order they were raised."""
-    reports = []
-    with contextlib.suppress(OSError):
-        for name in os.listdir(rank_dir):
-            if name.startswith(_PREFIX) and name.endswith(".json"):
-                with (
-                    contextlib.suppress(OSError, ValueError),
-                    open(os.path.join(rank_dir, name)) as f,
-                ):
-                    reports.append(json.load(f))
-    return sorted(reports, key=lambda r: (r.get("time", 0.0), r.get("rank", 0)))
+    return _status.read_records(rank_dir, _PREFIX)
 
 
 def rank_ranges(ranks: Iterable[int]) -> str:

@@ -97,10 +97,16 @@ def recorded() -> int | None:
 
 def read(rank_dir: str) -> list[dict[str, Any]]:
     """Return the statuses the ranks recorded in ``rank_dir``, the first recorded first."""
+    return read_records(rank_dir, _PREFIX)
+
+
+def read_records(rank_dir: str, prefix: str) -> list[dict[str, Any]]:
+    """Return the ranks' JSON records ``<prefix><rank>.json`` in ``rank_dir``, oldest first
+    (a record being written, or unreadable, is left out)."""
     found = []
     with contextlib.suppress(OSError):
         for name in os.listdir(rank_dir):
-            if name.startswith(_PREFIX) and name.endswith(".json"):
+            if name.startswith(prefix) and name.endswith(".json"):
                 with (
                     contextlib.suppress(OSError, ValueError),
                     open(os.path.join(rank_dir, name)) as f,

@@ -33,7 +33,7 @@ from typing import Any, TextIO
 
 from ._errors import VERBOSE_NAME, rank_ranges
 
-__all__ = ["WINDOW", "Collector", "format_group", "install"]
+__all__ = ["WINDOW", "Collector", "describe", "format_group", "install"]
 
 #: Seconds a group of reports of one warning waits for more ranks after its latest report.
 WINDOW = 2.0
@@ -71,15 +71,7 @@ def _show(
         previous(message, category, filename, lineno, file, line)
         return
     try:
-        source = line if line is not None else linecache.getline(filename, lineno)
-        report = {
-            "rank": rank,
-            "category": category.__name__,
-            "message": str(message),
-            "filename": filename,
-            "lineno": lineno,
-            "line": source.strip(),
-        }
+        report = {"rank": rank, **describe(message, category, filename, lineno, line)}
         data = (json.dumps(report) + "\n").encode()
         path = os.path.join(rank_dir, f"{_PREFIX}{rank}{_SUFFIX}")
         # one write to a file opened for appending: a whole line, even from several threads
@@ -90,6 +82,20 @@ def _show(
             os.close(fd)
     except Exception:  # noqa: BLE001 - never lose a warning: print it as Python would
         previous(message, category, filename, lineno, file, line)
+
+
+def describe(
+    message: Warning | str, category: type[Warning], filename: str, lineno: int, line: str | None
+) -> dict[str, Any]:
+    """A warning as :func:`format_group` prints it (its source line read if not given)."""
+    source = line if line is not None else linecache.getline(filename, lineno)
+    return {
+        "category": category.__name__,
+        "message": str(message),
+        "filename": filename,
+        "lineno": lineno,
+        "line": source.strip(),
+    }
 
 
 # ---------------------------------------------------------------- fogrun side

@@ -23,7 +23,6 @@ to a file of its own, is printed at once, as before.
 
 from __future__ import annotations
 
-import linecache
 import sys
 import threading
 import time
@@ -31,7 +30,7 @@ import warnings
 from typing import Any, TextIO
 
 from .. import _context
-from ..run._warnings import WINDOW, format_group
+from ..run._warnings import WINDOW, describe, format_group
 
 __all__ = ["AgentWarnings"]
 
@@ -104,24 +103,13 @@ class AgentWarnings:
             self._previous(message, category, filename, lineno, file, line)
             return
         warning = (category, str(message), filename, lineno)
-        source = line if line is not None else linecache.getline(filename, lineno)
         with self._lock:
             nth = self._seen.get((agent.rank, warning), 0)
             self._seen[(agent.rank, warning)] = nth + 1
             key = (warning, nth)
-            report, ranks = self._groups.setdefault(
-                key,
-                (
-                    {
-                        "category": category.__name__,
-                        "message": str(message),
-                        "filename": filename,
-                        "lineno": lineno,
-                        "line": source.strip(),
-                    },
-                    [],
-                ),
-            )
+            if key not in self._groups:
+                self._groups[key] = (describe(message, category, filename, lineno, line), [])
+            report, ranks = self._groups[key]
             ranks[:] = range(self._size) if self.in_op else [*ranks, agent.rank]
             self._latest[key] = time.monotonic()
             if len(ranks) == self._size:
