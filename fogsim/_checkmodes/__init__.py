@@ -181,11 +181,12 @@ def check_modes(
     script = os.fspath(script)
     if not os.path.isfile(script):
         raise ValueError(f"script {script!r} is not a file")
-    modes = tuple(modes)  # type: ignore[assignment]
-    if len(modes) != 2 or len(set(modes)) != 2 or not set(modes) <= set(MODE_NAMES):
+    given = tuple(modes)
+    if len(given) != 2 or len(set(given)) != 2 or not set(given) <= set(MODE_NAMES):
         raise ValueError(
             f"modes must be two different modes of {sorted(MODE_NAMES)}, got {modes!r}"
         )
+    modes = (given[0], given[1])
     if "mpi" in modes and script.endswith(".ipynb"):
         raise ValueError("a notebook cannot run under MPI: check it with modes=('sim', 'spmd')")
     if not isinstance(bluefog, bool):
