@@ -358,7 +358,9 @@ def allreduce(
 ) -> Any:
     """Return the average (or with ``average=False`` the sum) of ``x`` over all agents.
 
-    ``x_i <- (1/n) sum_j x_j``. Averaging needs float32/float64; sums take integers too.
+    ``x_i <- (1/n) sum_j x_j``. Averaging needs float32/float64; sums take integers too,
+    but not booleans, in any mode (numpy would count them, MPI has no sum of them and
+    torch.distributed ors them): ``x.astype(np.int64)`` counts the agents with True.
 
     ``is_hierarchical_local=True`` reduces within each machine only (see
     :func:`machine_size`). ``algorithm="decomposed"`` computes the same sum in stages, as
@@ -502,7 +504,11 @@ allgather_nonblocking = allgather.nonblocking
 
 @public_op("BROADCAST")
 def broadcast(x: Any, root_rank: int, name: str | None = None) -> Any:
-    """Return agent ``root_rank``'s ``x`` on every agent."""
+    """Return agent ``root_rank``'s ``x`` on every agent.
+
+    Every agent names the same ``root_rank`` (and ``name``); where they differ, every
+    agent raises the same ``ValueError``, as for a dtype or shape that differs.
+    """
 
 
 broadcast_nonblocking = broadcast.nonblocking

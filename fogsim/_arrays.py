@@ -33,6 +33,7 @@ __all__ = [
     "wrap_like",
     "upcast_half",
     "require_float",
+    "require_numbers",
     "require_window_float",
     "check_name",
 ]
@@ -167,6 +168,23 @@ def upcast_half(arr: np.ndarray, kind: Kind) -> tuple[np.ndarray, Kind]:
     if arr.dtype != _FLOAT16:
         return arr, kind
     return arr.astype(np.float32), Kind(kind.torch, kind.device, "float16")
+
+
+def require_numbers(dtype: np.dtype, op: str, sums: bool = False) -> None:
+    """Raise TypeError unless ``dtype`` holds numbers ``op`` can take.
+
+    Every op moves booleans, integers and floats; an op that ``sums`` (``allreduce`` and
+    its hierarchical forms) refuses booleans as well, in every mode alike: numpy would
+    count them, MPI has no sum of its booleans and torch.distributed ors them, so no
+    single meaning holds everywhere.
+    """
+    if dtype.kind not in "biuf":
+        raise TypeError(f"{op}: x must hold numbers, got dtype {dtype}")
+    if sums and dtype.kind == "b":
+        raise TypeError(
+            f"{op}: x holds booleans, which {op} does not sum; to count the agents "
+            "with True, pass x.astype(np.int64)"
+        )
 
 
 def require_float(arr: np.ndarray, op: str, argname: str = "x") -> None:

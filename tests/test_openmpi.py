@@ -192,3 +192,13 @@ def test_shapes_that_differ_raise_everywhere_and_the_world_goes_on(openmpi_pytho
     assert done.returncode == 0, done.stderr[-2000:]
     rows = sorted(json.loads(line) for line in done.stdout.splitlines() if line.startswith("["))
     assert rows == [[r, 3, [1.0, 1.0, 1.0]] for r in range(4)]
+
+
+@pytest.mark.mpi
+def test_ranks_that_disagree_are_refused_under_open_mpi(tmp_path, openmpi_python):
+    # the static calls overlap their agreement on Open MPI too: only with raw bytes of the
+    # size every rank agreed on, so no message is truncated and no type differs
+    from .test_disagreement import JOB, check_outcomes
+
+    done = _fogrun_with(openmpi_python, "-np", "4", "python", str(JOB), str(tmp_path))
+    check_outcomes(done, tmp_path, 4, same_message=True)

@@ -113,6 +113,7 @@ class FusedEntry:
         "select",
         "offset",
         "check",
+        "name",
         "batch",
         "result",
         "failure",
@@ -128,6 +129,7 @@ class FusedEntry:
     select: Any
     offset: int
     check: bool
+    name: str | None
     batch: FusedBatch | None
     result: Any
     failure: BaseException | None
@@ -284,10 +286,12 @@ class FusionQueue:
             self._layout = _mix(self._layout, 0)
         else:
             self._layout = _entry_layout(self._layout, arr, plan)
+        if name is not None:  # a call's name is part of what the ranks agree on
+            self._layout = _mix(self._layout, _mix(_FNV_BASIS, zlib.crc32(name.encode())))
         self._checked = self._checked or bool(check)
         if error is not None and self._error is None:
             self._error = error
-        e.offset = self._nbytes
+        e.offset, e.name = self._nbytes, name
         self._entries.append(e)
         self._nbytes += size
         if size > self.threshold:  # too big to share a message: send it alone now

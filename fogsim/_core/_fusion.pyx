@@ -301,6 +301,13 @@ cdef uint64_t _dtype_key(dtype) except? 0:
     return _mix(_mix(_FNV_BASIS, <uint64_t>_crc32(dtype.str.encode())), <uint64_t>dtype.num)
 
 
+cdef uint64_t _name_key(name) except? 0:
+    global _crc32
+    if _crc32 is None:
+        from zlib import crc32 as _crc32
+    return _mix(_FNV_BASIS, <uint64_t>_crc32(name.encode()))
+
+
 cdef uint64_t _plan_key(plan) except? 0:
     return _mix(_mix(_FNV_BASIS, <uint64_t>(<int64_t>plan.fingerprint)), 1 if plan.static else 2)
 
@@ -416,6 +423,8 @@ cdef class FusionQueue:
                 self._dtype, self._dtype_hash = dtype, _dtype_key(dtype)
             self._layout = _entry_layout(self._layout, self._dtype_hash, arr.shape,
                                          self._plan_hash)
+        if name is not None:  # a call's name is part of what the ranks agree on
+            self._layout = _mix(self._layout, _name_key(name))
         self._checked = self._checked or check
         if error is not None and self._error is None:
             self._error = error

@@ -27,6 +27,7 @@ __all__ = [
     "REPAIRS",
     "fingerprint",
     "agree",
+    "named",
     "LocalError",
     "settle",
     "start_agree",
@@ -64,6 +65,11 @@ def fingerprint(*parts: Any) -> int:
     return (zlib.crc32(text) << 30) ^ zlib.adler32(text)
 
 
+def named(name: str | None) -> str:
+    """Say a call's ``name`` in a disagreement's message (nothing for None)."""
+    return "" if name is None else f" named {name!r}"
+
+
 def fused_terms(
     layout: int, error: LocalError | None, entries: list[Any]
 ) -> tuple[int, str | Callable[[], str]]:
@@ -75,8 +81,13 @@ def fused_terms(
 
 
 def _describe_layout(entries: list[Any]) -> str:
-    layout = [(e.arr.dtype.str, e.arr.shape, e.plan.fingerprint) for e in entries]
-    return f"{len(entries)} queued neighbor_allreduce tensors {layout}"
+    calls = "; ".join(
+        f"{e.arr.dtype} {e.arr.shape}{named(e.name)}"
+        + (f" with weights #{e.plan.fingerprint}" if e.plan.fingerprint else "")
+        for e in entries
+    )
+    s = "" if len(entries) == 1 else "s"
+    return f"{len(entries)} queued neighbor_allreduce call{s} ({calls})"
 
 
 def agree(

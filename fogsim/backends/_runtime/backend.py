@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from ..._handles import Handle, HandleTable
 from .._base import OneAgentEach
+from .agree import LocalError
 from .neighbor import NeighborOps
 
 __all__ = ["DistributedBackend", "MachineOps"]
@@ -64,6 +65,15 @@ class DistributedBackend(OneAgentEach):
     def _drain(self) -> None:
         """Send the queue and complete every handle in flight."""
         self.neighbors.drain()
+
+    def checked_root(self, root_rank: Any) -> tuple[int, LocalError | None]:
+        """Return ``root_rank`` as a rank, or -1 and the problem with it (which the op's
+        agreement raises on every rank: a root that is bad on one rank only must not
+        leave the others waiting)."""
+        try:
+            return self.check_rank(root_rank, "root_rank"), None
+        except (TypeError, ValueError) as exc:
+            return -1, LocalError(exc)
 
     def neighbor_allreduce(
         self,

@@ -120,11 +120,10 @@ class DataPath:
 
     #: Whether small nonblocking static calls may be queued and sent together.
     fuses = True
-    #: Whether a static transfer may start before the ranks agreed on the call: a larger
-    #: message is then truncated quietly, and its request's test/wait raise one of
-    #: :attr:`truncation`, which the waits forgive (the agreement tells every rank why).
+    #: Whether a static transfer of the size agreed last (:attr:`agreed`) may start beside
+    #: its agreement, as raw bytes (see ``_runtime.static``); :meth:`repair` then takes
+    #: part in it for a rank whose call differs.
     overlaps = False
-    truncation: tuple[type[BaseException], ...] = ()
 
     def __init__(
         self,
@@ -140,6 +139,9 @@ class DataPath:
         #: bytes of values handed to the transport, once per destination (the neighbor
         #: ops count them here; metadata is not counted): ``fogsim.bytes_sent``
         self.sent = 0
+        #: The byte size of the last static transfer every rank agreed on (-1: none since
+        #: the topology was set); the same on every rank, as agreements are.
+        self.agreed = -1
 
     def value(self, x: Any, op: str, averaging: bool) -> Value:
         """Return ``x`` converted; raise TypeError/ValueError for what ``op`` cannot take."""
@@ -150,6 +152,7 @@ class DataPath:
     def on_topology(self, topology: Topology, srcs: np.ndarray, dsts: np.ndarray) -> None:
         """Take the static topology's in-neighbors ``srcs`` (ascending) and ``dsts``."""
         self.srcs, self.dsts = srcs, dsts
+        self.agreed = -1
 
     def start(
         self,
@@ -186,7 +189,8 @@ class DataPath:
         raise NotImplementedError("this data path holds no values on a device")
 
     def repair(self) -> None:
-        """Complete a transfer started beside an agreement this rank failed (only where
+        """Take part, with :attr:`agreed` bytes of no meaning, in the static transfer that
+        other ranks started beside an agreement this rank failed (only where
         :attr:`overlaps`; see ``agree.REPAIRS``)."""
 
     def close(self) -> None:

@@ -24,7 +24,7 @@ from ..._handles import Handle, HandleTable
 from ..._stall import Guard
 from ...topology import Topology
 from .._weights import is_matrix
-from .agree import REPAIRS, LocalError, agree, fingerprint
+from .agree import REPAIRS, LocalError, agree, fingerprint, named
 from .datapath import DataPath, Value
 from .exchange import check_pairs, exchange_send_tables, neighbor_rows
 from .plan import RankPlan, rank_plan, rank_weights, static_rank_plan
@@ -123,10 +123,10 @@ class NeighborOps:
                 self._fusion.flush()
             plan = self.static
             if enable_topo_check:
-                fp = self._fingerprint(x.dtype, x.shape, (), plan, False)
+                fp = self._fingerprint(x.dtype, x.shape, (), plan, False, name)
                 if self._overlaps:
-                    return self._transfers.checked_exchange(x, plan, fp)
-                agree(self.transport, fp, None, partial(describe_array, x))
+                    return self._transfers.checked_exchange(x, plan, fp, name)
+                agree(self.transport, fp, None, partial(describe_array, x, name))
             return self._transfers.exchange(x, plan, plan.weights)
         return self._neighbor_allreduce(
             x, self_weight, src_weights, dst_weights, enable_topo_check, name, blocking=True
@@ -211,7 +211,7 @@ class NeighborOps:
         if len(self._fusion):
             self._fusion.flush()
         exchange = dst_weights is not None and not is_matrix(src_weights)
-        weights = self._agree_call(value, plan, error, check, exchange)
+        weights = self._agree_call(value, plan, error, check, exchange, name)
         assert value is not None and plan is not None  # else the agreement raised
         if plan.static and blocking and value.arr is not None:
             return value.wrap(self._transfers.exchange(value.arr, plan, weights))
@@ -225,6 +225,7 @@ class NeighborOps:
         error: LocalError | None,
         check: bool,
         exchange: bool,
+        name: str | None,
     ) -> np.ndarray:
         """Return the combine weights once every rank agreed, else raise on all.
 
@@ -237,8 +238,8 @@ class NeighborOps:
             return plan.weights
         if error is None:
             assert value is not None and plan is not None
-            fp = self._fingerprint(value.dtype, value.shape, value.key, plan, exchange)
-            describe: Any = f"{value.describe(value.shape)} in neighbor_allreduce"
+            fp = self._fingerprint(value.dtype, value.shape, value.key, plan, exchange, name)
+            describe: Any = f"{value.describe(value.shape)}{named(name)} in neighbor_allreduce"
         else:
             fp, describe = 0, "an invalid argument"
         agree(self.transport, fp, error, describe)
@@ -257,9 +258,10 @@ class NeighborOps:
         key: tuple[Any, ...],
         plan: RankPlan,
         exchange: bool,
+        name: str | None,
     ) -> int:
-        """Return the fingerprint of a call's dtype, shape, device and plan (cached)."""
-        cache_key = (dtype, shape, key, plan.fingerprint, plan.static, exchange)
+        """Return the fingerprint of a call's dtype, shape, device, plan and name (cached)."""
+        cache_key = (dtype, shape, key, plan.fingerprint, plan.static, exchange, name)
         fp = self._fingerprints.get(cache_key)
         if fp is None:
             if len(self._fingerprints) >= _FP_CACHE_SIZE:
@@ -271,6 +273,7 @@ class NeighborOps:
                 plan.fingerprint,
                 plan.static,
                 exchange,
+                repr(name),
                 *key,
             )
         return fp
@@ -343,7 +346,7 @@ class NeighborOps:
                 dsts, _ = rank_weights(dst_ranks, self.size, self.rank, "dst_ranks")
         except (TypeError, ValueError) as exc:
             error = LocalError(exc)
-        value = self._checked(src_ranks is None, x, error)
+        value = self._checked(src_ranks is None, x, error, name)
         if value.shape == ():
             value = value.reshaped((1,))
         if srcs is None or dsts is None:
@@ -365,8 +368,8 @@ class NeighborOps:
 
         return self.handles.start("neighbor_allgather", finish, req.test, name)
 
-    def _checked(self, static: bool, x: Any, error: LocalError | None) -> Value:
-        """Convert ``x`` and agree with every rank on dtype, trailing shape and device.
+    def _checked(self, static: bool, x: Any, error: LocalError | None, name: str | None) -> Value:
+        """Convert ``x`` and agree with every rank on dtype, trailing shape, device and name.
 
         ``error`` is a problem already found on this rank (it is raised everywhere too).
         """
@@ -376,8 +379,8 @@ class NeighborOps:
             value = self.path.value(x, op, False)
             if error is None:
                 trailing = value.shape[1:]
-                fp = fingerprint(op, value.dtype.str, trailing, static, *value.key)
-                describe = value.describe(trailing)
+                fp = fingerprint(op, value.dtype.str, trailing, static, repr(name), *value.key)
+                describe = value.describe(trailing) + named(name)
         except (TypeError, ValueError) as exc:
             error = error or LocalError(exc)
         agree(self.transport, fp, error, f"{describe} in {op}")

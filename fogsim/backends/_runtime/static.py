@@ -4,9 +4,17 @@ Every rank sends its value to each out-neighbor of the topology set by ``set_top
 and receives one row per in-neighbor (:meth:`~.datapath.DataPath.start_static`). Small
 nonblocking calls are fused (``_core.FusionQueue``): their bytes are packed into one
 buffer, sent in one transfer when any of them is waited on (or the buffer fills, or
-another op needs the ordering), and unpacked into their owners byte for byte. Where the
-data path truncates a larger message quietly, the agreement on a call travels beside its
-data, and a mismatch discards what arrived (every rank then raises the agreed error).
+another op needs the ordering), and unpacked into their owners byte for byte.
+
+Where the data path allows it (:attr:`~.datapath.DataPath.overlaps`), the agreement on a
+call travels beside its data, but only for a call of the byte size every rank agreed on
+last (:attr:`~.datapath.DataPath.agreed`), which a loop repeats: the bytes that move
+before the agreement then have a size and type (raw bytes) that no disagreement can
+change. A call of any other size is agreed first, as on a path that does not overlap, so
+a dtype or shape that differs is refused before any byte of it moves. When the
+agreement fails, a rank that did not start the transfer takes part in it with as many
+bytes of its own (``agree.REPAIRS``), what arrived is discarded, and every rank raises
+the agreed error.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import numpy as np
 from ... import _core
 from ... import timeline as _timeline
 from ..._stall import Guard
-from .agree import LocalError, agree, fused_terms, settle, start_agree
+from .agree import LocalError, agree, fused_terms, named, settle, start_agree
 from .datapath import DataPath
 from .plan import RankPlan
 from .transport import Request, Transport
@@ -39,20 +47,14 @@ def combine(
     return _core.combine_rows(np.empty_like(arr), plan.self_weight, arr, weights, recv, 0, select)
 
 
-def describe_array(arr: np.ndarray) -> str:
+def describe_array(arr: np.ndarray, name: str | None = None) -> str:
     """Say what a rank passed to ``neighbor_allreduce`` (for a disagreement's message)."""
-    return f"{arr.dtype} {arr.shape} in neighbor_allreduce"
+    return f"{arr.dtype} {arr.shape}{named(name)} in neighbor_allreduce"
 
 
-def _done(data: Request, agreement: Request, truncation: tuple[type[BaseException], ...]) -> bool:
-    """Whether a transfer and the agreement started beside it are both complete (a
-    truncated message counts as complete)."""
-    if not agreement.test():
-        return False
-    try:
-        return data.test()
-    except truncation:
-        return True
+def _done(data: Request, agreement: Request) -> bool:
+    """Whether a transfer and the agreement started beside it are both complete."""
+    return agreement.test() and data.test()
 
 
 class _Batch:
@@ -88,26 +90,33 @@ class StaticTransfers:
         tl.since("COMPUTE_AVERAGE", t)
         return out
 
-    def checked_exchange(self, arr: np.ndarray, plan: RankPlan, fp: int) -> np.ndarray:
+    def checked_exchange(
+        self, arr: np.ndarray, plan: RankPlan, fp: int, name: str | None = None
+    ) -> np.ndarray:
         """:meth:`exchange` with the agreement on the call (fingerprint ``fp``) travelling
-        while the data do (the topology was agreed by ``set_topology``). Only where the
-        path truncates a larger message quietly (:attr:`DataPath.overlaps`), else the
-        agreement comes first. A rank that meets this call with another op completes the
-        transfer for it once the agreement failed (``agree.REPAIRS``). On a running
-        timeline: COMMUNICATE (the agreement and the data travel together), NEGOTIATE (the
-        agreement's outcome), COMPUTE_AVERAGE."""
+        while the data do (the topology was agreed by ``set_topology``), where the path
+        :attr:`~.datapath.DataPath.overlaps` and ``arr`` has the byte size agreed last;
+        else the agreement comes first (see the module doc). A rank that meets this call
+        with another op takes part in the transfer once the agreement failed
+        (``agree.REPAIRS``). On a running timeline: COMMUNICATE (the agreement and the
+        data travel together), NEGOTIATE (the agreement's outcome), COMPUTE_AVERAGE."""
+        if arr.nbytes != self.path.agreed:
+            agree(self.transport, fp, None, partial(describe_array, arr, name))
+            self.path.agreed = arr.nbytes
+            return self.exchange(arr, plan, plan.weights)
         tl = _timeline.active
         t = 0 if tl is None else tl.clock_ns()
         flags, agreement = start_agree(self.transport, fp, None, posted=True)
         recv = np.empty((len(self.path.srcs), *arr.shape), dtype=arr.dtype)
         self._wait_overlapped(self.path.start_static(arr, recv), agreement)
+        describe = partial(describe_array, arr, name)
         if tl is None:
-            settle(self.transport, flags, None, partial(describe_array, arr), posted=True)
+            settle(self.transport, flags, None, describe, posted=True)
             self.path.sent += arr.nbytes * len(self.path.dsts)  # agreed: the call counts
             return combine(arr, plan, recv, plan.weights, plan.select)
         t = tl.since("COMMUNICATE", t)
         try:
-            settle(self.transport, flags, None, partial(describe_array, arr), posted=True)
+            settle(self.transport, flags, None, describe, posted=True)
         finally:
             t = tl.since("NEGOTIATE", t)
         self.path.sent += arr.nbytes * len(self.path.dsts)
@@ -119,12 +128,9 @@ class StaticTransfers:
         """Wait for a transfer, then for the agreement started beside it.
 
         The request's own test/wait are polled (no wrapper: this is the hot path of a
-        checked static call); a truncated message ends the wait, and the agreement says why.
+        checked static call).
         """
-        try:
-            self.stall.wait(data.test, data.wait)
-        except self.path.truncation:
-            pass
+        self.stall.wait(data.test, data.wait)
         self.stall.wait(agreement.test, agreement.wait)
 
     def send_batch(
@@ -137,7 +143,12 @@ class StaticTransfers:
         ``error``: the first queued call's argument error, a :class:`~.agree.LocalError`
         (the queue holds what :class:`~.neighbor.NeighborOps` gave it)."""
         assert error is None or isinstance(error, LocalError)
-        overlap = layout is not None and error is None and self.path.overlaps
+        overlap = (
+            layout is not None
+            and error is None
+            and self.path.overlaps
+            and total == self.path.agreed
+        )
         if layout is not None:
             fp, describe = fused_terms(layout, error, entries)
             if overlap:
@@ -145,6 +156,7 @@ class StaticTransfers:
             else:
                 # refused: the queue makes every call of the batch raise it, not only this one
                 agree(self.transport, fp, error, describe)
+                self.path.agreed = total
         with _timeline.phase("ALLOCATE"):
             send = np.empty(total, dtype=np.uint8)
             recv = np.empty((len(self.path.srcs), total), np.uint8)
@@ -168,6 +180,6 @@ class StaticTransfers:
             recv,
             _Batch(data),
             settle_batch,
-            partial(_done, data, agreement, self.path.truncation),
+            partial(_done, data, agreement),
             _timeline.running,
         )

@@ -21,7 +21,7 @@ from ..._arrays import Kind, to_numpy, wrap_like
 from ..._handles import Handle, HandleTable
 from ..._stall import Guard
 from .._base import launched_size
-from .._runtime.agree import GUARDS, LocalError, agree, fingerprint
+from .._runtime.agree import GUARDS, LocalError, agree, fingerprint, named
 from .._runtime.backend import DistributedBackend
 from .._runtime.neighbor import NeighborOps
 from ._machines import MpiMachineOps
@@ -141,28 +141,39 @@ class MPIBackend(DistributedBackend):
         arr, kind = to_numpy(x)
         if averaging:
             _arrays.require_float(arr, op)
-        elif arr.dtype.kind not in "biuf":
-            raise TypeError(f"{op}: x must hold numbers, got dtype {arr.dtype}")
+        else:
+            _arrays.require_numbers(arr.dtype, op, sums=bool(adds))
         if averaging if adds is None else adds:
             arr, kind = _arrays.upcast_half(arr, kind)
         return (arr if arr.flags.c_contiguous else arr.copy(order="C")), kind
 
     def _checked(
-        self, op, x, averaging, shape_of=lambda a: a.shape, extra=(), error=None, adds=None
+        self,
+        op,
+        x,
+        averaging,
+        shape_of=lambda a: a.shape,
+        extra=(),
+        error=None,
+        adds=None,
+        name=None,
+        said="",
     ):
-        """Convert ``x`` and agree with every rank on shape and dtype; raise on all ranks.
+        """Convert ``x`` and agree with every rank on shape, dtype, ``name`` and ``extra``
+        (``said``: how ``extra`` reads in a disagreement's message); raise on all ranks.
 
         ``error`` is a problem already found on this rank (it is raised everywhere too).
+        Nothing moves before the agreement, so a call that differs never starts a transfer.
         """
         arr, kind, fp, describe = None, _arrays.Kind(False), 0, "an invalid argument"
         try:
             arr, kind = self._value(x, op, averaging, adds)
             if error is None:
-                fp = fingerprint(op, arr.dtype.str, shape_of(arr), *extra)
-                describe = f"{arr.dtype} {shape_of(arr)}"
+                fp = fingerprint(op, arr.dtype.str, shape_of(arr), repr(name), *extra)
+                describe = f"{arr.dtype} {shape_of(arr)}{named(name)}"
         except (TypeError, ValueError) as exc:
             error = error or LocalError(exc)
-        agree(self.transport, fp, error, f"{describe} in {op}")
+        agree(self.transport, fp, error, f"{describe} in {op}{said}")
         return arr, kind
 
     # -- collectives ----------------------------------------------------------------------
@@ -174,7 +185,7 @@ class MPIBackend(DistributedBackend):
         if not isinstance(average, bool):
             raise TypeError(f"average must be a bool, got {type(average).__name__}")
         self._flush()
-        arr, kind = self._checked("allreduce", x, averaging=average, adds=True)
+        arr, kind = self._checked("allreduce", x, averaging=average, adds=True, name=name)
         out = np.empty_like(arr)
         req = self.comm.Iallreduce(arr, out, op=MPI.SUM)
 
@@ -192,9 +203,11 @@ class MPIBackend(DistributedBackend):
 
     def broadcast_nonblocking(self, x: Any, root_rank: int, name: str | None = None) -> Handle:
         _arrays.check_name(name)
-        root = self.check_rank(root_rank, "root_rank")
+        root, error = self.checked_root(root_rank)
         self._flush()
-        arr, kind = self._checked("broadcast", x, averaging=False)
+        arr, kind = self._checked(
+            "broadcast", x, False, extra=(root,), error=error, name=name, said=f" from root {root}"
+        )
         out = arr.copy()
         req = self.comm.Ibcast(out, root=root)
 
@@ -211,7 +224,9 @@ class MPIBackend(DistributedBackend):
     def allgather_nonblocking(self, x: Any, name: str | None = None) -> Handle:
         _arrays.check_name(name)
         self._flush()
-        arr, kind = self._checked("allgather", x, averaging=False, shape_of=lambda a: a.shape[1:])
+        arr, kind = self._checked(
+            "allgather", x, averaging=False, shape_of=lambda a: a.shape[1:], name=name
+        )
         arr = arr.reshape(1) if arr.ndim == 0 else arr
         rows = np.array(self.comm.allgather(arr.shape[0]), dtype=np.int64)
         out = np.empty((int(rows.sum()), *arr.shape[1:]), dtype=arr.dtype)

@@ -154,7 +154,7 @@ class MpiMachineOps:
         op = "hierarchical_neighbor_allreduce"
         self._start_op(op, name, enable_topo_check)
         self._flush()
-        arr, kind = self._checked(op, x, averaging=True)
+        arr, kind = self._checked(op, x, averaging=True, name=name)
         root = self._is_machine_root()
         k = self.local_comm.Get_size()
         mean = arr  # one process per machine: its value is the machine's average
@@ -194,7 +194,7 @@ class MpiMachineOps:
         """Return the average (or sum) of ``x`` over this agent's machine."""
         self._start_op("allreduce(is_hierarchical_local=True)", name, average=average)
         self._flush()
-        arr, kind = self._checked("allreduce-local", x, averaging=average, adds=True)
+        arr, kind = self._checked("allreduce-local", x, averaging=average, adds=True, name=name)
         out = np.empty_like(arr)
         self.local_comm.Allreduce(arr, out, op=self._mpi.SUM)
         if average:
@@ -217,6 +217,7 @@ class MpiMachineOps:
             extra=(factors,),
             error=error and LocalError(error),
             adds=True,
+            name=name,
         )
         assert factors is not None  # the agreement raised the error on every rank
         comms = self._stage_comms.get(factors)

@@ -3,9 +3,10 @@
 Dynamic calls and ``neighbor_allgather`` move their data with ``Isend``/``Irecv`` on a
 duplicate of the world communicator, so they never meet a collective. Static calls
 (blocking ones and fused batches) use the static topology's distributed-graph
-communicator instead: its ``(I)neighbor_allgather`` is one call for all neighbors, and
-MPICH's truncates a larger message quietly, which lets the agreement on a call travel
-beside its data (``DataPath.overlaps``).
+communicator instead: its ``(I)neighbor_allgather`` is one call for all neighbors. It
+moves raw bytes (``uint8``), whatever the values' dtype, so a call of the agreed size may
+travel beside its agreement (``DataPath.overlaps``, see ``_runtime.static``): every
+rank's message then has the same size and type, even where the calls differ.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from ._transport import MpiTransport
 
 __all__ = ["MpiDataPath"]
 
-# MPICH's neighbor collectives truncate a longer message quietly (tests/dual_cases.py,
-# case_shapes_that_differ_raise_everywhere, checks it); others may fail on it.
-_TRUNCATES_QUIETLY = "MPICH" in MPI.Get_library_version()
+
+def _raw(buf: np.ndarray) -> np.ndarray:
+    """``buf``'s memory as bytes (C-contiguous; a view, no copy)."""
+    return buf.reshape(-1).view(np.uint8)
 
 
 class _Collective:
@@ -42,8 +44,7 @@ class MpiDataPath(DataPath):
     """Point-to-point on a duplicate of ``comm``; static transfers on a graph communicator
     of the static topology (rebuilt by :meth:`on_topology`)."""
 
-    overlaps = _TRUNCATES_QUIETLY
-    truncation = (MPI.Exception,)
+    overlaps = True
 
     def __init__(self, comm: Any, to_array: ToArray, stall: Guard) -> None:
         super().__init__(MpiTransport(comm.Dup(), MPI), to_array, stall.wait)
@@ -59,20 +60,19 @@ class MpiDataPath(DataPath):
         )
 
     def static_allgather(self, send: np.ndarray, recv: np.ndarray) -> None:
-        self.graph_comm.Neighbor_allgather(send, recv)
+        self.graph_comm.Neighbor_allgather(_raw(send), _raw(recv))
 
     def start_static(self, send: np.ndarray, recv: np.ndarray) -> Any:
-        return _Collective(self.graph_comm.Ineighbor_allgather(send, recv))
+        return _Collective(self.graph_comm.Ineighbor_allgather(_raw(send), _raw(recv)))
 
     def repair(self) -> None:
-        """Take part, sending nothing, in the graph collective that the other ranks started
-        beside an agreement this rank failed (see ``_runtime.agree.REPAIRS``)."""
-        recv = np.empty((len(self.srcs), 0), np.uint8)
-        req = self.graph_comm.Ineighbor_allgather(np.empty(0, np.uint8), recv)
-        try:
-            self.stall.wait(req.Test, req.Wait)
-        except MPI.Exception:  # their bytes do not fit in none: discarded, as meant
-            pass
+        """Take part, with :attr:`agreed` bytes of no meaning, in the graph collective that
+        the other ranks started beside an agreement this rank failed (see
+        ``_runtime.agree.REPAIRS``): every message has the size the receivers posted."""
+        send = np.zeros(self.agreed, np.uint8)
+        recv = np.empty(len(self.srcs) * self.agreed, np.uint8)
+        req = self.graph_comm.Ineighbor_allgather(send, recv)
+        self.stall.wait(req.Test, req.Wait)
 
     def close(self) -> None:
         if self.graph_comm is not None and self.graph_comm != MPI.COMM_NULL:

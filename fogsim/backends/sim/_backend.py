@@ -215,6 +215,10 @@ class SimBackend(Backend):
         to be rounded back once by ``wrap_like``.
         """
         arr, kind = to_numpy(x, allow_cuda=self._host_staging)
+        if averaging:
+            _arrays.require_float(arr, op)
+        else:
+            _arrays.require_numbers(arr.dtype, op, sums=bool(adds))
         if arr.ndim == 0:  # a scalar is the same value on every agent
             arr = np.full(self._rows, arr[()])
         elif kind is _arrays.LITERAL:  # so is a list of numbers, as it is distributed
@@ -223,10 +227,6 @@ class SimBackend(Backend):
             raise ValueError(
                 f"{op}: x has {arr.shape[0]} entries on its leading (agent) axis {self._held()}"
             )
-        if averaging:
-            _arrays.require_float(arr, op)
-        elif arr.dtype.kind not in "biuf":
-            raise TypeError(f"{op}: x must hold numbers, got dtype {arr.dtype}")
         self._shapes.check(x, arr.shape, op)
         if averaging if adds is None else adds:
             arr, kind = _arrays.upcast_half(arr, kind)

@@ -150,6 +150,8 @@ def stacked(
         _require_float(t, op)
     elif t.dtype.is_complex or t.is_quantized:
         raise TypeError(f"{op}: x must hold numbers, got dtype {_dtype_name(t.dtype)}")
+    elif adds and t.dtype == torch.bool:
+        _arrays.require_numbers(np.dtype(bool), op, sums=True)
     backend._shapes.check(x, tuple(t.shape), op)
     if (averaging if adds is None else adds) and t.dtype in (torch.float16, torch.bfloat16):
         t = t.float()

@@ -25,7 +25,7 @@ from ... import timeline as _timeline
 from ..._handles import Handle, HandleTable
 from ..._stall import Guard, StallError, State, where
 from .._base import launched_size
-from .._runtime.agree import GUARDS, LocalError, agree, fingerprint
+from .._runtime.agree import GUARDS, LocalError, agree, fingerprint, named
 from .._runtime.backend import DistributedBackend
 from .._runtime.neighbor import NeighborOps
 from . import _world
@@ -239,22 +239,34 @@ class TorchBackend(DistributedBackend):
         return value
 
     def _checked(
-        self, op, x, averaging, summing=False, shape_of=lambda s: s, extra=(), error=None
+        self,
+        op,
+        x,
+        averaging,
+        summing=False,
+        shape_of=lambda s: s,
+        extra=(),
+        error=None,
+        name=None,
+        said="",
     ) -> Value:
-        """Convert ``x`` and agree with every rank on shape, dtype and device.
+        """Convert ``x`` and agree with every rank on shape, dtype, device, ``name`` and
+        ``extra`` (``said``: how ``extra`` reads in a disagreement's message).
 
         ``error`` is a problem already found on this rank (it is raised everywhere too).
+        Nothing moves before the agreement, so a call that differs never starts a transfer.
         """
         value, fp, describe = None, 0, "an invalid argument"
         try:
             value = self._value(x, op, averaging, summing)
             if error is None:
-                fp = fingerprint(op, value.dtype.str, shape_of(value.shape), value.cuda, *extra)
-                describe = f"{value.dtype} {shape_of(value.shape)}"
-                describe += " on cuda" if value.cuda else ""
+                shape = shape_of(value.shape)
+                fp = fingerprint(op, value.dtype.str, shape, value.cuda, repr(name), *extra)
+                describe = f"{value.dtype} {shape}" + (" on cuda" if value.cuda else "")
+                describe += named(name)
         except (TypeError, ValueError) as exc:
             error = error or LocalError(exc)
-        agree(self._transport, fp, error, f"{describe} in {op}")
+        agree(self._transport, fp, error, f"{describe} in {op}{said}")
         assert value is not None  # agree raised on every rank otherwise
         return value
 
@@ -282,7 +294,7 @@ class TorchBackend(DistributedBackend):
         if not isinstance(average, bool):
             raise TypeError(f"average must be a bool, got {type(average).__name__}")
         self._flush()
-        value = self._checked("allreduce", x, averaging=average, summing=True)
+        value = self._checked("allreduce", x, averaging=average, summing=True, name=name)
         out, out_arr = value.empty(value.shape)
         out.copy_(value.tensor)
         work = None
@@ -306,9 +318,11 @@ class TorchBackend(DistributedBackend):
 
     def broadcast_nonblocking(self, x: Any, root_rank: int, name: str | None = None) -> Handle:
         _arrays.check_name(name)
-        root = self.check_rank(root_rank, "root_rank")
+        root, error = self.checked_root(root_rank)
         self._flush()
-        value = self._checked("broadcast", x, averaging=False)
+        value = self._checked(
+            "broadcast", x, False, extra=(root,), error=error, name=name, said=f" from root {root}"
+        )
         out, out_arr = value.empty(value.shape)
         out.copy_(value.tensor)
         work = None
@@ -325,7 +339,7 @@ class TorchBackend(DistributedBackend):
     def allgather_nonblocking(self, x: Any, name: str | None = None) -> Handle:
         _arrays.check_name(name)
         self._flush()
-        value = self._checked("allgather", x, averaging=False, shape_of=lambda s: s[1:])
+        value = self._checked("allgather", x, averaging=False, shape_of=lambda s: s[1:], name=name)
         if value.shape == ():
             value = value.reshaped((1,))
         rows = self._all_rows(value.shape[0])

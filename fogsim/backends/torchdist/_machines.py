@@ -220,7 +220,7 @@ class TorchMachineOps:
         op = "hierarchical_neighbor_allreduce"
         self._start_machine_op(op, name, enable_topo_check)
         self._flush()
-        value = self._checked(op, x, averaging=True)
+        value = self._checked(op, x, averaging=True, name=name)
         root = self._is_machine_root()
         k = self.local_size
         mean = value.tensor if value.arr is None else value.arr
@@ -252,7 +252,7 @@ class TorchMachineOps:
         """Return the average (or sum) of ``x`` over this agent's machine."""
         self._start_machine_op("allreduce(is_hierarchical_local=True)", name, average=average)
         self._flush()
-        value = self._checked("allreduce-local", x, averaging=average, summing=True)
+        value = self._checked("allreduce-local", x, averaging=average, summing=True, name=name)
         k = self.local_size
         if k == 1:
             return value.wrap(value.tensor.clone() if value.arr is None else value.arr.copy())
@@ -284,6 +284,7 @@ class TorchMachineOps:
             summing=True,
             extra=(factors,),
             error=error and LocalError(error),
+            name=name,
         )
         assert factors is not None  # the agreement raised the error on every rank
         flat, flat_arr = value.empty((int(np.prod(value.shape, dtype=np.int64)),))

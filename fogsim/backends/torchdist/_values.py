@@ -153,8 +153,8 @@ def as_value(x: Any, op: str, averaging: bool, summing: bool = False) -> Value:
     dtype = value.dtype
     if averaging:
         _arrays.require_float(np.empty(0, dtype), op)
-    elif dtype.kind not in "biuf":
-        raise TypeError(f"{op}: x must hold numbers, got dtype {dtype}")
+    else:
+        _arrays.require_numbers(dtype, op, sums=summing)
     if summing and dtype not in SUMMABLE:
         raise TypeError(
             f"{op}: torch.distributed cannot sum dtype {dtype}; "
