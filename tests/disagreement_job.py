@@ -63,6 +63,7 @@ outcome(
     lambda: fs.neighbor_allreduce(np.ones(6, np.float32) if r == last else np.ones(3)),
 )
 outcome("dtype in allreduce", lambda: fs.allreduce(odd_dtype(last)))
+outcome("average and sum", lambda: fs.allreduce(np.ones(2), average=r == 0))
 outcome("broadcast from two roots", lambda: fs.broadcast(np.full(3, float(r)), root_rank=r % 2))
 outcome(
     "broadcast root out of range on one rank",

@@ -33,6 +33,7 @@ def _expected(n: int) -> dict[str, tuple[str, tuple[str, ...]] | None]:
         {
             "same bytes, another dtype": ("ValueError", ("(6,)", "(3,)")),
             "dtype in allreduce": _DTYPES,
+            "average and sum": ("ValueError", ("average",)),
             "broadcast from two roots": ("ValueError", ("root", "0", "1")),
             "broadcast root out of range on one rank": ("ValueError", ("root_rank",)),
             "names in allreduce": _NAMES,

@@ -28,6 +28,7 @@ __all__ = [
     "fingerprint",
     "agree",
     "named",
+    "purpose",
     "LocalError",
     "settle",
     "start_agree",
@@ -68,6 +69,13 @@ def fingerprint(*parts: Any) -> int:
 def named(name: str | None) -> str:
     """Say a call's ``name`` in a disagreement's message (nothing for None)."""
     return "" if name is None else f" named {name!r}"
+
+
+def purpose(op: str, averaging: bool) -> str:
+    """Say whether an ``allreduce`` averages or sums (for a disagreement's message)."""
+    if not op.startswith("allreduce"):
+        return ""
+    return " to average" if averaging else " to sum"
 
 
 def fused_terms(

@@ -21,7 +21,7 @@ from ..._arrays import Kind, to_numpy, wrap_like
 from ..._handles import Handle, HandleTable
 from ..._stall import Guard
 from .._base import launched_size
-from .._runtime.agree import GUARDS, LocalError, agree, fingerprint, named
+from .._runtime.agree import GUARDS, LocalError, agree, fingerprint, named, purpose
 from .._runtime.backend import DistributedBackend
 from .._runtime.neighbor import NeighborOps
 from ._machines import MpiMachineOps
@@ -169,8 +169,8 @@ class MPIBackend(DistributedBackend):
         try:
             arr, kind = self._value(x, op, averaging, adds)
             if error is None:
-                fp = fingerprint(op, arr.dtype.str, shape_of(arr), repr(name), *extra)
-                describe = f"{arr.dtype} {shape_of(arr)}{named(name)}"
+                fp = fingerprint(op, arr.dtype.str, shape_of(arr), averaging, repr(name), *extra)
+                describe = f"{arr.dtype} {shape_of(arr)}{named(name)}{purpose(op, averaging)}"
         except (TypeError, ValueError) as exc:
             error = error or LocalError(exc)
         agree(self.transport, fp, error, f"{describe} in {op}{said}")

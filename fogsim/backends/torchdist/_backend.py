@@ -25,7 +25,7 @@ from ... import timeline as _timeline
 from ..._handles import Handle, HandleTable
 from ..._stall import Guard, StallError, State, where
 from .._base import launched_size
-from .._runtime.agree import GUARDS, LocalError, agree, fingerprint, named
+from .._runtime.agree import GUARDS, LocalError, agree, fingerprint, named, purpose
 from .._runtime.backend import DistributedBackend
 from .._runtime.neighbor import NeighborOps
 from . import _world
@@ -261,9 +261,11 @@ class TorchBackend(DistributedBackend):
             value = self._value(x, op, averaging, summing)
             if error is None:
                 shape = shape_of(value.shape)
-                fp = fingerprint(op, value.dtype.str, shape, value.cuda, repr(name), *extra)
+                fp = fingerprint(
+                    op, value.dtype.str, shape, value.cuda, averaging, repr(name), *extra
+                )
                 describe = f"{value.dtype} {shape}" + (" on cuda" if value.cuda else "")
-                describe += named(name)
+                describe += named(name) + purpose(op, averaging)
         except (TypeError, ValueError) as exc:
             error = error or LocalError(exc)
         agree(self._transport, fp, error, f"{describe} in {op}{said}")
