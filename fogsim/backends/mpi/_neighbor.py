@@ -27,7 +27,7 @@ __all__ = ["MpiDataPath"]
 
 def _raw(buf: np.ndarray) -> np.ndarray:
     """``buf``'s memory as bytes (C-contiguous; a view, no copy)."""
-    return buf.reshape(-1).view(np.uint8)
+    return buf.view(np.uint8) if buf.ndim else buf.reshape(1).view(np.uint8)
 
 
 class _Collective:
