@@ -29,6 +29,7 @@ PUBLIC = {
     "gradient_tracking",
     "push_diging",
     "push_sum",
+    "push_sum_estimate",
     "push_weights",
 }
 
@@ -216,6 +217,56 @@ def test_push_sum_defaults_to_push_shares_of_the_current_topology():
     with pytest.raises(ValueError, match="step 2: the weights are not column-stochastic"):
         steps = iter([A.push_weights(hub_digraph(n)), T.uniform_weights(hub_digraph(n))])
         A.push_sum(x0, 3, steps)
+
+
+def test_push_sum_holds_the_estimate_of_an_agent_whose_p_underflows():
+    n = 4
+    world(n)
+    x0 = np.random.default_rng(4).standard_normal((n, 2))
+    away = np.eye(n)  # agent 0 keeps half and pushes half to agent 1; nothing reaches it
+    away[:2, 0] = 0.5
+    hub = A.push_weights(hub_digraph(n))
+
+    def schedule(alone: int):
+        yield from [away] * alone
+        while True:
+            yield hub
+
+    ahead = A.push_sum(x0, 1100, schedule(1100))
+    assert ahead.state["p"][0] == 0.0  # 2**-1100: z / p is 0 / 0 there
+    assert all(np.isfinite(h).all() for h in ahead.history.values())
+    np.testing.assert_array_equal(ahead.x[0], x0[0])  # halving is exact: the ratio is x0
+    after = A.push_sum(x0, 1300, schedule(1100))
+    assert np.isfinite(after.history["distance"]).all()
+    np.testing.assert_allclose(after.x, np.broadcast_to(x0.mean(0), x0.shape), atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_push_sum_estimate_divides_where_p_is_not_tiny(dtype):
+    floor = np.sqrt(np.finfo(dtype).tiny)
+    below = np.nextafter(floor, 0.0)
+    x = np.array([[3.0, -6.0], [1.0, 2.0], [0.0, 0.0], [0.5, 0.25]], dtype=dtype)
+    p = np.array([1.5, floor, below, 0.0])
+    previous = np.full((4, 2), 7.0)
+    z = A.push_sum_estimate(x, p, previous)
+    assert z.dtype == np.float64 and z.shape == (4, 2)
+    np.testing.assert_array_equal(z[0], [2.0, -4.0])
+    np.testing.assert_array_equal(z[1], x[1] / floor)
+    np.testing.assert_array_equal(z[2:], 7.0)  # held: p below the floor, or 0
+    # one agent's value and float p, as distributed
+    np.testing.assert_array_equal(A.push_sum_estimate(x[0], 1.5, x[0]), [2.0, -4.0])
+    np.testing.assert_array_equal(A.push_sum_estimate(x[0], 0.0, 5.0), [5.0, 5.0])
+    np.testing.assert_array_equal(A.push_sum_estimate(x[0, 0], 0.0, x[0, 0]), x[0, 0])
+    assert previous.tolist() == [[7.0] * 2] * 4  # not written to
+
+
+def test_push_sum_estimate_refuses_what_it_cannot_divide():
+    with pytest.raises(TypeError, match="x must hold floats, got dtype int64"):
+        A.push_sum_estimate(np.arange(4), np.ones(4), np.zeros(4))
+    with pytest.raises(ValueError, match=r"p has shape \(3,\); expected one weight per agent"):
+        A.push_sum_estimate(np.ones((4, 2)), np.ones(3), np.ones((4, 2)))
+    with pytest.raises(ValueError, match=r"previous has shape \(3,\); expected x's shape"):
+        A.push_sum_estimate(np.ones((4, 2)), np.ones(4), np.ones(3))
 
 
 # -- decentralized gradient descent ------------------------------------------------------

@@ -51,7 +51,7 @@ RUNS = {
     ),
     "async_push_sum": (
         ("--iters", "20"),
-        " iter  max_i |x_i/p_i - xbar| / |xbar| (the worst agent's relative error)",
+        " iter  max_i |z_i - xbar| / |xbar| (the worst agent's relative error, z_i = x_i/p_i)",
         "x/p is approaching the average but not there yet (run more --iters), and no mass was lost",
     ),
     "fish_school": (

@@ -34,12 +34,13 @@ is faster (the same numbers).
   :func:`gradient_tracking`, :func:`push_diging` (time-varying directed graphs);
 * compressed communication: :func:`choco_gossip`, :func:`choco_sgd`;
 * adaptation: :func:`diffusion_lms` with a :class:`MovingTarget` stream;
-* problems: :class:`LeastSquares`; helpers: :func:`push_weights`.
+* problems: :class:`LeastSquares`; helpers: :func:`push_weights`, :func:`push_sum_estimate`
+  (push-sum's ``x / p``, guarded where ``p`` underflows).
 """
 
 from ._result import Result
 from .compressed import choco_gossip, choco_sgd
-from .consensus import consensus, push_sum, push_weights
+from .consensus import consensus, push_sum, push_sum_estimate, push_weights
 from .lms import MovingTarget, diffusion_lms
 from .optimization import dgd, exact_diffusion, gradient_tracking, push_diging
 from .problems import LeastSquares
@@ -57,5 +58,6 @@ __all__ = [
     "gradient_tracking",
     "push_diging",
     "push_sum",
+    "push_sum_estimate",
     "push_weights",
 ]

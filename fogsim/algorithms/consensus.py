@@ -11,7 +11,7 @@ import fogsim as fs
 from ._result import Result
 from ._util import Agents, History, Mixer, check_iters, push_weights, show, steps
 
-__all__ = ["consensus", "push_sum", "push_weights"]
+__all__ = ["consensus", "push_sum", "push_sum_estimate", "push_weights"]
 
 
 def consensus(x0: Any, iters: int, schedule: Any = None, progress: bool = False) -> Result:
@@ -76,7 +76,10 @@ def push_sum(
     connected graph every ratio ``x_i`` tends to the average of ``x_0`` even though ``C_k``
     is not row-stochastic (where plain averaging ``x <- C x`` would not agree, and
     ``x <- R x`` with row-stochastic ``R`` agrees on a weighted average). ``z`` and ``p``
-    travel in one ``neighbor_allreduce`` per step, with ``C_k`` as a weight matrix.
+    travel in one ``neighbor_allreduce`` per step, with ``C_k`` as a weight matrix. The
+    ratio is read by :func:`push_sum_estimate`, which holds an agent's estimate while its
+    ``p`` is too small to divide by (an agent that sends for long stretches of a schedule
+    and receives nothing; never on a static strongly connected graph).
 
     Parameters
     ----------
@@ -110,11 +113,72 @@ def push_sum(
     history = History(agents, iters)
     history.add(0, history.metrics(x, target))
     bar = steps(iters, progress, "push-sum")
+    held = agents.flat(x)
     for k in bar:
         packed = mixer.combine(packed, mixer.next())
-        x = (packed[..., :-1] / packed[..., -1:]).reshape(shape)
+        held = push_sum_estimate(packed[..., :-1], packed[..., -1], held)
+        x = held.reshape(shape)
         values = history.metrics(x, target)
         history.add(k, values)
         show(bar, k, iters, values)
     z = packed[..., :-1].reshape(shape)
     return Result(x, history.arrays, {"z": z, "p": packed[..., -1].copy()})
+
+
+def push_sum_estimate(x: Any, p: Any, previous: Any) -> np.ndarray:
+    """Return push-sum's estimate ``x / p`` where ``p`` is not tiny, else ``previous``.
+
+    ``z_i <- x_i / p_i`` if ``p_i >= sqrt(tiny)``, else ``z_i`` unchanged, with ``tiny``
+    the smallest normal number of ``x``'s dtype (``sqrt(tiny)`` is about 1.5e-154 for
+    float64, 1.1e-19 for float32, 2**-7 for float16).
+
+    An agent that runs far ahead of its in-neighbors (asynchronous push-sum under load)
+    keeps giving shares of ``x`` and ``p`` away while nothing arrives, so both shrink
+    geometrically, by ``1/(d+1)`` a step, and underflow: ``x`` loses digits once it is
+    subnormal and ``x / p`` becomes ``0 / 0 = nan``. Meanwhile its ratio does not change
+    (``x`` and ``p`` are scaled alike), so holding the estimate read while ``p`` was larger
+    loses nothing, and the estimate moves again as soon as a neighbor's share arrives.
+    Above the threshold ``x = p z`` is a normal number for every ``|z| >= sqrt(tiny)``
+    (smaller ``|z|`` are off by at most ``sqrt(tiny) * eps``), so the estimate is as exact
+    as ``x / p`` itself. Mass is untouched: ``x`` and ``p`` are only read.
+
+    Parameters
+    ----------
+    x : array
+        The push-sum numerator (stacked ``(n, ...)`` in simulation, this agent's value
+        distributed): a window's value, or ``z`` of a synchronous push-sum.
+    p : array or float
+        The push-sum weight (:func:`fogsim.win_associated_p`): ``(n,)`` in simulation, a
+        float distributed.
+    previous : array
+        The estimate to hold where ``p`` is tiny, of ``x``'s shape (or broadcastable to
+        it): the last estimate, and at the start ``x`` itself (``p`` starts at 1).
+
+    Returns
+    -------
+    numpy.ndarray
+        The estimate, of ``x``'s shape and of the dtype of ``x / p``; finite wherever
+        ``x`` and ``previous`` are.
+    """
+    x = np.asarray(x)
+    if not np.issubdtype(x.dtype, np.floating):
+        raise TypeError(f"push_sum_estimate: x must hold floats, got dtype {x.dtype}")
+    p = np.asarray(p, dtype=np.float64)
+    if p.ndim > x.ndim or x.shape[: p.ndim] != p.shape:
+        raise ValueError(
+            f"push_sum_estimate: p has shape {p.shape}; expected one weight per agent, "
+            f"the leading axes of x's shape {x.shape}"
+        )
+    p = p.reshape(p.shape + (1,) * (x.ndim - p.ndim))  # one p for each agent's whole x
+    # x = p z is a normal number (full precision) for |z| >= sqrt(tiny) while p >= sqrt(tiny)
+    fresh = np.broadcast_to(p >= np.sqrt(np.finfo(x.dtype).tiny), x.shape)
+    try:
+        held = np.broadcast_to(previous, x.shape)
+    except ValueError:
+        raise ValueError(
+            f"push_sum_estimate: previous has shape {np.shape(previous)}; expected x's shape "
+            f"{x.shape}"
+        ) from None
+    out = np.array(held, dtype=np.result_type(x, p))
+    np.divide(x, p, out=out, where=fresh)
+    return out
