@@ -148,13 +148,13 @@ def settle(
         # Some ranks already sent their data in an overlapped call: complete the transfer
         # they wait for, so that they too get to the error.
         REPAIRS[id(transport)]()
-    reports = transport.allgather_object((error.kind, error.message) if error else None)
+    reports = transport.allgather_json([error.kind, error.message] if error else None)
     for rank, report in enumerate(reports):
         if report is not None:
             kind, message = report
             exc_type = TypeError if kind == "TypeError" else ValueError
             prefix = "" if message.startswith("topology check") else f"rank {rank}: "
             raise exc_type(prefix + message)
-    descriptions = transport.allgather_object(describe if isinstance(describe, str) else describe())
+    descriptions = transport.allgather_json(describe if isinstance(describe, str) else describe())
     listed = ", ".join(f"rank {r} has {d}" for r, d in enumerate(descriptions))
     raise ValueError(f"ranks disagree: {listed}")
