@@ -55,9 +55,12 @@ is listed here with its meaning:
 
 Variables set by MPI launchers (``PMI_SIZE``, ``OMPI_COMM_WORLD_SIZE``, ...) are read to
 tell whether the process was started by ``mpiexec``/``fogrun`` with more than one process.
-The torch backend also reads torchrun's ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
-``MASTER_PORT``, and a job id (``SLURM_JOB_ID``/``SLURM_STEP_ID``, ``PMIX_NAMESPACE``,
-``OMPI_MCA_ess_base_jobid``) from which it derives a default port.
+The torch backend also reads torchrun's ``RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``,
+``MASTER_ADDR``, ``MASTER_PORT`` and ``TORCHELASTIC_USE_AGENT_STORE``, gloo's
+``GLOO_SOCKET_IFNAME`` (to leave an interface the user named alone; see
+:mod:`fogsim.backends.torchdist._world`), and a job id (``SLURM_JOB_ID``/``SLURM_STEP_ID``,
+``PMIX_NAMESPACE``, ``OMPI_MCA_ess_base_jobid``) from which it derives a default port.
+:func:`export` is the one place fogsim writes a variable, for a library that reads it.
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ __all__ = [
     "Settings",
     "checking_modes",
     "environ",
+    "export",
     "load",
     "pure_python",
 ]
@@ -110,6 +114,9 @@ class Settings:
     launcher_rank: int | None = None
     torch_rank: int | None = None  # torchrun's RANK
     torch_world_size: int | None = None  # torchrun's WORLD_SIZE
+    torch_local_world_size: int | None = None  # torchrun's LOCAL_WORLD_SIZE
+    torch_agent_store: bool = False  # TORCHELASTIC_USE_AGENT_STORE=True: torchrun's store
+    gloo_socket_ifname: str | None = None  # GLOO_SOCKET_IFNAME, read by torch's gloo
     master_addr: str | None = None
     master_port: int | None = None
     torch_port: int | None = None  # FOGSIM_TORCH_PORT
@@ -179,6 +186,9 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         launcher_rank=launcher_rank,
         torch_rank=_int(env, "RANK", 0),
         torch_world_size=_int(env, "WORLD_SIZE", 1),
+        torch_local_world_size=_int(env, "LOCAL_WORLD_SIZE", 1),
+        torch_agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "").strip() == "True",
+        gloo_socket_ifname=env.get("GLOO_SOCKET_IFNAME", "").strip() or None,
         master_addr=env.get("MASTER_ADDR", "").strip() or None,
         master_port=_port(env, "MASTER_PORT"),
         torch_port=_port(env, "FOGSIM_TORCH_PORT"),
@@ -267,3 +277,9 @@ def _job_id(environ: Mapping[str, str]) -> str | None:
 def environ() -> dict[str, str]:
     """Return a copy of the process environment (for launchers building a child's)."""
     return dict(os.environ)
+
+
+def export(name: str, value: str) -> None:
+    """Set ``name`` to ``value`` in this process's environment, for a library that reads
+    it there (torch's gloo reads ``GLOO_SOCKET_IFNAME`` whenever it makes a group)."""
+    os.environ[name] = value

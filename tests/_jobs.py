@@ -47,6 +47,9 @@ _NOT_INHERITED = (
     "RANK",
     "WORLD_SIZE",
     "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "GLOO_SOCKET_IFNAME",
     # Unbuffered ranks write a print's text and its newline separately, and the launcher
     # interleaves the ranks' writes: lines of different ranks would run together.
     "PYTHONUNBUFFERED",

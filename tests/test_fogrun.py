@@ -219,6 +219,16 @@ def test_openmpi_exports_every_fogsim_setting():
     assert "-x" not in argv
 
 
+def test_openmpi_exports_where_torch_ranks_meet_and_listen():
+    # the torch backend's ranks on every host must meet at one MASTER_ADDR and bind gloo
+    # to the interface the user named
+    user = {"MASTER_ADDR": "10.1.0.1", "MASTER_PORT": "29500", "GLOO_SOCKET_IFNAME": "eth1"}
+    o = opts("-np", "4", "--hosts", "a,b", "python", "s.py")
+    argv, _ = fr.build_command(o, {**user, "HOME": "/h"}, OPENMPI)
+    exported = {argv[i + 1] for i, a in enumerate(argv) if a == "-x"}
+    assert set(user) <= exported and "HOME" not in exported
+
+
 def test_explicit_options_override_user_variables():
     user = {"FOGSIM_BACKEND": "mpi", "FOGSIM_SIZE": "7", "FOGSIM_TIMELINE": "old"}
     o = opts("--sim", "-np", "5", "--timeline-filename", "tl/run", "python", "s.py")

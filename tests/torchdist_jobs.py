@@ -24,8 +24,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run_torchrun_style(n: int, cases: list[str]) -> _jobs.Job:
-    """Start n workers with torchrun's variables (what torchrun itself would set).
+def _run_torchrun_style(n: int, cases: list[str], driver: tuple[str, ...] = DRIVER) -> _jobs.Job:
+    """Start n workers of ``driver`` with torchrun's variables (what torchrun itself
+    would set when its workers serve the store).
 
     The workers are judged as one job: its exit code is the first non-zero worker's, its
     output rank 0's, and it timed out if any worker did (all are then killed).
@@ -41,7 +42,7 @@ def _run_torchrun_style(n: int, cases: list[str]) -> _jobs.Job:
             MASTER_PORT=port,
         )
 
-    script = [sys.executable, *DRIVER, *cases]
+    script = [sys.executable, *driver, *cases]
     start = time.monotonic()
     procs = [
         subprocess.Popen(

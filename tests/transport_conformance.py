@@ -83,8 +83,14 @@ def exercise(t: Transport) -> list[str]:
     t.iallreduce_max(flags).wait()
     if flags.tolist() != [n - 1, 0, 7, int(n > 1)]:
         bad.append(f"iallreduce_max gave {flags.tolist()}")
-    if t.allgather_object(("rank", r)) != [("rank", k) for k in range(n)]:
-        bad.append("allgather_object is not by rank")
+    value = {"rank": r, "of": [n, None, True, 0.5], "name": f"r\u00e9{r}"}
+    want = [{"rank": k, "of": [n, None, True, 0.5], "name": f"r\u00e9{k}"} for k in range(n)]
+    if t.allgather_json(value) != want:
+        bad.append("allgather_json is not by rank")
+    if t.allgather_json(["x" * (1000 * r), r]) != [["x" * (1000 * k), k] for k in range(n)]:
+        bad.append("allgather_json of lengths that differ by rank")
+    if t.allgather_json(("tuple", r)) != [["tuple", k] for k in range(n)]:
+        bad.append("allgather_json does not give a tuple back as JSON's list")
     send = np.array([[r, k] for k in range(n)], dtype=np.float64)  # block k goes to rank k
     recv = np.full((n, 2), -1.0)
     t.alltoall(send, recv)
@@ -108,7 +114,7 @@ def exercise(t: Transport) -> list[str]:
     if not (type(exc) is TypeError and str(exc) == f"rank {n - 1}: weights must be numbers"):
         bad.append(f"one rank's error: {exc!r}")
     # still in step afterwards
-    if t.allgather_object(r * r) != [k * k for k in range(n)]:
+    if t.allgather_json(r * r) != [k * k for k in range(n)]:
         bad.append("out of step after the agreements")
     return bad
 

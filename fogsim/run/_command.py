@@ -46,6 +46,8 @@ _OPENMPI4_LAPTOP = {
 }
 # Several ranks per host, each with a thread pool per core, would oversubscribe the cores.
 _ONE_THREAD = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+#: Where the torch backend's ranks meet and which interfaces they listen on (the user's).
+_RENDEZVOUS = frozenset({"MASTER_ADDR", "MASTER_PORT", "GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"})
 
 _PYTHON_NAME = re.compile(r"python(\d+(\.\d+)*)?(\.exe)?")
 _PLAIN_PYTHON = ("python", "python3")
@@ -194,9 +196,10 @@ def _spmd_command(options: Options, command: list[str]) -> list[str]:
 def _exported(env: Mapping[str, str], changes: Mapping[str, str]) -> list[str]:
     # Open MPI passes its launcher's environment to the ranks on this host only (Hydra
     # passes it to every host): name with -x what fogrun set and every FOGSIM_* setting, so
-    # that ranks on other hosts run with the same options (FOGSIM_SEED, ...). Open MPI
-    # forwards its own OMPI_* variables; PRTE_* ones are for the launcher itself.
-    names = {name for name in env if name.startswith("FOGSIM_")}
+    # that ranks on other hosts run with the same options (FOGSIM_SEED, ...), and where the
+    # torch backend's ranks meet and listen. Open MPI forwards its own OMPI_* variables;
+    # PRTE_* ones are for the launcher itself.
+    names = {name for name in env if name.startswith("FOGSIM_") or name in _RENDEZVOUS}
     names.update(name for name in changes if not name.startswith(("OMPI_", "PRTE_")))
     return sorted(names)
 

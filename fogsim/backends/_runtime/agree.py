@@ -5,7 +5,7 @@ sender its receiver does not expect) must not leave the other ranks blocked in a
 transfer that will never complete. Each rank reduces a small fingerprint of what must
 match plus a flag for its own local error in one reduction
 (:meth:`~.transport.Transport.iallreduce_max`); only when something is off do the ranks
-exchange descriptions (small Python objects) to word one message, which every rank then
+exchange descriptions (JSON text, never pickles) to word one message, which every rank then
 raises. Written once over a :class:`~.transport.Transport`, so that every runtime raises
 the same errors.
 """
@@ -167,13 +167,13 @@ def settle(
         # Some ranks already sent their data in an overlapped call: complete the transfer
         # they wait for, so that they too get to the error.
         REPAIRS[id(transport)]()
-    reports = transport.allgather_object((error.kind, error.message) if error else None)
+    reports = transport.allgather_json([error.kind, error.message] if error else None)
     for rank, report in enumerate(reports):
         if report is not None:
             kind, message = report
             exc_type = TypeError if kind == "TypeError" else ValueError
             prefix = "" if message.startswith("topology check") else f"rank {rank}: "
             raise exc_type(prefix + message)
-    descriptions = transport.allgather_object(describe if isinstance(describe, str) else describe())
+    descriptions = transport.allgather_json(describe if isinstance(describe, str) else describe())
     listed = ", ".join(f"rank {r} has {d}" for r, d in enumerate(descriptions))
     raise ValueError(f"ranks disagree: {listed}")

@@ -35,8 +35,10 @@ class Transport(Protocol):
 
     Buffers are C-contiguous numpy arrays; a receive writes into the array it is given.
     Messages between one pair of ranks with one ``tag`` arrive in the order they were sent.
-    Collectives (:meth:`iallreduce_max`, :meth:`allgather_object`, :meth:`alltoall`,
-    :meth:`barrier`) are called by every rank in the same order.
+    Collectives (:meth:`iallreduce_max`, :meth:`allgather_json`, :meth:`alltoall`,
+    :meth:`barrier`) are called by every rank in the same order. Nothing received is
+    ever unpickled: buffers are raw bytes of a known dtype, and the one exchange of
+    structured values (:meth:`allgather_json`) is JSON text.
     """
 
     rank: int
@@ -71,8 +73,16 @@ class Transport(Protocol):
         over all ranks (a few integers of metadata, e.g. fingerprints)."""
         ...
 
-    def allgather_object(self, obj: Any) -> list[Any]:
-        """Return every rank's ``obj`` (a small picklable value), by rank."""
+    def allgather_json(self, value: Any) -> list[Any]:
+        """Return every rank's ``value``, by rank, as ``json.loads`` reads it back.
+
+        ``value`` is plain JSON data (None, bools, ints, floats, strings, and lists and
+        dicts with string keys of these; tuples come back as lists), small (reports,
+        host names). It travels as UTF-8 JSON bytes in fixed-format buffers (their
+        lengths as int64, then the bytes), so a peer cannot make this rank run code;
+        a message that is not JSON raises :class:`fogsim.backends._wire.BadMessage`
+        (a ValueError) naming its rank.
+        """
         ...
 
     def alltoall(self, send: np.ndarray, recv: np.ndarray) -> None:

@@ -228,7 +228,8 @@ class MPIBackend(DistributedBackend):
             "allgather", x, averaging=False, shape_of=lambda a: a.shape[1:], name=name
         )
         arr = arr.reshape(1) if arr.ndim == 0 else arr
-        rows = np.array(self.comm.allgather(arr.shape[0]), dtype=np.int64)
+        rows = np.empty(self._n, dtype=np.int64)
+        self.comm.Allgather(np.array([arr.shape[0]], dtype=np.int64), rows)
         out = np.empty((int(rows.sum()), *arr.shape[1:]), dtype=arr.dtype)
         counts = rows * int(np.prod(arr.shape[1:], dtype=np.int64))
         displs = np.concatenate([[0], np.cumsum(counts)[:-1]])

@@ -24,6 +24,7 @@ from ...topology import Topology
 from .._base import Backend
 from .._runtime.agree import LocalError
 from .._weights import exchange_between_machines
+from .._wire import mpi_bcast_json
 
 __all__ = ["MpiMachineOps"]
 
@@ -68,9 +69,10 @@ class MpiMachineOps:
         self.local_comm = self._split(local_size)
         self.local_size = int(self.local_comm.Get_size())
         self.local_rank = int(self.local_comm.Get_rank())
-        self.error = layout_error(  # why the machine-level ops cannot run here, or None
-            comm.allgather((self.local_size, self.local_rank))
-        )
+        layout = np.empty((self._n, 2), np.int64)
+        comm.Allgather(np.array([self.local_size, self.local_rank], np.int64), layout)
+        # why the machine-level ops cannot run here, or None
+        self.error = layout_error([(int(k), int(lr)) for k, lr in layout.tolist()])
         self._world: Backend | None = None  # the local ranks 0 as one world (on use)
         self._roots_comm: Any = None
         self._stage_comms: dict[tuple[int, ...], list[Any]] = {}
@@ -167,7 +169,7 @@ class MpiMachineOps:
                     mean += gathered[j]
                 np.divide(mean, k, out=mean)
         out: np.ndarray | None = None
-        report: tuple[type[Exception], str] | None = None
+        report: tuple[str, str] | None = None  # an error's type name and message
         if root:  # every machine's local rank 0 runs the exchange, then tells its machine
             out, error = exchange_between_machines(
                 self._machine_world(),
@@ -178,13 +180,14 @@ class MpiMachineOps:
                 enable_topo_check,
             )
             if error is not None:
-                report = (type(error), str(error))
+                report = (type(error).__name__, str(error))
         if k > 1:  # the other local ranks wait yielding the core (see _local_bcast)
             failed = self._local_bcast(np.array([report is not None], dtype=np.int8))
             if failed[0]:
-                report = self.local_comm.bcast(report, root=0)
+                told = mpi_bcast_json(self.local_comm, None if report is None else [*report])
+                report = (str(told[0]), str(told[1]))
         if report is not None:
-            raise report[0](report[1])
+            raise (TypeError if report[0] == "TypeError" else ValueError)(report[1])
         if k > 1:
             out = self._local_bcast(np.empty_like(arr) if out is None else out)
         assert out is not None  # the exchange's result, here or from local rank 0

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from .._wire import mpi_allgather_json
+
 __all__ = ["MpiTransport"]
 
 
@@ -64,8 +66,8 @@ class MpiTransport:
     def iallreduce_max(self, flags: np.ndarray) -> _MpiRequest:
         return _MpiRequest(self.comm.Iallreduce(self._mpi.IN_PLACE, flags, op=self._mpi.MAX))
 
-    def allgather_object(self, obj: Any) -> list[Any]:
-        return list(self.comm.allgather(obj))
+    def allgather_json(self, value: Any) -> list[Any]:
+        return mpi_allgather_json(self.comm, value)
 
     def alltoall(self, send: np.ndarray, recv: np.ndarray) -> None:
         self.comm.Alltoall(send, recv)

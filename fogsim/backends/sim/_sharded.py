@@ -31,9 +31,10 @@ What moves between processes, per op:
 
 Per-agent weight arguments (``self_weight`` vectors, ``src_weights``/``dst_weights``
 dicts, ``src_ranks``) may be given for the block (as ``fs.local`` builds them) or for the
-world; they are gathered to the world's (one message per call) so that every process
-builds the same plan. Window ops, modelled asynchrony and fault injection need every
-agent in one process: they raise ``NotImplementedError`` naming the op.
+world; they are gathered to the world's (one message per call, as JSON data: see
+:mod:`._shardwire`) so that every process builds the same plan. Window ops, modelled
+asynchrony and fault injection need every agent in one process: they raise
+``NotImplementedError`` naming the op.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ from ._shards import (
     exchange_into,
     shard_plan,
 )
+from ._shardwire import decode, encode
 
 __all__ = ["ShardedSimBackend", "open_transport"]
 
@@ -325,6 +327,11 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
         return out[:b]
 
     # -- per-agent arguments --------------------------------------------------------------
+    def _gather(self, value: Any, argname: str) -> list[Any]:
+        """Every process's ``value``, by process, as JSON data (never pickled)."""
+        parts = self._t.allgather_json(encode(value))
+        return [decode(part, argname, f"process {p}") for p, part in enumerate(parts)]
+
     def _world_arg(self, value: Any, argname: str) -> Any:
         """Return a per-agent argument for the whole world, gathering block-sized ones.
 
@@ -340,12 +347,12 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
             isinstance(value, np.ndarray) and value.ndim == 0
         ):
             return value  # the plan's parser names what is wrong with it
-        lengths = self._t.allgather_object(len(value))
+        lengths = self._t.allgather_json(len(value))
         if all(n == self._n for n in lengths):
             return value
         sizes = np.diff(self._bounds).tolist()
         if lengths == sizes:  # the blocks' entries: gather them
-            parts = self._t.allgather_object(value)
+            parts = self._gather(value, argname)
             if isinstance(value, np.ndarray):
                 return np.concatenate([np.asarray(p) for p in parts])
             return [v for p in parts for v in p]
@@ -473,7 +480,7 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
         """allgather of one value per agent given as a sequence (sizes may differ)."""
         parts = [_arrays.to_numpy(v, f"x[{i}]") for i, v in enumerate(values)]
         arrays = [np.atleast_1d(a) for a, _ in parts]
-        everyone = [a for block in self._t.allgather_object(arrays) for a in block]
+        everyone = [a for block in self._gather(arrays, "allgather") for a in block]
         shapes = {a.shape for a in everyone}
         trailing = {s[1:] for s in shapes}
         if len(trailing) > 1:

@@ -81,9 +81,9 @@ class TorchMachineOps:
         self._topology, self._weighted = machine_topology, machine_weighted
         self._new_world = new_world
         self.local_rank, self.local_size = self._layout(local_size)
-        self.error = layout_error(  # why the machine-level ops cannot run here, or None
-            transport.allgather_object((self.local_size, self.local_rank))
-        )
+        layout = transport.allgather_json([self.local_size, self.local_rank])
+        # why the machine-level ops cannot run here, or None
+        self.error = layout_error([(int(k), int(lr)) for k, lr in layout])
         self._roots_groups: Any = _UNSET  # (gloo, NCCL) of the local ranks 0; None elsewhere
         self._machines_world: Backend | None = None  # the local ranks 0 as one world (on use)
 
@@ -96,7 +96,7 @@ class TorchMachineOps:
                     "emulated machines must all hold the same number of processes"
                 )
             return self._rank % local_size, local_size
-        hosts = self._transport.allgather_object(socket.gethostname())
+        hosts = self._transport.allgather_json(socket.gethostname())
         mine = [r for r, h in enumerate(hosts) if h == hosts[self._rank]]
         return mine.index(self._rank), len(mine)
 

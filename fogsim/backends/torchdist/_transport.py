@@ -1,8 +1,9 @@
 """The runtime's :class:`~fogsim.backends._runtime.Transport` over torch.distributed.
 
-The small collectives (the agreement's reduction, allgathers of Python objects) run on a
+The small collectives (the agreement's reduction, allgathers of JSON reports) run on a
 CPU (gloo) group, so that metadata never has to visit a GPU; point-to-point messages go
-through ``dist.isend``/``dist.irecv`` on the group given.
+through ``dist.isend``/``dist.irecv`` on the group given. Nothing received is unpickled
+(no ``*_object`` collective): see :mod:`fogsim.backends._wire`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+
+from .._wire import dumps, loads
 
 __all__ = ["TorchTransport"]
 
@@ -142,10 +145,20 @@ class TorchTransport:
         )
         return _GatheredMax(work, blocks, flags)
 
-    def allgather_object(self, obj: Any) -> list[Any]:
-        out: list[Any] = [None] * self.size
-        dist.all_gather_object(out, obj, group=self.group)
-        return out
+    def allgather_json(self, value: Any) -> list[Any]:
+        data = dumps(value)
+        counts = torch.zeros((self.size, 1), dtype=torch.int64)
+        mine = torch.tensor([len(data)], dtype=torch.int64)
+        dist.all_gather(list(counts.unbind(0)), mine, group=self.group)
+        lengths = counts.flatten().tolist()
+        longest = max(lengths)
+        padded = torch.zeros(longest, dtype=torch.uint8)  # gloo gathers equal sizes
+        padded[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        rows = torch.empty((self.size, longest), dtype=torch.uint8)
+        dist.all_gather(list(rows.unbind(0)), padded, group=self.group)
+        return [
+            loads(rows[r, : lengths[r]].numpy().tobytes(), f"rank {r}") for r in range(self.size)
+        ]
 
     def alltoall(self, send: np.ndarray, recv: np.ndarray) -> None:
         dist.all_to_all_single(_tensor(recv), _tensor(send), group=self.group)

@@ -13,7 +13,8 @@ world of one. The ranks meet at ``MASTER_ADDR`` (default ``127.0.0.1``) on a por
 in this order:
 
 1. ``FOGSIM_TORCH_PORT``, else ``MASTER_PORT`` (under torchrun, whose variables are all
-   set, through ``init_method="env://"``, which also reuses torchrun's own store);
+   set; when torchrun serves the store itself, ``TORCHELASTIC_USE_AGENT_STORE=True``,
+   through ``init_method="env://"``, which reuses it);
 2. alone (world of one): any free port;
 3. under an MPI launcher with mpi4py: rank 0 opens the store on a free port the kernel
    picks and broadcasts it (with its host name when the job spans hosts) over
@@ -21,13 +22,34 @@ in this order:
 4. else ``29500 + crc32(job id) % 1000``, the job id being Slurm's, PMIx's or Open MPI's,
    else the parent process id (the MPI proxy that started this host's ranks). Jobs
    spanning hosts without mpi4py must set ``MASTER_ADDR`` and ``MASTER_PORT``.
+
+What listens, and where (the store answers anyone who connects, without authentication,
+so it must not face a network it need not):
+
+* rank 0's store (torch's TCPStore) listens on the address the ranks meet at, only: on
+  one host ``127.0.0.1``; across hosts ``MASTER_ADDR``, which must then be an address of
+  rank 0's host on the network the hosts share (under an MPI launcher without it, the
+  address rank 0's host name resolves to; a loopback one is refused). fogsim opens the
+  listening socket itself and hands it to the store (``master_listen_fd``): torch's own
+  would listen on every interface. Under torchrun with its agent's store, that store is
+  torchrun's (``--master-addr``/``--rdzv-endpoint``), not fogsim's.
+* gloo listens on the interface ``GLOO_SOCKET_IFNAME`` names (torch's variable; several,
+  comma-separated). When every rank runs on one host (one host name under MPI, a loopback
+  ``MASTER_ADDR``, or torchrun's ``LOCAL_WORLD_SIZE`` equal to ``WORLD_SIZE``) and it is
+  not set, fogsim sets it to the loopback interface before the groups are made; across
+  hosts without it, gloo uses the address each rank's host name resolves to. NCCL's
+  bootstrap follows ``NCCL_SOCKET_IFNAME``, which fogsim leaves alone.
+
+Nothing fogsim sends between ranks is pickled (see :mod:`fogsim.backends._wire`).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import importlib.util
+import ipaddress
 import os
 import socket
 import zlib
@@ -35,6 +57,7 @@ from datetime import timedelta
 from typing import Any
 
 from ... import _settings
+from .._wire import BadMessage, mpi_allgather_json, mpi_bcast_json
 
 __all__ = ["BASE_PORT", "Endpoint", "default_port", "new_groups", "new_subgroups", "start"]
 
@@ -46,12 +69,24 @@ _STORE_TIMEOUT = timedelta(minutes=5)  # for the ranks to meet; ops keep torch's
 
 
 class Endpoint:
-    """Where and how this process joins: rank, size and the rendezvous."""
+    """Where and how this process joins: rank, size and the rendezvous.
 
-    __slots__ = ("rank", "size", "addr", "port", "how")
+    ``one_host``: whether every rank runs on this host (None: MPI tells, at the start).
+    """
 
-    def __init__(self, rank: int, size: int, addr: str | None, port: int | None, how: str):
+    __slots__ = ("rank", "size", "addr", "port", "how", "one_host")
+
+    def __init__(
+        self,
+        rank: int,
+        size: int,
+        addr: str | None,
+        port: int | None,
+        how: str,
+        one_host: bool | None = False,
+    ):
         self.rank, self.size, self.addr, self.port, self.how = rank, size, addr, port, how
+        self.one_host = one_host
 
     def __repr__(self) -> str:
         return f"Endpoint(rank={self.rank}, size={self.size}, {self.how} {self.addr}:{self.port})"
@@ -62,6 +97,16 @@ def default_port(job_id: str | None, parent_pid: int | None = None) -> int:
     if job_id is None:
         job_id = f"ppid:{os.getppid() if parent_pid is None else parent_pid}"
     return BASE_PORT + zlib.crc32(job_id.encode()) % _PORT_SPAN
+
+
+def _is_loopback(addr: str) -> bool:
+    """Whether ``addr`` is ``localhost`` or a loopback address (no name lookup)."""
+    if addr.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(addr).is_loopback
+    except ValueError:
+        return False
 
 
 def endpoint(settings: _settings.Settings) -> Endpoint:
@@ -78,17 +123,24 @@ def endpoint(settings: _settings.Settings) -> Endpoint:
         what = f"RANK={rank}" if settings.torchrun else f"the launcher's rank {rank}"
         raise ValueError(f"{what} is out of range for a job of {size} processes")
     addr = settings.master_addr or _LOCALHOST
+    one_host = (
+        size == 1
+        or _is_loopback(addr)
+        or (settings.torchrun and settings.torch_local_world_size == size)
+    )
     if settings.torch_port is not None:
-        return Endpoint(rank, size, addr, settings.torch_port, "tcp")
+        return Endpoint(rank, size, addr, settings.torch_port, "tcp", one_host)
     if settings.torchrun:
-        return Endpoint(rank, size, addr, settings.master_port, "env")
+        how = "env" if settings.torch_agent_store else "tcp"
+        return Endpoint(rank, size, addr, settings.master_port, how, one_host)
     if settings.master_port is not None:
-        return Endpoint(rank, size, addr, settings.master_port, "tcp")
+        return Endpoint(rank, size, addr, settings.master_port, "tcp", one_host)
     if size == 1:
-        return Endpoint(rank, size, _LOCALHOST, 0, "store")
+        return Endpoint(rank, size, _LOCALHOST, 0, "tcp", True)
     if settings.launcher_size is not None and importlib.util.find_spec("mpi4py") is not None:
-        return Endpoint(rank, size, settings.master_addr, None, "mpi")  # None: rank 0 decides
-    return Endpoint(rank, size, addr, default_port(settings.job_id), "tcp")
+        # None: rank 0 decides, from the ranks' host names
+        return Endpoint(rank, size, settings.master_addr, None, "mpi", None)
+    return Endpoint(rank, size, addr, default_port(settings.job_id), "tcp", one_host)
 
 
 def _backend_string() -> str:
@@ -110,35 +162,99 @@ def start(settings: _settings.Settings) -> tuple[int, int]:
         return dist.get_rank(), dist.get_world_size()
     ep = endpoint(settings)
     backend = _backend_string()
-    if ep.how == "env":
+    if ep.how == "env":  # torchrun's agent serves the store
+        _gloo_interface(settings, bool(ep.one_host))
         dist.init_process_group(backend, init_method="env://")
-    elif ep.how == "tcp":
-        dist.init_process_group(
-            backend, init_method=f"tcp://{ep.addr}:{ep.port}", rank=ep.rank, world_size=ep.size
-        )
     else:
-        store = _store(ep) if ep.how == "store" else _store_over_mpi(ep)
+        if ep.how == "mpi":
+            store, one_host = _store_over_mpi(ep)
+        else:
+            assert ep.addr is not None and ep.port is not None
+            store, one_host = _tcp_store(ep.addr, ep.port, ep.rank, ep.size), bool(ep.one_host)
+        _gloo_interface(settings, one_host)
         dist.init_process_group(backend, store=store, rank=ep.rank, world_size=ep.size)
     # Destroyed at exit only because fogsim created it; a script's own group is its own.
     atexit.register(_destroy_default)
     return dist.get_rank(), dist.get_world_size()
 
 
-def _store(ep: Endpoint) -> Any:
+def _loopback_interface() -> str:
+    """The name of this host's loopback interface (``lo`` on Linux, ``lo0`` elsewhere)."""
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        names = []
+    return "lo" if "lo" in names else next((n for n in names if n.startswith("lo")), "lo")
+
+
+def _gloo_interface(settings: _settings.Settings, one_host: bool) -> None:
+    """Keep gloo on the loopback interface when every rank runs on this host, unless the
+    user named one (gloo reads ``GLOO_SOCKET_IFNAME`` whenever it makes a group)."""
+    if one_host and settings.gloo_socket_ifname is None:
+        _settings.export("GLOO_SOCKET_IFNAME", _loopback_interface())
+
+
+def _listen(addr: str, port: int) -> socket.socket:
+    """Return a socket listening on ``addr`` (an address or name of this host) only."""
+    error: OSError | None = None
+    for family, kind, proto, _, where in socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as torch's store
+            sock.bind(where)
+            sock.listen(socket.SOMAXCONN)
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        return sock
+    raise error or OSError(f"{addr!r} names no address")
+
+
+def _serve_store(addr: str, port: int, size: int) -> Any:
+    """Rank 0's store, listening on ``addr`` only (port 0: one the kernel picks)."""
     import torch.distributed as dist
 
+    try:
+        sock = _listen(addr, port)
+    except OSError as exc:
+        hint = ""
+        if exc.errno == errno.EADDRNOTAVAIL:
+            hint = "; MASTER_ADDR must be an address of rank 0's host"
+        raise ValueError(
+            f"rank 0 cannot listen on {addr}:{port} for the torch rendezvous: {exc}{hint}"
+        ) from None
+    port = sock.getsockname()[1]
+    # The store owns the descriptor from here (it closes it when it goes): detached, so
+    # that Python never closes it as well (on a failed start it is left open, not doubly
+    # closed).
+    fd = sock.detach()
     return dist.TCPStore(
-        ep.addr or _LOCALHOST,
-        0,
-        ep.size,
+        addr,
+        port,
+        size,
         is_master=True,
         wait_for_workers=False,
         timeout=_STORE_TIMEOUT,
+        master_listen_fd=fd,
     )
 
 
-def _store_over_mpi(ep: Endpoint) -> Any:
-    """Rank 0 serves the store on a port the kernel picks; MPI tells the others where."""
+def _tcp_store(addr: str, port: int, rank: int, size: int) -> Any:
+    """The store at ``addr:port``: served by rank 0, reached by the others."""
+    import torch.distributed as dist
+
+    if rank == 0:
+        return _serve_store(addr, port, size)
+    return dist.TCPStore(addr, port, size, is_master=False, timeout=_STORE_TIMEOUT)
+
+
+def _store_over_mpi(ep: Endpoint) -> tuple[Any, bool]:
+    """Rank 0 serves the store on a port the kernel picks; MPI tells the others where.
+
+    Return the store and whether every rank runs on one host. Host names and the address
+    travel as JSON over MPI's buffer calls (:mod:`fogsim.backends._wire`).
+    """
     import torch.distributed as dist
     from mpi4py import MPI
 
@@ -148,24 +264,42 @@ def _store_over_mpi(ep: Endpoint) -> Any:
             f"the MPI launcher's variables say rank {ep.rank} of {ep.size} but MPI_COMM_WORLD "
             f"says {comm.Get_rank()} of {comm.Get_size()}"
         )
-    hosts = comm.allgather(socket.gethostname())
+    hosts = [str(h) for h in mpi_allgather_json(comm, socket.gethostname())]
+    one_host = len(set(hosts)) == 1
     store = None
-    where: tuple[str, int] | str | None = None
+    where: list[Any] | str | None = None
     if ep.rank == 0:
-        addr = ep.addr if ep.addr is not None else _LOCALHOST if len(set(hosts)) == 1 else hosts[0]
+        addr = ep.addr if ep.addr is not None else _LOCALHOST if one_host else hosts[0]
         try:
-            store = dist.TCPStore(
-                addr, 0, ep.size, is_master=True, wait_for_workers=False, timeout=_STORE_TIMEOUT
-            )
-            where = (addr, store.port)
+            if ep.addr is None and not one_host and _resolves_to_loopback(addr):
+                raise ValueError(
+                    f"the ranks span hosts {sorted(set(hosts))}, and rank 0's host name "
+                    f"{addr!r} resolves to a loopback address; set MASTER_ADDR to rank 0's "
+                    "address on the network the hosts share"
+                )
+            store = _serve_store(addr, 0, ep.size)
+            where = [addr, int(store.port)]
         except Exception as exc:  # noqa: BLE001 - told to every rank below
             where = f"{type(exc).__name__}: {exc}"
-    where = comm.bcast(where, root=0)
+    where = mpi_bcast_json(comm, where)
     if isinstance(where, str):
         raise ValueError(f"rank 0 could not open the torch rendezvous store: {where}")
+    if not (isinstance(where, list) and len(where) == 2 and type(where[1]) is int):
+        raise BadMessage(f"rank 0 sent {where!r:.80} for the rendezvous's address")
     if store is None:
-        store = dist.TCPStore(where[0], where[1], ep.size, is_master=False, timeout=_STORE_TIMEOUT)
-    return store
+        store = dist.TCPStore(
+            str(where[0]), where[1], ep.size, is_master=False, timeout=_STORE_TIMEOUT
+        )
+    return store, one_host
+
+
+def _resolves_to_loopback(name: str) -> bool:
+    """Whether every address ``name`` resolves to is a loopback one (False: unknown)."""
+    try:
+        found = {info[4][0] for info in socket.getaddrinfo(name, None)}
+    except OSError:
+        return False
+    return bool(found) and all(_is_loopback(str(a).split("%")[0]) for a in found)
 
 
 def _destroy_default() -> None:
