@@ -61,19 +61,23 @@ class MPIBackend(DistributedBackend):
             from ...run._liveness import record
 
             record(self._settings.rank_dir, self._rank)
-        self.machines = MpiMachineOps(
-            self.comm,
-            MPI,
-            local_size,
-            self.stall,
-            self._checked,
-            self._flush,
-            self._start_machine_op,
-            self._decomposition,
-            self.load_machine_topology,
-            self.is_machine_topology_weighted,
-            self._new_machine_world,
-        )
+        try:  # refused on every rank alike (a machine layout that cannot be)
+            self.machines = MpiMachineOps(
+                self.comm,
+                MPI,
+                local_size,
+                self.stall,
+                self._checked,
+                self._flush,
+                self._start_machine_op,
+                self._decomposition,
+                self.load_machine_topology,
+                self.is_machine_topology_weighted,
+                self._new_machine_world,
+            )
+        except BaseException:
+            self._free_world()
+            raise
         self.handles = HandleTable()
         self.neighbors = NeighborOps(
             self.transport,
@@ -106,10 +110,15 @@ class MPIBackend(DistributedBackend):
 
     # -- world ----------------------------------------------------------------------------
     def close(self) -> None:
+        """Free every communicator and window this world made (collective)."""
         self._drain()
         self.neighbors.close()
         self.windows.close()
         self.machines.close()
+        self._free_world()
+
+    def _free_world(self) -> None:
+        """Free the stall guard's side channel and the world's communicator."""
         peers = self.stall.peers
         if GUARDS.pop(id(self.transport), None) is not None and isinstance(peers, MPIPeers):
             peers.close()

@@ -46,7 +46,8 @@ class MpiDataPath(DataPath):
     truncation = (MPI.Exception,)
 
     def __init__(self, comm: Any, to_array: ToArray, stall: Guard) -> None:
-        super().__init__(MpiTransport(comm.Dup(), MPI), to_array, stall.wait)
+        self._p2p = MpiTransport(comm.Dup(), MPI)  # freed by close()
+        super().__init__(self._p2p, to_array, stall.wait)
         self.comm, self.rank, self.stall = comm, comm.Get_rank(), stall
         self.graph_comm: Any = None
 
@@ -75,6 +76,8 @@ class MpiDataPath(DataPath):
             pass
 
     def close(self) -> None:
+        """Free the graph communicator and the duplicate the point-to-point calls use."""
         if self.graph_comm is not None and self.graph_comm != MPI.COMM_NULL:
             self.graph_comm.Free()
         self.graph_comm = None
+        self._p2p.free()

@@ -197,12 +197,14 @@ class TorchBackend(DistributedBackend):
         return guard
 
     def _destroy_groups(self) -> None:
-        GUARDS.pop(id(getattr(self, "_transport", None)), None)
+        GUARDS.pop(id(self._transport), None)
         # Local: gloo's sends completed when their bytes were handed over, so no peer
         # loses data; the default group stays for the next world (see _world).
-        for group in (self.nccl_group, self.group):
-            if group is not None and dist.is_initialized():
-                dist.destroy_process_group(group)
+        # The parts hold the backend's bound methods (a reference cycle), and the gloo
+        # group through the transport: once nothing names a group, torch ends its threads
+        # and closes its sockets now, not at the next garbage collection.
+        _world.destroy_groups(self.nccl_group)
+        self._transport.free()  # self.group
         self.group = self.nccl_group = None
 
     # -- topology -------------------------------------------------------------------------
