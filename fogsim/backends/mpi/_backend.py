@@ -1,7 +1,7 @@
 """The MPI runtime: one process per agent over mpi4py, raw buffers on the data path.
 
 Collectives map to their MPI namesakes; the static topology lives in a distributed-graph
-communicator (``Create_dist_graph_adjacent``) whose ``Neighbor_allgather`` feeds the
+communicator (``Create_dist_graph_adjacent``) whose ``Ineighbor_allgather`` feeds the
 weighted combine; dynamic calls use ``Isend``/``Irecv`` set up per call. Before data
 moves, ranks agree on shapes, dtypes and (dynamic calls) who sends to whom, so a bad
 call raises the same error on every rank instead of hanging (see ``_runtime.agree``).
@@ -93,6 +93,7 @@ class MPIBackend(DistributedBackend):
             self.is_topology_weighted,
             self._drain,
             self.check_rank,
+            self.stall,
         )
 
     def _stall_guard(self, world: bool) -> Guard:
@@ -222,7 +223,9 @@ class MPIBackend(DistributedBackend):
         self._flush()
         arr, kind = self._checked("allgather", x, averaging=False, shape_of=lambda a: a.shape[1:])
         arr = arr.reshape(1) if arr.ndim == 0 else arr
-        rows = np.array(self.comm.allgather(arr.shape[0]), dtype=np.int64)
+        rows = np.empty(self._n, dtype=np.int64)
+        req = self.comm.Iallgather(np.array([arr.shape[0]], dtype=np.int64), rows)
+        self.stall.wait(req.Test, req.Wait)
         out = np.empty((int(rows.sum()), *arr.shape[1:]), dtype=arr.dtype)
         counts = rows * int(np.prod(arr.shape[1:], dtype=np.int64))
         displs = np.concatenate([[0], np.cumsum(counts)[:-1]])

@@ -60,7 +60,9 @@ class MpiDataPath(DataPath):
         )
 
     def static_allgather(self, send: np.ndarray, recv: np.ndarray) -> None:
-        self.graph_comm.Neighbor_allgather(send, recv)
+        # nonblocking, under the stall guard: unchecked calls come here without agreeing
+        req = self.graph_comm.Ineighbor_allgather(send, recv)
+        self.stall.wait(req.Test, req.Wait)
 
     def start_static(self, send: np.ndarray, recv: np.ndarray) -> Any:
         return _Collective(self.graph_comm.Ineighbor_allgather(send, recv))

@@ -10,7 +10,6 @@ of the simulator and the MPI runtime: the same plans, the same combine order.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -23,7 +22,7 @@ import torch.distributed as dist
 from ... import _arrays, _settings
 from ... import timeline as _timeline
 from ..._handles import Handle, HandleTable
-from ..._stall import Guard, StallError, State, where
+from ..._stall import Guard, Held, State, where
 from .._base import launched_size
 from .._runtime.agree import GUARDS, LocalError, agree, fingerprint
 from .._runtime.backend import DistributedBackend
@@ -73,10 +72,12 @@ class _WorkGuard(Guard):
     Work keep Guard's loop.
     """
 
-    def wait(self, test: Callable[[], bool], block: Callable[[], Any]) -> None:
+    def wait(
+        self, test: Callable[[], bool], block: Callable[[], Any], held: Held | None = None
+    ) -> None:
         work = _work_of(block)
         if work is None or self.timeout is None or self.size == 1:
-            super().wait(test, block)
+            super().wait(test, block, held)
             return
         start = time.monotonic()
         deadline, reported = start + self.timeout, False
@@ -92,10 +93,7 @@ class _WorkGuard(Guard):
                 self.peers.serve(state)
             if not reported and time.monotonic() >= deadline:
                 reported = True
-                message = self.report(state)
-                if not self.warn_only:
-                    raise StallError(message)
-                print(message, file=sys.stderr, flush=True)
+                self.stalled(state)
 
 
 class TorchBackend(DistributedBackend):
