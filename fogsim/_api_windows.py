@@ -153,7 +153,9 @@ def win_mutex(
     """Context manager holding the window mutexes of ``ranks`` (default: out-neighbors).
 
     With ``for_self`` it holds this agent's own mutex instead. Mutexes are taken in
-    ascending rank order, so two agents locking overlapping sets cannot deadlock.
+    ascending rank order, so two agents locking overlapping sets cannot deadlock. A wait
+    for a mutex another agent holds is under the stall guard: after
+    ``FOGSIM_STALL_TIMEOUT`` seconds it raises :class:`fogsim.StallError` naming the holder.
     """
     mutexes: contextlib.AbstractContextManager[Any] = _backend().win_mutex(name, for_self, ranks)
     return mutexes

@@ -100,7 +100,11 @@ class Context:
             self.backend: Backend = ShardedSimBackend(shards=parts, **options)
         else:
             self.backend = create_backend(name.lower(), **options)
-        self.backend.set_topology(self._default_topology() if topology is None else topology)
+        try:  # a topology refused on every rank: the world it would have had goes too
+            self.backend.set_topology(self._default_topology() if topology is None else topology)
+        except BaseException:
+            self.backend.close()
+            raise
         self._closed = False
 
     def _shards(self, name: str, shards: int | str | None) -> int:

@@ -53,6 +53,31 @@ def test_the_first_failure_is_the_first_recorded_or_vanished():
     assert _status.first_ending([], [], None, {}) is None
 
 
+def test_a_rank_that_stalled_is_told_as_waiting_for_the_ranks_it_waited_for():
+    stall = {"rank": 0, "op": "allreduce (name 'w')", "waited": 60.2, "missing": [2, 3]}
+    first = {"rank": 0, "pid": 40, "code": 1, "how": "stalled", "time": 10.0, "stall": stall}
+    ending = _status.first_ending([first], [(1, 41, "died")], 11.0, {})
+    assert ending == _status.Ending(
+        (0,),
+        (40,),
+        "waited 60 s in allreduce (name 'w') for ranks 2, 3, which do not arrive",
+        1,
+        stalled=True,
+    )
+    lock = {**stall, "op": "win_put (name 'x')", "missing": [1], "lock": "the mutex of 'x'"}
+    assert _status.waited_for(lock) == (
+        "waited 60 s in win_put (name 'x') for the mutex of 'x', held by rank 1"
+    )
+    other = {**first, "rank": 1, "stall": {**stall, "missing": [2]}}
+    assert (
+        _status.stalled_line([first, other], [0, 1]) == "ranks 0, 1 stalled waiting for ranks 2, 3"
+    )
+    assert _status.stalled_line([first], [0]) == (
+        "rank 0 stalled: it waited 60 s in allreduce (name 'w') for ranks 2, 3, which do not arrive"
+    )
+    assert _status.stalled_line([first], [0, 1]) is None  # rank 1 failed otherwise
+
+
 def test_hydra_ctrl_c_messages_and_exit_codes_are_left_out_but_look_alikes_stay():
     f = _banner.Filter()
     text = (
@@ -311,6 +336,20 @@ def test_a_second_ctrl_c_kills_ranks_that_ignore_the_first(tmp_path):
     os.killpg(job.proc.pid, signal.SIGINT)
     assert job.finish(timeout=60) == 130, job.describe()
     assert job.err == [*WARNED, "fogrun: interrupted (Ctrl-C twice): killed the job (4 ranks)"], (
+        job.describe()
+    )
+    assert [pid for pid in job.rank_pids() if running(pid)] == [], job.describe()
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(("name", "code"), [("SIGTERM", 143), ("SIGHUP", 129)])
+def test_fogrun_told_to_end_says_so_and_ends_every_rank(tmp_path, name, code):
+    job = _start_sleepers(tmp_path)
+    job.wait_until(lambda: job.ranks_started(4) and len(job.err) >= len(WARNED))
+    os.kill(job.proc.pid, getattr(signal, name))  # e.g. a batch system ending fogrun
+    assert job.finish() == code, job.describe()
+    # no rank is blamed: fogrun ended them, as it was told
+    assert job.err == [*WARNED, f"fogrun: terminated ({name}): ended the job (4 ranks)"], (
         job.describe()
     )
     assert [pid for pid in job.rank_pids() if running(pid)] == [], job.describe()

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import re
+import sys
 
 import pytest
 
 from fogsim import StallError, _settings, _stall
+from tests import _jobs, environment
 from tests._jobs import fogrun_script
 
 
@@ -97,6 +100,39 @@ def test_warn_only_reports_once_and_keeps_waiting(capsys, monkeypatch):
     assert peers.asked == 1 and peers.served >= 9  # it kept serving after the report
 
 
+def test_a_wait_for_a_lock_names_the_rank_that_holds_it(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(_stall, "time", clock)
+    peers = FakePeers({2: ("barrier", None, 3.0)})
+    guard = _stall.Guard(0, 4, timeout=0.2, warn_only=False, peers=peers)
+    holders = itertools.chain([3], itertools.repeat(2))  # at each try; the last is named
+
+    def held():
+        return "the mutex of window 'x' on rank 1", holder[0]
+
+    holder = [None]
+
+    def take():
+        holder[0] = next(holders)
+        return False
+
+    with pytest.raises(StallError) as raised:
+        guard.wait(take, lambda: pytest.fail("must not block"), held)
+    first, *rest = str(raised.value).splitlines()
+    assert re.fullmatch(
+        r"fogsim: rank 0 has waited 0 s in \w+ for the mutex of window 'x' on rank 1, held "
+        r"by rank 2",
+        first,
+    ), first
+    assert rest[0] == "  rank 2 waits in barrier (for 3 s)"
+    stall = raised.value.stall  # what fogrun words in its last line
+    assert (stall.rank, stall.missing, stall.lock) == (0, (2,), "the mutex of window 'x' on rank 1")
+    silent = _stall.held_message(0, ("win_mutex", "x", 9.0), "the mutex", 3, {})
+    assert silent.splitlines()[1] == (
+        "  rank 3 did not answer: computing outside fogsim, hung elsewhere, or dead"
+    )
+
+
 def test_without_a_timeout_the_guard_blocks_in_the_backends_wait():
     blocked = []
     _stall.Guard(0, 4, None, False, None).wait(
@@ -162,7 +198,15 @@ def test_a_stalled_job_names_the_missing_ranks_and_ends(tmp_path, backend):
     ), said[-3000:]
     assert "  rank 3 waits in neighbor_allreduce" in said
     assert "  rank 2 did not answer" in said
-    assert re.search(r"fogrun: ranks? [\d, ]+ ", said)  # fogrun names who ended the job
+    # fogrun says that a rank stalled, waiting for whom, not that it failed
+    fogrun = [line for line in run.stderr.splitlines() if line.startswith("fogrun: rank")]
+    assert not [line for line in fogrun if "failed" in line], fogrun
+    assert re.search(
+        r"(?m)^fogrun: rank \d \(process \d+\) stalled: it waited 2 s in [a-z_]+ "
+        r"(\(name 'w'\) )?for ranks [\d, ]+, which do not arrive; its stall report ended the "
+        r"job$",
+        run.stderr,
+    ), run.stderr[-3000:]
 
 
 @pytest.mark.mpi
@@ -186,4 +230,51 @@ def test_warn_only_reports_a_late_rank_and_the_job_completes(tmp_path, backend):
     assert (
         "fogsim: rank 0 has waited 1 s in allreduce (name 'w'); rank 2 has not reached it"
         in run.stderr
+    ), run.stderr[-3000:]
+
+
+MUTEX = """
+import time
+import numpy as np
+import fogsim as fs
+
+fs.init()
+x = np.zeros(3)
+fs.win_create(x, "w")
+if fs.rank() == 1:
+    with fs.win_mutex("w", for_self=True):
+        fs.barrier()  # rank 0 asks for the mutex once rank 1 holds it
+        time.sleep(600)  # and hangs, holding it
+else:
+    fs.barrier()
+    with fs.win_mutex("w", ranks=[1]):
+        print("rank 0 took the mutex", flush=True)
+fs.shutdown()
+"""
+
+
+@pytest.mark.mpi
+def test_a_rank_that_hangs_holding_a_window_mutex_is_named_and_the_job_ends(tmp_path):
+    environment.require_mpiexec()
+    script = tmp_path / "job.py"
+    script.write_text(MUTEX)
+    # no fogrun --timeout: the stall report alone must end the job
+    run = _jobs.run(
+        [sys.executable, "-m", "fogsim.run", "-np", "2", "python", str(script)],
+        timeout=60,
+        env=_jobs.job_env(FOGSIM_STALL_TIMEOUT="2"),
+    )
+    said = run.stdout + run.stderr
+    assert not run.timed_out and run.returncode == 1, said[-3000:]
+    assert run.seconds < 30, run.seconds
+    assert "took the mutex" not in said
+    assert (
+        "StallError: fogsim: rank 0 has waited 2 s in win_mutex (name 'w') for the mutex of "
+        "window 'w' on rank 1, held by rank 1\n"
+        "  rank 1 did not answer: computing outside fogsim, hung elsewhere, or dead\n" in said
+    ), said[-3000:]
+    assert re.search(
+        r"(?m)^fogrun: rank 0 \(process \d+\) stalled: it waited 2 s in win_mutex \(name 'w'\) "
+        r"for the mutex of window 'w' on rank 1, held by rank 1; its stall report ended the job$",
+        run.stderr,
     ), run.stderr[-3000:]

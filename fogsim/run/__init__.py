@@ -13,8 +13,10 @@ exception on one rank aborts the job. The child gets an argument list, never a s
 When ranks fail, each distinct error is printed once, with the ranks that raised it and the
 traceback of the first, and the launchers' abort banners are left out; each warning the ranks
 raise alike is printed once, with their ranks, while the job runs; Ctrl-C prints one line
-and exits with 130 (``--verbose``: all of it, every rank's own). The exit status is the one
-of the rank that failed first (``sys.exit(n)``: n, an exception: 1, signal s: 128 + s).
+and exits with 130 (``--verbose``: all of it, every rank's own), and so do SIGTERM and SIGHUP
+sent to fogrun (143, 129). The exit status is the one of the rank that failed first
+(``sys.exit(n)``: n, an exception: 1, signal s: 128 + s); a rank that stalled is named with
+the ranks it waited for.
 
 :func:`build_command` turns parsed :class:`Options` and an environment into the child's
 ``(argv, env)`` without running anything; :func:`main` is the console script.

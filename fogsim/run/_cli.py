@@ -30,10 +30,12 @@ output and exit status (MPI jobs):
   Each distinct error of the ranks is printed once, with the ranks that raised it; so is
   each warning ("job.py:4: UserWarning (ranks 0-3): ..."), while the job runs, once every
   rank has raised it (else 2 s after the last did). Ctrl-C prints one line and exits
-  with 130, leaving no rank running; a second Ctrl-C kills the job at once. The exit
-  status is that of the rank that failed first: n for sys.exit(n), 1 for an uncaught
-  exception, 128+s for a rank killed by signal s; 124 after --timeout. --verbose shows
-  every rank's tracebacks and warnings and the MPI launcher's own messages."""
+  with 130, leaving no rank running; a second Ctrl-C kills the job at once. SIGTERM or
+  SIGHUP to fogrun end the job likewise (exit status 143, 129). The exit status is that
+  of the rank that failed first: n for sys.exit(n), 1 for an uncaught exception, 128+s for
+  a rank killed by signal s; 124 after --timeout. A rank that stalls (FOGSIM_STALL_TIMEOUT)
+  is named with the ranks it waited for. --verbose shows every rank's tracebacks and
+  warnings and the MPI launcher's own messages."""
 _WITH_VALUE = frozenset(
     {
         "-np",

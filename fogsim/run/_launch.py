@@ -31,13 +31,17 @@ _NOT_FOUND_EXIT_CODE = 127
 _KILL_GRACE = 3.0
 # Seconds ranks may outlive their launcher (Hydra's proxies end them) before fogrun does.
 _STRAY_GRACE = 2.0
-_FORWARDED = (signal.SIGINT, signal.SIGTERM)
+# Signals that end fogrun: each ends the job (SIGINT as Ctrl-C; the others as SIGTERM).
+_FORWARDED = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
 # Seconds the job may run on after a rank raised an uncaught exception before fogrun ends it.
 _FAILED_GRACE = 3.0
 
 
 class _Job:
-    """The running job: its process, the ranks' sockets, the Ctrl-C presses so far."""
+    """The running job: its process, the ranks' sockets, the Ctrl-C presses so far, and
+    the signal that told fogrun to end (SIGTERM, SIGHUP)."""
 
     def __init__(
         self, proc: subprocess.Popen[bytes], watch: _liveness.Watch, rank_dir: str
@@ -46,6 +50,9 @@ class _Job:
         self.watch = watch
         self.rank_dir = rank_dir
         self.interrupts = 0
+        self.terminated: int | None = None  # the signal number
+        self.terminated_at = 0.0  # time.monotonic() when it came
+        self.killed = False  # the job did not end on SIGTERM: fogrun killed it
 
     def signal(self, sig: int) -> None:
         """Send ``sig`` to the launcher's process group (never waits: a signal handler
@@ -91,14 +98,22 @@ def _forwarding_signals(job: _Job) -> Iterator[None]:
         return
 
     def forward(signum: int, frame: object) -> None:
-        if signum == signal.SIGINT:
-            job.interrupts += 1
-            if job.interrupts > 1:
+        if signum != signal.SIGINT:  # fogrun is told to end: so is the job, by SIGTERM
+            if job.terminated is not None:  # told twice: at once
+                job.killed = True
                 job.signal(signal.SIGKILL)
                 return
-            # the KeyboardInterrupt that follows is told in fogrun's one line (_errors)
-            with contextlib.suppress(OSError):
-                open(os.path.join(job.rank_dir, _errors.INTERRUPTED_NAME), "w").close()
+            job.terminated, job.terminated_at = signum, time.monotonic()
+            with contextlib.suppress(ProcessLookupError):
+                job.proc.send_signal(signal.SIGTERM)
+            return
+        job.interrupts += 1
+        if job.interrupts > 1:
+            job.signal(signal.SIGKILL)
+            return
+        # the KeyboardInterrupt that follows is told in fogrun's one line (_errors)
+        with contextlib.suppress(OSError):
+            open(os.path.join(job.rank_dir, _errors.INTERRUPTED_NAME), "w").close()
         with contextlib.suppress(ProcessLookupError):
             job.proc.send_signal(signum)
 
@@ -129,8 +144,12 @@ def run(
     out of the job's output. The exit code is that of the rank that failed first
     (`fogsim.run._status`), named with its rank; a child killed by signal ``s`` gives
     ``128 + s``, as in a shell. Ctrl-C (SIGINT) is passed on to the job and reported in one
-    line, with exit code 130; a second Ctrl-C kills the job at once. ``verbose`` keeps every
-    rank's traceback and warnings, and the launchers' messages.
+    line, with exit code 130; a second Ctrl-C kills the job at once. SIGTERM or SIGHUP to
+    fogrun end the job (SIGTERM to the launcher, SIGKILL to what is left after 3 s, or at
+    once on a second signal), told in one line that blames no rank, with exit code
+    ``128 + s``. A rank that ended the job with a stall report (`fogsim.StallError`) is named
+    as stalled, with the ranks it waited for. ``verbose`` keeps every rank's traceback and
+    warnings, and the launchers' messages.
     """
     sys.stdout.flush()
     sys.stderr.flush()
@@ -183,6 +202,13 @@ def run(
                 job.kill()
         _finish(job, relays, collector)
         code = code if code >= 0 else 128 - code
+        if job.terminated is not None:  # no rank ended the job: fogrun did, as told
+            _report_errors(rank_dir, verbose)
+            name = signal.Signals(job.terminated).name
+            count = "" if ranks is None else f" ({ranks} rank{'s' if ranks != 1 else ''})"
+            how = "killed" if job.killed else "ended"
+            print(f"fogrun: terminated ({name}): {how} the job{count}", file=sys.stderr)
+            return 128 + job.terminated
         if job.interrupts:
             _report_errors(rank_dir, verbose, interrupted=True)
             twice = job.interrupts > 1
@@ -199,6 +225,14 @@ def run(
         ending = _status.first_ending(
             _status.read(rank_dir), first, watch.first_dead_at(), _by_rank(codes)
         )
+        if ending is not None and ending.stalled:
+            [(rank, pid)] = zip(ending.ranks, ending.pids, strict=True)
+            print(
+                f"fogrun: rank {rank} (process {pid}) stalled: it {ending.how}; its stall "
+                "report ended the job",
+                file=sys.stderr,
+            )
+            return ending.code or code
         if ending is not None:
             first = [(r, p, ending.how) for r, p in zip(ending.ranks, ending.pids, strict=True)]
         _name_dead_ranks(dead, rank_dir, first)
@@ -237,11 +271,18 @@ def _wait(job: _Job, timeout: float | None) -> int:
             raise subprocess.TimeoutExpired(proc.args, timeout or 0)
         with contextlib.suppress(subprocess.TimeoutExpired):
             return proc.wait(0.2 if left is None else min(0.2, left))
+        if job.terminated is not None:
+            if not job.killed and time.monotonic() - job.terminated_at > _KILL_GRACE:
+                job.killed = True  # SIGTERM did not end it
+                job.signal(signal.SIGKILL)
+            continue
         failed = watch.failed_at
         if failed is not None and time.monotonic() - failed > _FAILED_GRACE:
             if not job.interrupts:  # after Ctrl-C, every rank fails: nothing to tell
-                who = ", ".join(str(f[0]) for f in watch.first_dead())
-                print(f"fogrun: rank {who} failed; ending the ranks still running", file=sys.stderr)
+                ranks = [f[0] for f in watch.first_dead()]
+                said = _status.stalled_line(_status.read(job.rank_dir), ranks)
+                who = said or f"rank {', '.join(map(str, ranks))} failed"
+                print(f"fogrun: {who}; ending the ranks still running", file=sys.stderr)
             job.kill()
             code = proc.wait()
             return code if code != 0 else 1

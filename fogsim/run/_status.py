@@ -9,7 +9,8 @@ the ``SystemExit``, ``KeyboardInterrupt`` or other exception the program lets ou
 excepthook of `fogsim.run._errors` an uncaught exception where the bootstrap did not run.
 Only a status other than 0 is written, once (the first). fogrun then returns the status of
 the rank that failed first, as a shell would show it: ``sys.exit(n)`` gives n, an uncaught
-exception 1 and ``KeyboardInterrupt`` 130.
+exception 1 and ``KeyboardInterrupt`` 130. A ``StallError`` is recorded as a stall, with
+whom the rank waited for, and fogrun says so (:func:`waited_for`) instead of "failed".
 
 A rank killed by signal ``s`` writes nothing. The socket it kept to fogrun
 (`fogsim.run._liveness`) tells which rank it was; MPICH's ``mpiexec -print-all-exitcodes``
@@ -41,6 +42,8 @@ __all__ = [
     "record",
     "recorded",
     "shell_status",
+    "stalled_line",
+    "waited_for",
 ]
 
 #: A shell's status for a process ended by Ctrl-C (SIGINT): 128 + 2.
@@ -71,7 +74,13 @@ def code_of(exc: BaseException) -> int:
 
 
 def record(exc: BaseException) -> None:
-    """Write the status that ``exc`` ends this rank with (once; nothing for status 0)."""
+    """Write the status that ``exc`` ends this rank with (once; nothing for status 0).
+
+    A :class:`~fogsim.StallError` is told as a stall (``how`` ``"stalled"``), with who it
+    waited for (``stall``): fogrun says so instead of naming this rank as failed.
+    """
+    from .._stall import StallError
+
     code = code_of(exc)
     if code == 0 or "code" in _state or "rank_dir" not in _state:
         return
@@ -79,6 +88,8 @@ def record(exc: BaseException) -> None:
     _state["code"] = code
     rank = _state["rank"]
     report = {"rank": rank, "pid": os.getpid(), "code": code, "how": how, "time": time.time()}
+    if isinstance(exc, StallError) and exc.stall is not None:
+        report.update(how="stalled", stall=exc.stall.as_dict())
     path = os.path.join(_state["rank_dir"], f"{_PREFIX}{rank}.json")
     with contextlib.suppress(OSError):
         with open(path + ".part", "w") as f:
@@ -178,6 +189,8 @@ class Ending:
     how: str
     #: Its exit status as a shell shows it; None when unknown.
     code: int | None
+    #: Whether it ended on a stall report (``how`` then says whom it waited for).
+    stalled: bool = False
 
 
 def first_ending(
@@ -196,8 +209,12 @@ def first_ending(
     if statuses and (dead_at is None or statuses[0].get("time", 0.0) <= dead_at):
         first = statuses[0]
         code = int(first["code"])
+        rank, pid = (int(first["rank"]),), (int(first.get("pid", 0)),)
+        stall = first.get("stall")
+        if first.get("how") == "stalled" and isinstance(stall, dict):
+            return Ending(rank, pid, waited_for(stall), code, stalled=True)
         how = f"exited with status {code}" if first.get("how") == "exit" else "failed"
-        return Ending((int(first["rank"]),), (int(first.get("pid", 0)),), how, code)
+        return Ending(rank, pid, how, code)
     died = [d for d in dead if d[2] == "died"]
     if not died:
         return None
@@ -213,3 +230,35 @@ def first_ending(
     else:
         how = f"exited with status {code}"
     return Ending(ranks, pids, how, code)
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+def waited_for(stall: Mapping[str, Any]) -> str:
+    """Word a rank's stall record (``fogsim._stall.Stall.as_dict``): whom it waited for."""
+    waited = f"waited {float(stall.get('waited', 0)):.0f} s in {stall.get('op', 'an op')}"
+    missing = [int(r) for r in stall.get("missing", ())]
+    if stall.get("lock"):
+        return f"{waited} for {stall['lock']}, held by {_ranks(missing)}"
+    if missing:
+        verb = "did" if len(missing) == 1 else "do"
+        return f"{waited} for {_ranks(missing)}, which {verb} not arrive"
+    return f"{waited}, which every rank had reached (a transfer is stuck)"
+
+
+def stalled_line(statuses: Sequence[Mapping[str, Any]], ranks: Sequence[int]) -> str | None:
+    """Say that ``ranks`` stalled and whom they waited for, if the records tell that of each
+    of them (else None)."""
+    stalls = {
+        int(s["rank"]): s["stall"]
+        for s in statuses
+        if s.get("how") == "stalled" and isinstance(s.get("stall"), dict)
+    }
+    if not ranks or any(r not in stalls for r in ranks):
+        return None
+    if len(ranks) == 1:
+        return f"{_ranks(ranks)} stalled: it {waited_for(stalls[ranks[0]])}"
+    missing = sorted({int(m) for r in ranks for m in stalls[r].get("missing", ())})
+    return f"{_ranks(ranks)} stalled waiting for {_ranks(missing) if missing else 'a transfer'}"

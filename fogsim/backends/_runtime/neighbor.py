@@ -29,7 +29,7 @@ from .datapath import DataPath, Value
 from .exchange import check_pairs, exchange_send_tables, neighbor_rows
 from .plan import RankPlan, rank_plan, rank_weights, static_rank_plan
 from .static import StaticTransfers, combine, describe_array
-from .transport import Transport
+from .transport import Request, Transport
 
 __all__ = ["NeighborOps"]
 
@@ -305,7 +305,7 @@ class NeighborOps:
 
         def finish() -> Any:
             with _timeline.phase("COMMUNICATE"):
-                req.wait()
+                self._wait(req)
             sends.clear()  # the scaled send buffers were held until here
             with _timeline.phase("COMPUTE_AVERAGE"):
                 if recv_arr is None:
@@ -363,10 +363,20 @@ class NeighborOps:
 
         def finish() -> Any:
             with _timeline.phase("COMMUNICATE"):
-                req.wait()
+                self._wait(req)
             return value.wrap(out if out_arr is None else out_arr)
 
         return self.handles.start("neighbor_allgather", finish, req.test, name)
+
+    def _wait(self, req: Request) -> None:
+        """Wait for a call's transfer under the stall guard, where the path waits so
+        (``DataPath.batch_wait``; a call made with ``enable_topo_check=False`` meets no
+        agreement first), else in the request's own wait."""
+        wait = self.path.batch_wait
+        if wait is None:
+            req.wait()
+        else:
+            wait(req.test, req.wait)
 
     def _checked(self, static: bool, x: Any, error: LocalError | None, name: str | None) -> Value:
         """Convert ``x`` and agree with every rank on dtype, trailing shape, device and name.

@@ -1,7 +1,7 @@
 """The MPI runtime: one process per agent over mpi4py, raw buffers on the data path.
 
 Collectives map to their MPI namesakes; the static topology lives in a distributed-graph
-communicator (``Create_dist_graph_adjacent``) whose ``Neighbor_allgather`` feeds the
+communicator (``Create_dist_graph_adjacent``) whose ``Ineighbor_allgather`` feeds the
 weighted combine; dynamic calls use ``Isend``/``Irecv`` set up per call. Before data
 moves, ranks agree on shapes, dtypes and (dynamic calls) who sends to whom, so a bad
 call raises the same error on every rank instead of hanging (see ``_runtime.agree``).
@@ -61,19 +61,23 @@ class MPIBackend(DistributedBackend):
             from ...run._liveness import record
 
             record(self._settings.rank_dir, self._rank)
-        self.machines = MpiMachineOps(
-            self.comm,
-            MPI,
-            local_size,
-            self.stall,
-            self._checked,
-            self._flush,
-            self._start_machine_op,
-            self._decomposition,
-            self.load_machine_topology,
-            self.is_machine_topology_weighted,
-            self._new_machine_world,
-        )
+        try:  # refused on every rank alike (a machine layout that cannot be)
+            self.machines = MpiMachineOps(
+                self.comm,
+                MPI,
+                local_size,
+                self.stall,
+                self._checked,
+                self._flush,
+                self._start_machine_op,
+                self._decomposition,
+                self.load_machine_topology,
+                self.is_machine_topology_weighted,
+                self._new_machine_world,
+            )
+        except BaseException:
+            self._free_world()
+            raise
         self.handles = HandleTable()
         self.neighbors = NeighborOps(
             self.transport,
@@ -89,6 +93,7 @@ class MPIBackend(DistributedBackend):
             self.is_topology_weighted,
             self._drain,
             self.check_rank,
+            self.stall,
         )
 
     def _stall_guard(self, world: bool) -> Guard:
@@ -106,10 +111,15 @@ class MPIBackend(DistributedBackend):
 
     # -- world ----------------------------------------------------------------------------
     def close(self) -> None:
+        """Free every communicator and window this world made (collective)."""
         self._drain()
         self.neighbors.close()
         self.windows.close()
         self.machines.close()
+        self._free_world()
+
+    def _free_world(self) -> None:
+        """Free the stall guard's side channel and the world's communicator."""
         peers = self.stall.peers
         if GUARDS.pop(id(self.transport), None) is not None and isinstance(peers, MPIPeers):
             peers.close()
@@ -229,7 +239,8 @@ class MPIBackend(DistributedBackend):
         )
         arr = arr.reshape(1) if arr.ndim == 0 else arr
         rows = np.empty(self._n, dtype=np.int64)
-        self.comm.Allgather(np.array([arr.shape[0]], dtype=np.int64), rows)
+        req = self.comm.Iallgather(np.array([arr.shape[0]], dtype=np.int64), rows)
+        self.stall.wait(req.Test, req.Wait)
         out = np.empty((int(rows.sum()), *arr.shape[1:]), dtype=arr.dtype)
         counts = rows * int(np.prod(arr.shape[1:], dtype=np.int64))
         displs = np.concatenate([[0], np.cumsum(counts)[:-1]])

@@ -138,9 +138,12 @@ class MpiMachineOps:
     def _local_bcast(self, buf: np.ndarray) -> np.ndarray:
         """Broadcast ``buf`` from local rank 0, waiting through the stall guard: ranks
         that only wait give up their core to the ones working (processes may share cores)."""
-        req = self.local_comm.Ibcast(buf, root=0)
-        self._guard.wait(req.Test, req.Wait)
+        self._wait(self.local_comm.Ibcast(buf, root=0))
         return buf
+
+    def _wait(self, req: Any) -> None:
+        """Wait for an MPI request under the world's stall guard."""
+        self._guard.wait(req.Test, req.Wait)
 
     # -- the ops --------------------------------------------------------------------------
     def hierarchical_neighbor_allreduce(
@@ -162,7 +165,7 @@ class MpiMachineOps:
         mean = arr  # one process per machine: its value is the machine's average
         if k > 1:
             gathered = np.empty((k, *arr.shape), arr.dtype) if root else None
-            self.local_comm.Gather(arr, gathered, root=0)
+            self._wait(self.local_comm.Igather(arr, gathered, root=0))
             if gathered is not None:
                 mean = gathered[0].copy()
                 for j in range(1, k):
@@ -199,7 +202,7 @@ class MpiMachineOps:
         self._flush()
         arr, kind = self._checked("allreduce-local", x, averaging=average, adds=True, name=name)
         out = np.empty_like(arr)
-        self.local_comm.Allreduce(arr, out, op=self._mpi.SUM)
+        self._wait(self.local_comm.Iallreduce(arr, out, op=self._mpi.SUM))
         if average:
             np.divide(out, self.local_comm.Get_size(), out=out)
         return wrap_like(out, kind)
@@ -232,10 +235,11 @@ class MpiMachineOps:
             bounds = piece_bounds(lo, hi, comm.Get_size())
             counts = np.diff(bounds)
             recv = np.empty((comm.Get_size(), counts[d]), buf.dtype)
-            comm.Alltoallv(
+            req = comm.Ialltoallv(
                 [buf, (counts, bounds[:-1])],
                 [recv, (np.full(len(counts), counts[d]), counts[d] * np.arange(len(counts)))],
             )
+            self._wait(req)
             lo, hi = int(bounds[d]), int(bounds[d + 1])
             acc = buf[lo:hi]
             acc[...] = recv[0]
@@ -243,7 +247,7 @@ class MpiMachineOps:
                 acc += recv[j]
             stages.append(bounds)
         for comm, bounds in zip(reversed(comms), reversed(stages), strict=True):  # all-gather
-            comm.Allgatherv(self._mpi.IN_PLACE, [buf, (np.diff(bounds), bounds[:-1])])
+            self._wait(comm.Iallgatherv(self._mpi.IN_PLACE, [buf, (np.diff(bounds), bounds[:-1])]))
         if average:
             np.divide(buf, self._n, out=buf)
         return wrap_like(buf.reshape(arr.shape), kind)

@@ -47,7 +47,8 @@ class MpiDataPath(DataPath):
     overlaps = True
 
     def __init__(self, comm: Any, to_array: ToArray, stall: Guard) -> None:
-        super().__init__(MpiTransport(comm.Dup(), MPI), to_array, stall.wait)
+        self._p2p = MpiTransport(comm.Dup(), MPI)  # freed by close()
+        super().__init__(self._p2p, to_array, stall.wait)
         self.comm, self.rank, self.stall = comm, comm.Get_rank(), stall
         self.graph_comm: Any = None
 
@@ -60,7 +61,9 @@ class MpiDataPath(DataPath):
         )
 
     def static_allgather(self, send: np.ndarray, recv: np.ndarray) -> None:
-        self.graph_comm.Neighbor_allgather(_raw(send), _raw(recv))
+        # nonblocking, under the stall guard: unchecked calls come here without agreeing
+        req = self.graph_comm.Ineighbor_allgather(_raw(send), _raw(recv))
+        self.stall.wait(req.Test, req.Wait)
 
     def start_static(self, send: np.ndarray, recv: np.ndarray) -> Any:
         return _Collective(self.graph_comm.Ineighbor_allgather(_raw(send), _raw(recv)))
@@ -75,6 +78,8 @@ class MpiDataPath(DataPath):
         self.stall.wait(req.Test, req.Wait)
 
     def close(self) -> None:
+        """Free the graph communicator and the duplicate the point-to-point calls use."""
         if self.graph_comm is not None and self.graph_comm != MPI.COMM_NULL:
             self.graph_comm.Free()
         self.graph_comm = None
+        self._p2p.free()

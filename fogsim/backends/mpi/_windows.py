@@ -10,11 +10,13 @@ target ever takes part in a transfer):
   reads), slot ``1 + k`` the buffer for in-neighbor ``srcs[k]``;
 * ``p``: the same slots for the push-sum weight ``p`` (float64);
 * ``version``: one int64 counter per buffer, incremented atomically by every write;
-* ``mutex``: one int64 lock word. ``Compare_and_swap`` takes it (0 -> 1), with a short
-  exponential back-off while another agent holds it, and gives it back (1 -> 0: only its
-  holder finds it 1). Several are always taken in ascending rank order, so agents cannot
-  deadlock, and they are reentrant per agent (``win_mutex`` around
-  ``win_put(require_mutex=True)``).
+* ``mutex``: one int64 lock word, 0 when free, else ``1 + `` the holder's rank.
+  ``Compare_and_swap`` takes it (0 -> ``1 + rank``; a failed swap returns who holds it)
+  and gives it back (``1 + rank`` -> 0: only its holder finds that value). A rank waits
+  for a held mutex under the stall guard (`fogsim._stall`): polling with a back-off, and
+  after ``FOGSIM_STALL_TIMEOUT`` seconds reporting which rank holds it and what that rank
+  is doing. Several are always taken in ascending rank order, so agents cannot deadlock,
+  and they are reentrant per agent (``win_mutex`` around ``win_put(require_mutex=True)``).
 
 Every write to a buffer is an accumulate (``SUM``, or ``REPLACE`` for puts, resets and this
 agent's own writes, which go through RMA to itself), so concurrent writes to one buffer are
@@ -45,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from ... import _core
+from ..._stall import Guard
 from ...topology import Topology
 from .._base import WindowPart
 from .._runtime.agree import LocalError, agree, fingerprint
@@ -72,10 +75,13 @@ class _Window:
         dsts: np.ndarray,
         remote_slot: dict[int, int],
         zero_init: bool,
+        me: int,
+        guard: Guard,
     ) -> None:
         # raw: the caller's memory, read with fmt.decode and written with fmt.encode; the
         # window memory holds fmt.dtype (float32 for half precision)
         self.name, self.obj, self.raw, self.fmt = name, obj, raw, fmt
+        self.me, self.guard = me, guard  # this agent's rank; what its mutex waits run under
         self.srcs, self.dsts, self.remote_slot = srcs, dsts, remote_slot
         self.slot_of = {int(j): k for k, j in enumerate(srcs)}
         self.m = raw.size
@@ -107,15 +113,38 @@ class _Window:
 
     # -- mutexes ------------------------------------------------------------------------
     def acquire(self, ranks: list[int]) -> None:
-        for r in sorted(set(ranks)):
-            if self.held.get(r):
-                self.held[r] += 1
-                continue
+        taken: list[int] = []
+        try:
+            for r in sorted(set(ranks)):
+                if not self.held.get(r):
+                    self._take(r)
+                self.held[r] = self.held.get(r, 0) + 1
+                taken.append(r)
+        except BaseException:  # a stall report: give back what this call took
+            self.release(taken)
+            raise
+
+    def _take(self, r: int) -> None:
+        """Take rank ``r``'s mutex, waiting under the stall guard while another holds it."""
+        me = self.me
+        holder = [self.mutex.compare_and_swap(0, 1 + me, r, 0) - 1]  # -1: it was free
+        if holder[0] < 0:
+            return
+
+        def free() -> bool:
+            holder[0] = self.mutex.compare_and_swap(0, 1 + me, r, 0) - 1
+            return holder[0] < 0
+
+        def block() -> None:  # no stall limit: back off while another rank holds it
             pause = _BACKOFF_START
-            while self.mutex.compare_and_swap(0, 1, r, 0) != 0:
+            while not free():
                 time.sleep(pause)
                 pause = min(2 * pause, _BACKOFF_MAX)
-            self.held[r] = 1
+
+        def held() -> tuple[str, int]:
+            return f"the mutex of window {self.name!r} on rank {r}", holder[0]
+
+        self.guard.wait(free, block, held)
 
     def release(self, ranks: list[int]) -> None:
         for r in sorted(set(ranks), reverse=True):
@@ -123,7 +152,7 @@ class _Window:
             if self.held[r]:
                 continue
             del self.held[r]
-            self.mutex.compare_and_swap(1, 0, r, 0)  # held by this agent: it is 1
+            self.mutex.compare_and_swap(1 + self.me, 0, r, 0)  # this agent's: 1 + its rank
 
     @contextmanager
     def holding(self, ranks: list[int], enabled: bool = True) -> Iterator[None]:
@@ -135,6 +164,14 @@ class _Window:
             yield
         finally:
             self.release(ranks)
+
+    @contextmanager
+    def win_mutex(self, ranks: list[int]) -> Iterator[None]:
+        """:meth:`holding`, for ``with fogsim.win_mutex(...)``, whose mutexes are taken
+        where no public function runs: a stall report reads the op and ``name`` here."""
+        name = self.name  # noqa: F841 - read from the stack (fogsim._stall.where)
+        with self.holding(ranks):
+            yield
 
     # -- own memory -----------------------------------------------------------------------
     def value(self) -> np.ndarray:
@@ -166,8 +203,9 @@ class MpiWindowOps(WindowPart):
     Built from what it needs: ``transport`` agrees on collective calls among the ranks,
     ``rma`` allocates the windows, ``topology`` and ``weighted`` read the topology in use
     (a window's neighbors are those of the topology it was created on), ``drain``
-    completes the runtime's pending nonblocking calls before a window is made, and
-    ``check_rank`` checks the ranks given to ``win_mutex``.
+    completes the runtime's pending nonblocking calls before a window is made,
+    ``check_rank`` checks the ranks given to ``win_mutex``, and a rank waits for a mutex
+    under the world's stall ``guard``.
     """
 
     def __init__(
@@ -178,8 +216,9 @@ class MpiWindowOps(WindowPart):
         weighted: Callable[[], bool],
         drain: Callable[[], None],
         check_rank: Callable[[Any, str], int],
+        guard: Guard,
     ) -> None:
-        self._transport, self._rma = transport, rma
+        self._transport, self._rma, self._guard = transport, rma, guard
         self._n, self._rank = transport.size, transport.rank
         self._topology, self._weighted = topology, weighted
         self._drain, self._check_rank = drain, check_rank
@@ -261,8 +300,14 @@ class MpiWindowOps(WindowPart):
         srcs = np.asarray(topo.in_neighbors(me), dtype=np.int64)
         dsts = np.asarray(topo.out_neighbors(me), dtype=np.int64)
         remote_slot = {int(j): topo.in_neighbors(int(j)).index(me) for j in dsts}
-        self._windows[name] = _Window(self._rma, name, x, *view, srcs, dsts, remote_slot, zero_init)
-        self._transport.barrier()  # every window is initialized before anyone writes to it
+        self._windows[name] = _Window(
+            self._rma, name, x, *view, srcs, dsts, remote_slot, zero_init, me, self._guard
+        )
+        # every window is initialized before anyone writes to it: a barrier (a reduction
+        # of nothing), waited for under the stall guard
+        nothing = np.zeros(1, np.int64)
+        done = self._transport.iallreduce_max(nothing)
+        self._guard.wait(done.test, done.wait)
         return True
 
     def win_free(self, name: str | None) -> bool:
@@ -435,7 +480,7 @@ class MpiWindowOps(WindowPart):
             if isinstance(ranks, int | np.integer):
                 ranks = [ranks]
             chosen = [self._check_rank(r, "ranks") for r in ranks]
-        return win.holding(chosen)
+        return win.win_mutex(chosen)
 
     def get_win_version(self, name: str) -> dict[int, int]:
         win = self._window(name, "get_win_version")

@@ -10,7 +10,6 @@ of the simulator and the MPI runtime: the same plans, the same combine order.
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -23,7 +22,7 @@ import torch.distributed as dist
 from ... import _arrays, _settings
 from ... import timeline as _timeline
 from ..._handles import Handle, HandleTable
-from ..._stall import Guard, StallError, State, where
+from ..._stall import Guard, Held, State, where
 from .._base import launched_size
 from .._runtime.agree import GUARDS, LocalError, agree, fingerprint, named, purpose
 from .._runtime.backend import DistributedBackend
@@ -73,10 +72,12 @@ class _WorkGuard(Guard):
     Work keep Guard's loop.
     """
 
-    def wait(self, test: Callable[[], bool], block: Callable[[], Any]) -> None:
+    def wait(
+        self, test: Callable[[], bool], block: Callable[[], Any], held: Held | None = None
+    ) -> None:
         work = _work_of(block)
         if work is None or self.timeout is None or self.size == 1:
-            super().wait(test, block)
+            super().wait(test, block, held)
             return
         start = time.monotonic()
         deadline, reported = start + self.timeout, False
@@ -92,10 +93,7 @@ class _WorkGuard(Guard):
                 self.peers.serve(state)
             if not reported and time.monotonic() >= deadline:
                 reported = True
-                message = self.report(state)
-                if not self.warn_only:
-                    raise StallError(message)
-                print(message, file=sys.stderr, flush=True)
+                self.stalled(state)
 
 
 class TorchBackend(DistributedBackend):
@@ -197,12 +195,14 @@ class TorchBackend(DistributedBackend):
         return guard
 
     def _destroy_groups(self) -> None:
-        GUARDS.pop(id(getattr(self, "_transport", None)), None)
+        GUARDS.pop(id(self._transport), None)
         # Local: gloo's sends completed when their bytes were handed over, so no peer
         # loses data; the default group stays for the next world (see _world).
-        for group in (self.nccl_group, self.group):
-            if group is not None and dist.is_initialized():
-                dist.destroy_process_group(group)
+        # The parts hold the backend's bound methods (a reference cycle), and the gloo
+        # group through the transport: once nothing names a group, torch ends its threads
+        # and closes its sockets now, not at the next garbage collection.
+        _world.destroy_groups(self.nccl_group)
+        self._transport.free()  # self.group
         self.group = self.nccl_group = None
 
     # -- topology -------------------------------------------------------------------------

@@ -105,12 +105,11 @@ class TorchMachineOps:
         # The machines' world owns the roots' groups: closing it destroys them.
         world, groups = self._machines_world, self._roots_groups
         self._machines_world, self._roots_groups = None, _UNSET
+        self.group = self.nccl_group = None  # destroyed by the backend: let them go
         if world is not None:
             world.close()
-        elif groups is not _UNSET and groups is not None and dist.is_initialized():
-            for group in groups:
-                if group is not None:
-                    dist.destroy_process_group(group)
+        elif groups is not _UNSET and groups is not None:
+            _world.destroy_groups(*groups)
 
     def bytes_sent(self, reset: bool) -> int:
         """The bytes this rank sent in the machines' world (hierarchical steps)."""

@@ -166,6 +166,7 @@ class TorchDataPath(DataPath):
             self._nccl_ready = True
 
     def close(self) -> None:
+        self.nccl = None  # its group is destroyed with the world's
         if self._waiter is not None:
             self._waiter.shutdown(wait=True)
             self._waiter = None

@@ -165,3 +165,10 @@ class TorchTransport:
 
     def barrier(self) -> None:
         dist.barrier(group=self.group)
+
+    def free(self) -> None:
+        """Destroy the group (local: see ``_world.destroy_groups``); this transport is done."""
+        from ._world import destroy_groups
+
+        destroy_groups(self.group)
+        self.group = None

@@ -4,8 +4,8 @@ The default process group is torch's, process-wide: it is created by the first
 ``init(backend="torch")`` (unless the script created it already) and kept until the
 interpreter exits, so ``shutdown()`` then ``init()`` needs no second rendezvous. Each
 fogsim world makes its own groups on top of it (:func:`new_groups`) and frees them on
-``shutdown()``; so does the world of machines the hierarchical ops run on
-(:func:`new_subgroups`).
+``shutdown()`` (:func:`destroy_groups`); so does the world of machines the hierarchical ops
+run on (:func:`new_subgroups`).
 
 Rank and size come from torchrun (``RANK``/``WORLD_SIZE``) or an MPI launcher
 (``PMI_RANK``/``PMI_SIZE``, ``OMPI_COMM_WORLD_*``, ...); a process started alone is a
@@ -59,7 +59,15 @@ from typing import Any
 from ... import _settings
 from .._wire import BadMessage, mpi_allgather_json, mpi_bcast_json
 
-__all__ = ["BASE_PORT", "Endpoint", "default_port", "new_groups", "new_subgroups", "start"]
+__all__ = [
+    "BASE_PORT",
+    "Endpoint",
+    "default_port",
+    "destroy_groups",
+    "new_groups",
+    "new_subgroups",
+    "start",
+]
 
 #: First port of the derived range (torch's customary MASTER_PORT).
 BASE_PORT = 29500
@@ -350,3 +358,25 @@ def new_subgroups(ranks: list[int], nccl: bool) -> tuple[Any, Any]:
     if dist.get_rank() not in ranks:
         return None, None
     return group, nccl_group
+
+
+def destroy_groups(*groups: Any) -> None:
+    """Destroy ``groups`` (None: skipped) made by :func:`new_groups` or :func:`new_subgroups`.
+
+    Local. torch's ``destroy_process_group`` leaves the group's tag behind, an empty list in
+    its table of tags: removed here, so that a process making and freeing worlds in a loop
+    keeps flat memory.
+    """
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    if not dist.is_initialized():
+        return
+    tags = getattr(getattr(distributed_c10d, "_world", None), "tags_to_pg", None)
+    for group in groups:
+        if group is None:
+            continue
+        tag = None if tags is None else distributed_c10d._world.pg_to_tag.get(group)
+        dist.destroy_process_group(group)
+        if tag is not None and tags is not None and not tags.get(tag, True):
+            del tags[tag]
