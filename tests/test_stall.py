@@ -258,7 +258,8 @@ def test_a_rank_that_hangs_holding_a_window_mutex_is_named_and_the_job_ends(tmp_
     environment.require_mpiexec()
     script = tmp_path / "job.py"
     script.write_text(MUTEX)
-    # no fogrun --timeout: the stall report alone must end the job
+    # no fogrun --timeout: the stall report alone must end the job (rank 1 sleeps 600 s,
+    # so a job that ends by itself within the test's 60 s was ended by the report)
     run = _jobs.run(
         [sys.executable, "-m", "fogsim.run", "-np", "2", "python", str(script)],
         timeout=60,
@@ -266,7 +267,6 @@ def test_a_rank_that_hangs_holding_a_window_mutex_is_named_and_the_job_ends(tmp_
     )
     said = run.stdout + run.stderr
     assert not run.timed_out and run.returncode == 1, said[-3000:]
-    assert run.seconds < 30, run.seconds
     assert "took the mutex" not in said
     assert (
         "StallError: fogsim: rank 0 has waited 2 s in win_mutex (name 'w') for the mutex of "
