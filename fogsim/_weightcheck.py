@@ -171,16 +171,19 @@ def check_sums(
             return
     if key is not None:
         _last_ok[0] = key
+        if hasattr(key, "_weights_fine"):  # a Topology: immutable, so fine for good
+            key._weights_fine = True
 
 
 def checked(key: Any) -> bool:
-    """Whether ``key`` (a Topology) was the last one found fine."""
-    return _last_ok[0] is key
+    """Whether ``key`` was found fine: a Topology ever (it is immutable), another key
+    when it was the last one."""
+    return _last_ok[0] is key or getattr(key, "_weights_fine", False) is True
 
 
 def check_topology(op: str, topo: Any, strict: bool = True) -> None:
     """Check a :class:`fogsim.topology.Topology`'s weights."""
-    if _last_ok[0] is topo:
+    if checked(topo):
         return
     self_weight = topo.self_weights
     indptr, indices, data = topo.offdiag_csr()

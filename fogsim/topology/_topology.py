@@ -34,7 +34,15 @@ class Topology:
     immutable; the arrays it returns are read-only and shared.
     """
 
-    __slots__ = ("_size", "_csr", "_form", "_form_known", "_offdiag", "_offdiag_t")
+    __slots__ = (
+        "_size",
+        "_csr",
+        "_form",
+        "_form_known",
+        "_offdiag",
+        "_offdiag_t",
+        "_weights_fine",
+    )
 
     def __init__(self, matrix: Any) -> None:
         self._set(_matrix_to_csr(matrix, "topology"), None)
@@ -46,6 +54,8 @@ class Topology:
         self._form_known = form is not None
         self._offdiag: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._offdiag_t: tuple[np.ndarray, np.ndarray] | None = None
+        # found row- or column-stochastic by fogsim._weightcheck (immutable: checked once)
+        self._weights_fine = False
 
     @classmethod
     def _from_csr(cls, csr: sp.csr_array) -> Topology:

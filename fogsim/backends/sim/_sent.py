@@ -61,11 +61,12 @@ class SentBytes:
 
     def step(self, plan: Plan, topo: Topology, src_weights: Any, dst_weights: Any) -> np.ndarray:
         """How many agents each agent sends to in one ``neighbor_allreduce`` step over
-        ``topo`` (the agents', or the machines' for a hierarchical step)."""
+        ``topo`` (the agents', or the machines' for a hierarchical step): one per agent, or
+        0-d where every agent sends to as many (a circulant step: no pass over agents)."""
         if follows_topology(src_weights, dst_weights):
             return self.static(topo)
-        if isinstance(plan, CircPlan):
-            return _degrees(plan.pattern.offdiag_csr()[1], topo.size)
+        if isinstance(plan, CircPlan):  # no entry of a circulant form is zero: every
+            return np.array(len(plan.form.offsets), np.int64)  # agent sends to each offset
         return _degrees(plan.indices, topo.size)
 
     def machine_step(
@@ -95,8 +96,9 @@ class SentBytes:
             self._add(t.numel() // len(t) * wire_itemsize(t.dtype, t.element_size()), degrees)
 
     def _add(self, per_agent: int, degrees: np.ndarray) -> None:
-        rows = degrees[self._first : self._first + len(self.counts)]
-        self.counts += per_agent * rows
+        if degrees.ndim:  # else one out-degree for every agent
+            degrees = degrees[self._first : self._first + len(self.counts)]
+        self.counts += per_agent * degrees
 
     def read(self, reset: bool) -> np.ndarray:
         """Return a copy of the counts; ``reset``: start them again from zero."""
