@@ -58,7 +58,8 @@ class Kind:
         self.half = half
 
 
-_NUMPY = Kind(False)
+#: How a numpy array came in (results are returned as numpy arrays).
+NUMPY = _NUMPY = Kind(False)
 #: How a plain list or tuple of numbers came in: a value written in the script, the same on
 #: every agent. The simulator holds it once per agent (a list that ``fogsim.local`` made is
 #: not plain: it is one value per agent).

@@ -14,15 +14,24 @@ __all__ = ["call_site", "user_frame", "user_stacklevel"]
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
+#: file name -> whether its frames are fogsim's (or threading's), found once per file
+_INSIDE: dict[str, bool] = {}
+
+
 def user_frame(depth: int = 1) -> FrameType | None:
     """The innermost frame, from ``depth`` frames above the caller, outside fogsim."""
     frame: FrameType | None = sys._getframe(depth + 1)
-    while frame is not None and (
-        frame.f_code.co_filename.startswith(_PACKAGE)
-        or frame.f_code.co_filename.endswith("threading.py")
-    ):
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        inside = _INSIDE.get(filename)
+        if inside is None:  # a string method per frame would cost the guards that read this
+            inside = _INSIDE[filename] = filename.startswith(_PACKAGE) or filename.endswith(
+                "threading.py"
+            )
+        if not inside:
+            return frame
         frame = frame.f_back
-    return frame
+    return None
 
 
 def call_site() -> str:

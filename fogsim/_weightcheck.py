@@ -149,9 +149,10 @@ def check_sums(
     cols: np.ndarray | Callable[[], np.ndarray],
     key: Any = None,
     strict: bool = True,
-) -> None:
+) -> bool:
     """Warn (or raise) unless every row or every column sums to 1 (``cols`` may be a
-    function returning the column sums, called only when a row fails).
+    function returning the column sums, called only when a row fails); return whether
+    they do.
 
     ``key`` (e.g. a Topology) found fine is not summed again by :func:`check_topology`.
     ``strict=False``: warn even in ``error`` mode.
@@ -168,11 +169,12 @@ def check_sums(
                 "(rows) nor the sum (columns), so values grow or vanish step after step",
                 strict,
             )
-            return
+            return False
     if key is not None:
         _last_ok[0] = key
         if hasattr(key, "_weights_fine"):  # a Topology: immutable, so fine for good
             key._weights_fine = True
+    return True
 
 
 def checked(key: Any) -> bool:

@@ -208,6 +208,55 @@ def test_circulant_combine_bitwise(compiled, dtype, n, m, per_row, self_layout):
         assert np.array_equal(a, compiled.csr_combine(*to_csr(W), x, np.empty_like(x)))
 
 
+# --- Combiner: a matrix checked once, applied to many x -------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n,m", [(5, 0), *CIRC_SHAPES])
+@pytest.mark.parametrize("per_row,self_layout", LAYOUTS)
+def test_combiner_gives_the_combine_functions_bits(impl, dtype, n, m, per_row, self_layout):
+    rng = np.random.default_rng(n * 100 + m + 2)
+    args, W = circulant_case(rng, n, m, dtype, per_row, self_layout)
+    x = args[-1]
+    circ = impl.Combiner.circulant(*args[:-1], n)
+    csr = impl.Combiner.csr(*to_csr(W), n)
+    for _ in range(2):  # the same object, applied again, to another x
+        expected = impl.circulant_combine(*args[:-1], x, np.empty_like(x))
+        out = np.empty_like(x)
+        assert circ.apply(x, out) is out
+        assert np.array_equal(out, expected)
+        assert np.array_equal(csr.apply(x, np.empty_like(x)), expected)
+        x = data(rng, (n, m), dtype)
+
+
+def test_combiner_checks_the_matrix_once_and_x_at_every_call(impl):
+    offsets, weights, sw = np.array([1, 3], np.int64), np.array([0.25, 0.25]), np.array(0.5)
+    with pytest.raises(ValueError, match="offsets"):
+        impl.Combiner.circulant(np.array([0, 3], np.int64), weights, sw, 4)
+    with pytest.raises(ValueError, match="weights"):
+        impl.Combiner.circulant(offsets, np.array([np.nan, 0.25]), sw, 4)
+    with pytest.raises(ValueError, match="out of range"):
+        impl.Combiner.csr(
+            np.array([0, 1, 1], np.int64), np.array([5], np.int32), np.ones(1), np.ones(2), 2
+        )
+    with pytest.raises(TypeError, match="n must be an integer"):
+        impl.Combiner.circulant(offsets, weights, sw, 4.0)
+    with pytest.raises(TypeError, match="Combiner.circulant"):
+        impl.Combiner()
+    c = impl.Combiner.circulant(offsets, weights, sw, 4)
+    assert c.n == 4
+    assert not offsets.flags.writeable  # what was checked cannot change under it
+    x = np.arange(8.0).reshape(4, 2)
+    with pytest.raises(ValueError, match="3 rows; this matrix combines 4"):
+        c.apply(x[:3].copy(), np.empty((3, 2)))
+    with pytest.raises(ValueError, match="share memory"):
+        c.apply(x, x)
+    with pytest.raises(ValueError):
+        c.apply(x, np.empty((4, 3)))
+    with pytest.raises(TypeError, match="float32 or float64"):
+        c.apply(x.astype(np.int64), np.empty((4, 2), np.int64))
+
+
 # --- streaming stores ------------------------------------------------------------------------
 
 # Large outputs are written with streaming stores: the last pass over a block writes out
@@ -386,6 +435,7 @@ def test_assemble_csr_bitwise(compiled, n, max_deg):
 def test_public_namespace():
     assert sorted(_core.__all__) == sorted(
         [
+            "Combiner",
             "FusedBatch",
             "FusionQueue",
             "Handle",

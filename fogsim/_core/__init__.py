@@ -7,8 +7,9 @@ that gives bit-identical results more slowly:
 module          holds                                            twin
 ==============  ===============================================  =====================
 ``_kernels``    the combine kernels ``X <- W X`` (dense rows,     ``_fallback``
-                CSR whole or by row range, circulant) and CSR
-                assembly
+                CSR whole or by row range, circulant; a
+                :class:`Combiner` checks one matrix once for
+                many steps) and CSR assembly
 ``_handles``    :class:`Handle`, :class:`HandleTable`            ``_fallback_handles``
 ``_fusion``     :class:`FusionQueue`, :class:`FusedBatch`,        ``_fallback_fusion``
                 :func:`pack`, :func:`combine_rows`,
@@ -85,6 +86,7 @@ fallback_dispatch = _gather(
     f"{__name__}.fallback_dispatch", fallback_handles, fallback_fusion, fallback_trace
 )
 assemble_csr = kernels.assemble_csr
+Combiner = kernels.Combiner
 circulant_combine = kernels.circulant_combine
 csr_combine = kernels.csr_combine
 csr_combine_rows = kernels.csr_combine_rows
@@ -103,6 +105,7 @@ TraceRecorder = trace.TraceRecorder
 trace_now_ns = trace.trace_now_ns
 
 __all__ = [
+    "Combiner",
     "TraceOp",
     "TracePhase",
     "TraceRecorder",

@@ -49,6 +49,15 @@ def array(name, a, dtype, ndim):
     return a
 
 
+def count(name, v):
+    """Return the agent count *v* as an int in [1, MAX_AGENTS]."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(v).__name__}")
+    if not 1 <= int(v) <= MAX_AGENTS:
+        raise ValueError(f"{name} must be in [1, {MAX_AGENTS}], got {v}")
+    return int(v)
+
+
 def shape(name, a, *expected):
     """Check that *a* has one of the *expected* shapes."""
     if a.shape not in expected:

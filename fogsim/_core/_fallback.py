@@ -9,13 +9,14 @@ offsets, never over agents, except in ``assemble_csr``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
 from . import _checks
 
 __all__ = [
+    "Combiner",
     "assemble_csr",
     "circulant_combine",
     "csr_combine",
@@ -214,3 +215,60 @@ def assemble_csr(
         vals.extend(e[1] for e in entries)
         indptr[i + 1] = len(cols)
     return indptr, np.array(cols, dtype=np.int32), np.array(vals, dtype=np.float64)
+
+
+class Combiner:
+    """One weight matrix's arrays, checked once, applied to many ``x`` (see the compiled
+    ``Combiner``): :meth:`circulant` and :meth:`csr` check the arrays, :meth:`apply` only
+    ``x`` and ``out``, with :func:`circulant_combine`'s and :func:`csr_combine`'s bits."""
+
+    __slots__ = ("n", "_apply")
+    n: int
+    _apply: Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+    def __init__(self) -> None:
+        raise TypeError("use Combiner.circulant(...) or Combiner.csr(...)")
+
+    @staticmethod
+    def circulant(
+        offsets: np.ndarray, weights: np.ndarray, self_weight: np.ndarray, n: int
+    ) -> Combiner:
+        """Check a circulant matrix's arrays for ``n`` agents (see circulant_combine)."""
+        probe = np.empty((_checks.count("n", n), 0))
+        circulant_combine(offsets, weights, self_weight, probe, np.empty_like(probe))
+        offsets = _frozen(offsets)
+        return Combiner._made(
+            int(n), lambda x, out: circulant_combine(offsets, weights, self_weight, x, out)
+        )
+
+    @staticmethod
+    def csr(
+        indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, self_weight: np.ndarray, n: int
+    ) -> Combiner:
+        """Check a CSR matrix's arrays for ``n`` agents (see csr_combine)."""
+        probe = np.empty((_checks.count("n", n), 0))
+        csr_combine(indptr, indices, data, self_weight, probe, np.empty_like(probe))
+        indptr, indices = _frozen(indptr), _frozen(indices)
+        return Combiner._made(
+            int(n), lambda x, out: csr_combine(indptr, indices, data, self_weight, x, out)
+        )
+
+    @staticmethod
+    def _made(n: int, fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Combiner:
+        c = object.__new__(Combiner)
+        c.n, c._apply = n, fn
+        return c
+
+    def apply(self, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """``out <- W x`` for C-contiguous (n, m) ``x`` and ``out``; returns ``out``."""
+        _checks.array("x", x, None, 2)
+        if x.shape[0] != self.n:
+            raise ValueError(f"x has {x.shape[0]} rows; this matrix combines {self.n}")
+        return self._apply(x, out)
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """``a``, made read-only: what a Combiner checked once stays as checked."""
+    if a.flags.writeable:
+        a.flags.writeable = False
+    return a

@@ -4,12 +4,25 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 __all__ = [
+    "Combiner",
     "assemble_csr",
     "circulant_combine",
     "csr_combine",
     "csr_combine_rows",
     "weighted_combine",
 ]
+
+class Combiner:
+    n: int
+    @staticmethod
+    def circulant(
+        offsets: np.ndarray, weights: np.ndarray, self_weight: np.ndarray, n: int
+    ) -> Combiner: ...
+    @staticmethod
+    def csr(
+        indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, self_weight: np.ndarray, n: int
+    ) -> Combiner: ...
+    def apply(self, x: np.ndarray, out: np.ndarray) -> np.ndarray: ...
 
 def weighted_combine(
     out: np.ndarray, self_weight: float, x: np.ndarray, weights: np.ndarray, ys: np.ndarray

@@ -26,6 +26,7 @@ import numpy as np
 from . import _checks
 
 __all__ = [
+    "Combiner",
     "assemble_csr",
     "circulant_combine",
     "csr_combine",
@@ -808,6 +809,124 @@ def circulant_combine(offsets, weights, self_weight, x, out):
         with nogil:
             circulant_combine_kernel(off, w, w_rows, sw, s_rows, xf, of)
     return out
+
+
+cdef class Combiner:
+    """One weight matrix's arrays, checked once, applied to many ``x``.
+
+    ``Combiner.circulant(offsets, weights, self_weight, n)`` and ``Combiner.csr(indptr,
+    indices, data, self_weight, n)`` check what :func:`circulant_combine` and
+    :func:`csr_combine` check of these arrays (types, shapes, offsets, indices, the scanned
+    weights) and make their index arrays read-only; ``apply(x, out)`` then checks only ``x``
+    and ``out`` (C-contiguous float32 or float64 of n rows, one shape and dtype, not
+    overlapping) and gives the same bits as those functions. For a plan applied at every
+    step: the per-call checks cost more than the kernel on small states.
+    """
+
+    cdef readonly Py_ssize_t n
+    cdef bint _circ, _w_rows, _s_rows
+    cdef const int64_t[::1] _off
+    cdef const double[::1] _w
+    cdef const double[::1] _sw
+    cdef const int64_t[::1] _ip
+    cdef const int32_t[::1] _ix
+    cdef const double[::1] _d
+
+    def __init__(self):
+        raise TypeError("use Combiner.circulant(...) or Combiner.csr(...)")
+
+    @staticmethod
+    def circulant(offsets, weights, self_weight, n):
+        """Check a circulant matrix's arrays for ``n`` agents (see circulant_combine)."""
+        cdef Combiner c = Combiner.__new__(Combiner)
+        probe = np.empty((_checks.count("n", n), 0))
+        _checks.circulant_combine_args(offsets, weights, self_weight, probe, np.empty_like(probe))
+        c.n = probe.shape[0]
+        c._circ = True
+        c._off = _frozen(offsets)
+        c._w = weights.reshape(-1)
+        c._sw = self_weight.reshape(-1)
+        c._w_rows = weights.ndim == 2
+        c._s_rows = c._sw.shape[0] != 1
+        if not _offsets_ok(c._off, c.n):
+            _reraise(_checks.offsets, (offsets, c.n))
+        if not c._w_rows and not _all_finite(c._w):
+            _reraise(_checks.finite, ("weights", weights))
+        if not c._s_rows and not _all_finite(c._sw):
+            _reraise(_checks.finite, ("self_weight", self_weight))
+        return c
+
+    @staticmethod
+    def csr(indptr, indices, data, self_weight, n):
+        """Check a CSR matrix's arrays for ``n`` agents (see csr_combine)."""
+        cdef Combiner c = Combiner.__new__(Combiner)
+        cdef bint ok
+        probe = np.empty((_checks.count("n", n), 0))
+        _checks.csr_combine_args(indptr, indices, data, self_weight, probe, np.empty_like(probe))
+        c.n = probe.shape[0]
+        c._circ = False
+        c._ip = _frozen(indptr)
+        c._ix = _frozen(indices)
+        c._d = data
+        c._sw = self_weight
+        with nogil:
+            ok = _csr_structure_ok(c._ip, c._ix, c.n, 0, c.n)
+        if not ok:
+            _reraise(_checks.csr_structure, (indptr, indices, c.n))
+        return c
+
+    def apply(self, x, out):
+        """``out <- W x`` for C-contiguous (n, m) ``x`` and ``out``; returns ``out``."""
+        cdef const double[:, ::1] xd
+        cdef double[:, ::1] od
+        cdef const float[:, ::1] xf
+        cdef float[:, ::1] of
+        dtype = x.dtype
+        if dtype is _F64 or dtype == _F64:
+            xd, od = x, out
+            self._fits(xd.shape[0], xd.shape[1], od.shape[0], od.shape[1],
+                       <const char*>&xd[0, 0] if xd.shape[0] and xd.shape[1] else NULL,
+                       <const char*>&od[0, 0] if od.shape[0] and od.shape[1] else NULL, 8)
+            with nogil:
+                if self._circ:
+                    circulant_combine_kernel(self._off, self._w, self._w_rows, self._sw,
+                                             self._s_rows, xd, od)
+                else:
+                    csr_combine_kernel(self._ip, self._ix, self._d, self._sw, xd, od, 0, self.n)
+        elif dtype == _F32:
+            xf, of = x, out
+            self._fits(xf.shape[0], xf.shape[1], of.shape[0], of.shape[1],
+                       <const char*>&xf[0, 0] if xf.shape[0] and xf.shape[1] else NULL,
+                       <const char*>&of[0, 0] if of.shape[0] and of.shape[1] else NULL, 4)
+            with nogil:
+                if self._circ:
+                    circulant_combine_kernel(self._off, self._w, self._w_rows, self._sw,
+                                             self._s_rows, xf, of)
+                else:
+                    csr_combine_kernel(self._ip, self._ix, self._d, self._sw, xf, of, 0, self.n)
+        else:
+            _checks.array("x", x, None, 2)
+        return out
+
+    cdef _fits(self, Py_ssize_t xn, Py_ssize_t xm, Py_ssize_t on, Py_ssize_t om,
+               const char* xp, const char* op, Py_ssize_t item):
+        if xn != self.n:
+            raise ValueError(f"x has {xn} rows; this matrix combines {self.n}")
+        if on != xn or om != xm:
+            raise ValueError(f"out must have shape {(xn, xm)}, got {(on, om)}")
+        if xp != NULL and op != NULL and op < xp + xn * xm * item and xp < op + on * om * item:
+            raise ValueError("out must not share memory with x")
+
+
+_F64 = np.dtype(np.float64)
+_F32 = np.dtype(np.float32)
+
+
+cdef _frozen(a):
+    """``a``, made read-only: what a Combiner checked once stays as checked."""
+    if a.flags.writeable:
+        a.flags.writeable = False
+    return a
 
 
 include "_assemble.pxi"

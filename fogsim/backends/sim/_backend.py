@@ -15,7 +15,7 @@ import numpy as np
 
 from ... import _arrays, _settings, _weightcheck
 from ... import timeline as _timeline
-from ..._arrays import Kind, to_numpy, wrap_like
+from ..._arrays import NUMPY, Kind, to_numpy, wrap_like
 from ..._jit import check_axes, compiled
 from ...hierarchy._decomposed import check_factors, default_factors, staged_sum
 from ...topology import Topology
@@ -26,6 +26,7 @@ from ._plan import (
     apply_plan,
     check_plan,
     check_same_pattern,
+    plan_kernel,
     plan_matrix,
     plan_messages,
     rank_rows,
@@ -33,14 +34,17 @@ from ._plan import (
     static_plan,
     transpose,
 )
-from ._pool import BufferPool
+from ._pool import MIN_POOLED_BYTES, BufferPool
 from ._sent import SentBytes
 from ._shapes import ShapeGuard
 from ._stack import stack_outputs
+from ._stepplans import StepPlans
 from ._window import SimWindow
 from ._windows import SimWindowOps
 
 __all__ = ["SimBackend"]
+
+_FLOAT64, _FLOAT32 = np.dtype(np.float64), np.dtype(np.float32)
 
 
 def _positive_int(value: Any, argname: str) -> int:
@@ -86,16 +90,18 @@ class SimBackend(Backend):
         # The agents this process stacks: all n here; a block of them when sharded.
         self._rows, self._first = self._n, 0
         self._pool = BufferPool()
+        #: bytes each agent sent in the neighbor ops (see :func:`fogsim.bytes_sent`)
+        self.sent = SentBytes(self._n)
         self._shapes = ShapeGuard(self._n)  # per-agent values that grew an agent axis
         self._static_plan: Any = None  # a Plan once a topology is set
+        self._static_sends: Any = None  # its topology's out-degrees (see SentBytes.static)
+        self._step_plans = StepPlans()  # the plans of recent per-call weights
         self._machine_plan: Any = None  # the static plan of _machine_plan_of
         self._machine_plan_of: Topology | None = None
         self._cost: Any = None  # a cost meter charged by every communication op (or None)
         self._faults: Any = None  # fogsim.faults.Faults applied to neighbor_allreduce
         self._device_plans = _torchops.PlanCache()  # plans' arrays on tensors' devices
         self.windows = SimWindowOps(self._n)
-        #: bytes each agent sent in the neighbor ops (see :func:`fogsim.bytes_sent`)
-        self.sent = SentBytes(self._n)
 
     # -- world ----------------------------------------------------------------------------
     @property
@@ -123,6 +129,8 @@ class SimBackend(Backend):
     def _on_topology(self) -> None:
         topo = self.load_topology()
         self._static_plan = static_plan(topo, self._is_weighted)
+        self._static_sends = self.sent.static(topo)  # its out-degrees, for bytes_sent
+        self._step_plans.clear()  # per-call dicts were checked against the old topology
         self.windows.on_topology(topo, self._is_weighted)
 
     def _on_machine_topology(self) -> None:
@@ -214,6 +222,14 @@ class SimBackend(Backend):
         An op that ``adds`` values (default: one that averages) gets float16 as float32,
         to be rounded back once by ``wrap_like``.
         """
+        if (
+            type(x) is np.ndarray
+            and (x.dtype is _FLOAT64 or x.dtype is _FLOAT32)
+            and x.ndim
+            and x.shape[0] == self._rows
+        ):  # what most calls get: nothing below would change it
+            self._shapes.check(x, x.shape, op)
+            return x, NUMPY
         arr, kind = to_numpy(x, allow_cuda=self._host_staging)
         if averaging:
             _arrays.require_float(arr, op)
@@ -234,17 +250,22 @@ class SimBackend(Backend):
 
     # -- ops ------------------------------------------------------------------------------
     def allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
-        _arrays.check_name(name)
-        if not isinstance(average, bool):
+        if name is not None:
+            _arrays.check_name(name)
+        if average is not True and average is not False:
             raise TypeError(f"average must be a bool, got {type(average).__name__}")
-        if _torchops.takes(x):
+        if type(x) is not np.ndarray and _torchops.takes(x):
             return _torchops.allreduce(self, x, average)
         arr, kind = self._stacked(x, "allreduce", averaging=average, adds=True)
         total = arr.sum(axis=0, dtype=arr.dtype)
-        out = self._pool.empty(arr.shape, arr.dtype)
+        if arr.nbytes < MIN_POOLED_BYTES:
+            out = np.empty(arr.shape, arr.dtype)
+        else:
+            out = self._pool.empty(arr.shape, arr.dtype)
         out[...] = total / self._n if average else total
-        self._charge("allreduce", arr)
-        return wrap_like(out, kind)
+        if self._cost is not None:
+            self._charge("allreduce", arr)
+        return out if kind is NUMPY else wrap_like(out, kind)
 
     def broadcast(self, x: Any, root_rank: int, name: str | None = None) -> Any:
         _arrays.check_name(name)
@@ -298,28 +319,50 @@ class SimBackend(Backend):
         enable_topo_check: bool = True,
         name: str | None = None,
     ) -> Any:
-        _arrays.check_name(name)
-        if not isinstance(enable_topo_check, bool):
+        if name is not None:
+            _arrays.check_name(name)
+        if enable_topo_check is not True and enable_topo_check is not False:
             raise TypeError("enable_topo_check must be a bool")
-        if _torchops.takes(x):
+        if type(x) is not np.ndarray and _torchops.takes(x):
             t, dtype = _torchops.stacked(self, x, "neighbor_allreduce", averaging=True)
             plan = self._step_plan(self_weight, src_weights, dst_weights)
             self.sent.add_tensor(
                 t, self.sent.step(plan, self.load_topology(), src_weights, dst_weights)
             )
             return _torchops.neighbor_allreduce(self, t, dtype, plan)
+        # At n = 16 a step's sums cost less than a microsecond: what depends only on the
+        # topology or the plan (its checked kernel, its out-degrees) was made once, and the
+        # rest of this path is kept to what the call itself changes.
         arr, kind = self._stacked(x, "neighbor_allreduce", averaging=True)
-        plan = self._step_plan(self_weight, src_weights, dst_weights)
-        self.sent.add(arr, self.sent.step(plan, self.load_topology(), src_weights, dst_weights))
-        flat = np.ascontiguousarray(arr.reshape(self._n, -1))
-        out = self._pool.empty(flat.shape, arr.dtype)
+        if self_weight is None and src_weights is None and dst_weights is None:
+            plan, sends = self._static_plan, self._static_sends  # made by _on_topology
+        else:
+            plan = self._step_plan(self_weight, src_weights, dst_weights)
+            sends = plan.sends  # a plan is found again only from arguments of its kind
+            if sends is None:
+                sends = self.sent.step(plan, self.load_topology(), src_weights, dst_weights)
+                object.__setattr__(plan, "sends", sends)  # frozen: what is cached is derived
+        self.sent.add(arr, sends)
+        n = self._n
+        flat = np.ascontiguousarray(arr if arr.ndim == 2 else arr.reshape(n, -1))
+        out = np.empty(flat.shape, flat.dtype) if flat.nbytes < MIN_POOLED_BYTES else None
+        if out is None:
+            out = self._pool.empty(flat.shape, flat.dtype)
         if self._faults is not None:  # fogsim.faults: this step's W, changed
-            out[...] = self._faults.apply(plan_matrix(plan, self._n), flat)
+            out[...] = self._faults.apply(plan_matrix(plan, n), flat)
         elif flat.shape[1]:
-            with _timeline.phase("COMPUTE_AVERAGE"):
-                apply_plan(plan, flat, out)
+            kernel = plan.kernel
+            if kernel is None or kernel.n != n:
+                kernel = plan_kernel(plan, n)
+            if _timeline.active is None:
+                kernel.apply(flat, out)
+            else:
+                with _timeline.phase("COMPUTE_AVERAGE"):
+                    kernel.apply(flat, out)
         if self._cost is not None:
-            self._charge("neighbor_allreduce", arr, topology=plan_messages(plan, self._n))
+            self._charge("neighbor_allreduce", arr, topology=plan_messages(plan, n))
+        if kind is NUMPY and arr.ndim == 2:
+            return out
         return wrap_like(out.reshape(arr.shape), kind)
 
     def bytes_sent(self, reset: bool = False) -> np.ndarray:
@@ -327,19 +370,27 @@ class SimBackend(Backend):
         return self.sent.read(reset)
 
     def _step_plan(self, self_weight: Any, src_weights: Any, dst_weights: Any) -> Any:
-        """Return this neighbor_allreduce's plan, its whole matrix checked when it is new."""
-        # The simulator always matches senders with receivers: it needs the pairing to
-        # build W anyway, so enable_topo_check=False cannot make it faster or unsafe.
-        plan = resolve_plan(
-            self._n,
-            self.load_topology(),
-            self._is_weighted,
-            self._static_plan,
-            self_weight,
-            src_weights,
-            dst_weights,
-        )
-        if plan is not self._static_plan and _weightcheck.enabled():
+        """Return this neighbor_allreduce's plan, its whole matrix checked when it is new.
+
+        Weights passed again (the same Topology, or equal numbers, arrays and dicts) find
+        the plan they made before (see :class:`StepPlans`), checked kernel and all.
+        """
+        plan = self._step_plans.find(self_weight, src_weights, dst_weights)
+        if plan is None:
+            # The simulator always matches senders with receivers: it needs the pairing to
+            # build W anyway, so enable_topo_check=False cannot make it faster or unsafe.
+            plan = resolve_plan(
+                self._n,
+                self.load_topology(),
+                self._is_weighted,
+                self._static_plan,
+                self_weight,
+                src_weights,
+                dst_weights,
+            )
+            if plan is not self._static_plan:
+                self._step_plans.keep(self_weight, src_weights, dst_weights, plan)
+        if plan is not self._static_plan and not plan.fine and _weightcheck.enabled():
             same = self_weight is None and dst_weights is None and isinstance(src_weights, Topology)
             check_plan(plan, self._n, src_weights if same else None)  # Topology: checked once
         return plan

@@ -55,6 +55,15 @@ class CsrPlan:
     #: the topology the plan was read from (its off-diagonal entries are the plan's), or
     #: None for one assembled from weight dicts (see :func:`plan_messages`)
     pattern: Topology | None = field(default=None, compare=False, repr=False)
+    #: the checked kernel of the plan's arrays, made at its first use (see :func:`apply_plan`)
+    kernel: Any = field(default=None, init=False, compare=False, repr=False)
+    #: the out-degrees of its pattern, made at their first use (``_sent.plan_degrees``)
+    degrees: np.ndarray | None = field(default=None, init=False, compare=False, repr=False)
+    #: whether its whole matrix was found row- or column-stochastic (:func:`check_plan`)
+    fine: bool = field(default=False, init=False, compare=False, repr=False)
+    #: what a step with it counts as sent: its own out-degrees, or (per-agent dicts without
+    #: dst_weights) the topology's; set by the simulator at the plan's first step
+    sends: np.ndarray | None = field(default=None, init=False, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,10 @@ class CircPlan:
 
     form: CirculantForm
     pattern: Topology = field(compare=False, repr=False)  # the topology of ``form``
+    kernel: Any = field(default=None, init=False, compare=False, repr=False)  # see CsrPlan
+    degrees: np.ndarray | None = field(default=None, init=False, compare=False, repr=False)
+    fine: bool = field(default=False, init=False, compare=False, repr=False)
+    sends: np.ndarray | None = field(default=None, init=False, compare=False, repr=False)
 
 
 Plan = CsrPlan | CircPlan
@@ -87,11 +100,26 @@ def static_plan(topo: Topology, is_weighted: bool) -> Plan:
 
 
 def apply_plan(plan: Plan, x: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """Compute ``out = W x`` for a C-contiguous (n, m) ``x``."""
+    """Compute ``out = W x`` for a C-contiguous (n, m) ``x``.
+
+    The plan's arrays are checked once, when its kernel is made at its first use; a call
+    then checks only ``x`` and ``out`` (on small states the checks cost more than the sums).
+    """
+    kernel = plan.kernel
+    if kernel is None or kernel.n != x.shape[0]:
+        kernel = plan_kernel(plan, x.shape[0])
+    return kernel.apply(x, out)  # type: ignore[no-any-return]
+
+
+def plan_kernel(plan: Plan, n: int) -> Any:
+    """Return the plan's checked :class:`fogsim._core.Combiner` for ``n`` agents (made once)."""
     if isinstance(plan, CircPlan):
         f = plan.form
-        return _core.circulant_combine(f.offsets, f.weights, f.self_weight, x, out)
-    return _core.csr_combine(plan.indptr, plan.indices, plan.data, plan.self_weight, x, out)
+        kernel = _core.Combiner.circulant(f.offsets, f.weights, f.self_weight, n)
+    else:
+        kernel = _core.Combiner.csr(plan.indptr, plan.indices, plan.data, plan.self_weight, n)
+    object.__setattr__(plan, "kernel", kernel)  # frozen: what is cached is derived
+    return kernel
 
 
 def plan_messages(plan: Plan, n: int) -> Topology:
@@ -126,19 +154,33 @@ def plan_matrix(plan: Plan, n: int) -> sp.csr_array:
 def check_plan(plan: Plan, n: int, key: Any) -> None:
     """Warn (or raise) when the step's whole matrix is neither row- nor column-stochastic.
 
-    ``key`` (a Topology or None): a step already checked is not checked again.
+    ``key`` (a Topology or None): a step already checked is not checked again; nor is a
+    plan found fine before (a plan is immutable: ``plan.fine``).
     """
-    if key is not None and _weightcheck.checked(key):
+    if plan.fine or (key is not None and _weightcheck.checked(key)):
         return
-    rows = apply_plan(plan, np.ones((n, 1)), np.empty((n, 1)))[:, 0]  # W 1, by the kernel
-    cols: Callable[[], np.ndarray]
+    rows: np.ndarray
+    cols: Callable[[], np.ndarray] | np.ndarray
     if isinstance(plan, CircPlan):
         form = plan.form
-        cols = lambda: _weightcheck.circulant_sums(form, n)[1]  # noqa: E731
+        if form.weights.ndim == 1 and form.self_weight.size == 1:
+            # Weights shared by all agents: every row and every column holds the same
+            # numbers, so row 0 is summed, in the kernel's order (itself, then ascending
+            # offsets), in O(offsets) rather than O(agents): a one-peer schedule meets a
+            # new matrix at every step of its first pass.
+            total = float(form.self_weight.reshape(-1)[0])
+            for w in form.weights.tolist():
+                total += w
+            rows = cols = np.array([total])
+        else:
+            rows = apply_plan(plan, np.ones((n, 1)), np.empty((n, 1)))[:, 0]  # W 1
+            cols = lambda: _weightcheck.circulant_sums(form, n)[1]  # noqa: E731
     else:
         csr = plan
+        rows = apply_plan(plan, np.ones((n, 1)), np.empty((n, 1)))[:, 0]  # W 1, by the kernel
         cols = lambda: csr.self_weight + np.bincount(csr.indices, csr.data, minlength=n)  # noqa: E731
-    _weightcheck.check_sums("neighbor_allreduce", rows, cols, key=key)
+    if _weightcheck.check_sums("neighbor_allreduce", rows, cols, key=key):
+        object.__setattr__(plan, "fine", True)  # frozen: what is cached is derived
 
 
 # -- argument parsing ---------------------------------------------------------------------

@@ -55,6 +55,12 @@ class BufferPool:
             del items[0]
         return arr
 
+    def empty_like(self, a: np.ndarray) -> np.ndarray:
+        """:meth:`empty` of ``a``'s shape and dtype (a small one without further checks)."""
+        if a.nbytes < MIN_POOLED_BYTES:
+            return np.empty(a.shape, a.dtype)
+        return self.empty(a.shape, a.dtype)
+
     def clear(self) -> None:
         """Forget every pooled array."""
         self._items.clear()

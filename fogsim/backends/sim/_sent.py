@@ -11,6 +11,7 @@ pattern (a matrix's off-diagonal columns, or the ``dst_weights`` each agent name
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -19,13 +20,15 @@ from ...topology import Topology
 from .._weights import is_matrix
 from ._plan import CircPlan, Plan
 
-__all__ = ["SentBytes", "follows_topology", "wire_itemsize"]
+__all__ = ["SentBytes", "follows_topology", "plan_degrees", "wire_itemsize"]
 
 
 def follows_topology(src_weights: Any, dst_weights: Any) -> bool:
     """Whether a runtime rank sends a ``neighbor_allreduce`` to the static topology's
     out-neighbors (its rule in ``_runtime.plan.rank_plan``), not to the step's pattern."""
-    return dst_weights is None and not is_matrix(src_weights)
+    if dst_weights is not None:
+        return False
+    return isinstance(src_weights, list | tuple) or not is_matrix(src_weights)  # dicts: cheaply
 
 
 def wire_itemsize(dtype: Any, itemsize: int) -> int:
@@ -39,16 +42,37 @@ def _degrees(indices: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(indices, minlength=n).astype(np.int64, copy=False)
 
 
-class SentBytes:
-    """Cumulative bytes sent by the agents ``first .. first + rows - 1`` (int64 per agent)."""
+#: The out-degree 1 of every agent: what steps whose agents all send to as many count under.
+_ONE = np.array(1, np.int64)
+_ONE.flags.writeable = False
 
-    __slots__ = ("counts", "_first", "_static")
+
+class SentBytes:
+    """Cumulative bytes sent by the agents ``first .. first + rows - 1`` (int64 per agent).
+
+    A step's count is one Python integer added to what earlier steps with the same
+    out-degree array sent (a step's degrees are its plan's or its topology's, made once);
+    the per-agent counts are formed when read (:attr:`counts`), so a step does no pass over
+    the agents.
+    """
+
+    __slots__ = ("_counts", "_first", "_static", "_pending", "_lock")
 
     def __init__(self, rows: int, first: int = 0) -> None:
-        self.counts = np.zeros(rows, dtype=np.int64)
+        self._counts = np.zeros(rows, dtype=np.int64)
         self._first = first
         # out-degrees of the topologies in use (agents', machines'), by identity
         self._static: dict[int, tuple[Topology, np.ndarray]] = {}
+        # id(degrees) -> [degrees, bytes per agent sent to each of them since the last read]
+        self._pending: dict[int, list[Any]] = {}
+        self._lock = threading.Lock()  # SPMD agents may read their counts side by side
+
+    @property
+    def counts(self) -> np.ndarray:
+        """The per-agent counts (int64), every step so far included; writable."""
+        if self._pending:
+            self._flush()
+        return self._counts
 
     def static(self, topo: Topology) -> np.ndarray:
         """The out-degrees of ``topo``, remembered while it is in use."""
@@ -65,9 +89,7 @@ class SentBytes:
         0-d where every agent sends to as many (a circulant step: no pass over agents)."""
         if follows_topology(src_weights, dst_weights):
             return self.static(topo)
-        if isinstance(plan, CircPlan):  # no entry of a circulant form is zero: every
-            return np.array(len(plan.form.offsets), np.int64)  # agent sends to each offset
-        return _degrees(plan.indices, topo.size)
+        return plan_degrees(plan, topo.size)
 
     def machine_step(
         self, plan: Plan, topo: Topology, local: int, src: Any, dst: Any
@@ -87,8 +109,13 @@ class SentBytes:
 
     def add(self, arr: np.ndarray, degrees: np.ndarray) -> None:
         """Count one step: each agent's row of the stacked ``arr`` to ``degrees`` agents."""
-        if len(arr) and arr.nbytes:
-            self._add(arr.nbytes // len(arr), degrees)
+        rows = len(arr)
+        if rows and arr.nbytes:
+            entry = self._pending.get(id(degrees))
+            if entry is not None and entry[0] is degrees:  # a step like the last ones
+                entry[1] += arr.nbytes // rows
+            else:
+                self._add(arr.nbytes // rows, degrees)
 
     def add_tensor(self, t: Any, degrees: np.ndarray) -> None:
         """:meth:`add` for a stacked tensor, in the dtype the runtimes send."""
@@ -96,13 +123,42 @@ class SentBytes:
             self._add(t.numel() // len(t) * wire_itemsize(t.dtype, t.element_size()), degrees)
 
     def _add(self, per_agent: int, degrees: np.ndarray) -> None:
-        if degrees.ndim:  # else one out-degree for every agent
-            degrees = degrees[self._first : self._first + len(self.counts)]
-        self.counts += per_agent * degrees
+        if not degrees.ndim:  # every agent sends to as many: one running total for all
+            per_agent, degrees = per_agent * int(degrees), _ONE
+        entry = self._pending.get(id(degrees))
+        if entry is not None and entry[0] is degrees:
+            entry[1] += per_agent
+            return
+        if len(self._pending) >= 8:  # steps with fresh degrees each: formed every few
+            self._flush()
+        self._pending[id(degrees)] = [degrees, per_agent]
+
+    def _flush(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, {}
+            for degrees, per_agent in pending.values():
+                if degrees.ndim:  # else one out-degree for every agent
+                    degrees = degrees[self._first : self._first + len(self._counts)]
+                self._counts += per_agent * degrees
 
     def read(self, reset: bool) -> np.ndarray:
         """Return a copy of the counts; ``reset``: start them again from zero."""
-        out = self.counts.copy()
+        counts = self.counts
+        out = counts.copy()
         if reset:
-            self.counts[...] = 0
+            counts[...] = 0
         return out
+
+
+def plan_degrees(plan: Plan, n: int) -> np.ndarray:
+    """The out-degrees of a plan's own pattern, made once per plan: one per agent, or one
+    0-d count for a circulant plan (no entry of a circulant form is zero: every agent sends
+    to each offset)."""
+    degrees = plan.degrees
+    if degrees is None:
+        if isinstance(plan, CircPlan):
+            degrees = np.array(len(plan.form.offsets), np.int64)
+        else:
+            degrees = _degrees(plan.indices, n)
+        object.__setattr__(plan, "degrees", degrees)  # frozen: what is cached is derived
+    return degrees

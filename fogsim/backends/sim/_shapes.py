@@ -42,8 +42,8 @@ class ShapeGuard:
         self._made: dict[int, Any] = {}  # id -> weak reference of the values local() made
         self._seen: set[tuple[int, ...]] = set()
         # (code, line) of a user's call -> the per-agent shapes of its last two calls
-        self._sites: dict[tuple[Any, int], tuple[Any, Any]] = {}
-        self._warned_sites: set[tuple[Any, int]] = set()
+        self._sites: dict[tuple[int, int], tuple[Any, Any, Any]] = {}  # see _check_site
+        self._warned_sites: set[tuple[int, int]] = set()
 
     def made(self, value: Any) -> None:
         """Note a value ``local()`` made (an array or a tensor, agents stacked)."""
@@ -56,9 +56,13 @@ class ShapeGuard:
     def check(self, value: Any, shape: tuple[int, ...], op: str) -> None:
         """Warn once if an op's stacked input has a per-agent shape ``(n, *s)``, ``s`` a shape
         ``local()`` made or one an earlier call from the same line had."""
-        per = tuple(shape[1:])
+        per = shape[1:]
         if self._n > 1:
-            self._check_site(per, op)
+            # Our caller (the op's _stacked, or _torchops.stacked) and its caller (the op) are
+            # fogsim's own: jumped over, not walked (a frame walked costs a frame object).
+            frame = user_frame(3)
+            if frame is not None:
+                self._check_site(frame, per, op)
         if shape in self._seen:
             return
         # one agent: an axis of length 1 is no sign of broadcasting
@@ -81,13 +85,15 @@ class ShapeGuard:
             stacklevel=user_stacklevel(),
         )
 
-    def _check_site(self, per: tuple[int, ...], op: str) -> None:
-        frame = user_frame(2)
-        if frame is None:
-            return
-        key = (frame.f_code, frame.f_lineno)
-        older, last = self._sites.get(key, (None, None))
-        self._sites[key] = (last, per)
+    def _check_site(self, frame: Any, per: tuple[int, ...], op: str) -> None:
+        # The call's instruction stands for its line (reading f_lineno scans the code's line
+        # table), and the code object's id for the code (a code object hashes its contents at
+        # every look-up); the entry keeps the code, so a reused id starts afresh.
+        code = frame.f_code
+        key = (id(code), frame.f_lasti)
+        entry = self._sites.get(key)
+        older, last = (None, None) if entry is None or entry[0] is not code else entry[1:]
+        self._sites[key] = (code, last, per)
         # s, then (n, *s) twice in a row: the value grew an agent axis and kept it (a loop over
         # a model's parameters changes shape at every call and does not repeat one this way)
         if (

@@ -198,6 +198,7 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
 
     def _on_topology(self) -> None:
         self._static_plan = static_plan(self.load_topology(), self._is_weighted)
+        self._step_plans.clear()  # per-call dicts were checked against the old topology
 
     def in_neighbor_ranks(self) -> list[list[int]]:
         topo = self.load_topology()
