@@ -108,7 +108,9 @@ def small_n_costs(n: int, d: int, repeat: int) -> dict[str, float]:
     W = fs.load_topology().uniform().to_sparse().toarray()
     x0 = np.random.default_rng(2).standard_normal((n, d))
     src = fs.local(
-        lambda r: {j: 0.5 / (np.count_nonzero(W[r]) - 1) for j in np.flatnonzero(W[r]).tolist() if j != r}
+        lambda r: {
+            j: 0.5 / (np.count_nonzero(W[r]) - 1) for j in np.flatnonzero(W[r]).tolist() if j != r
+        }
     )
     state = {"x": x0}
     number = max(50, 20_000 // n)

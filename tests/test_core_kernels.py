@@ -446,6 +446,8 @@ def test_public_namespace():
             "compiled",
             "csr_combine",
             "csr_combine_rows",
+            "dicts_unchanged",
+            "dicts_watch",
             "dispatch",
             "fallback",
             "fallback_dispatch",

@@ -91,6 +91,8 @@ circulant_combine = kernels.circulant_combine
 csr_combine = kernels.csr_combine
 csr_combine_rows = kernels.csr_combine_rows
 weighted_combine = kernels.weighted_combine
+dicts_watch = kernels.dicts_watch
+dicts_unchanged = kernels.dicts_unchanged
 Handle = handles.Handle
 HandleTable = handles.HandleTable
 pack = fusion.pack
@@ -120,6 +122,8 @@ __all__ = [
     "csr_combine",
     "csr_combine_rows",
     "format_trace_events",
+    "dicts_unchanged",
+    "dicts_watch",
     "dispatch",
     "fallback",
     "fallback_dispatch",

@@ -21,6 +21,8 @@ __all__ = [
     "circulant_combine",
     "csr_combine",
     "csr_combine_rows",
+    "dicts_unchanged",
+    "dicts_watch",
     "weighted_combine",
 ]
 
@@ -272,3 +274,14 @@ def _frozen(a: np.ndarray) -> np.ndarray:
     if a.flags.writeable:
         a.flags.writeable = False
     return a
+
+
+def dicts_watch(rows: object) -> None:
+    """What the compiled ``dicts_unchanged`` needs: nothing here, where Python code cannot
+    read a dict's version; callers then compare the dicts' items."""
+    return None
+
+
+def dicts_unchanged(rows: object, watched: object) -> bool:
+    """Never reached: :func:`dicts_watch` returns None."""
+    raise AssertionError("the pure-Python kernels watch no dicts")

@@ -9,6 +9,8 @@ __all__ = [
     "circulant_combine",
     "csr_combine",
     "csr_combine_rows",
+    "dicts_unchanged",
+    "dicts_watch",
     "weighted_combine",
 ]
 
@@ -58,3 +60,5 @@ def assemble_csr(
     argname: str = "src_weights",
     allow_self: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+def dicts_watch(rows: object) -> tuple[tuple[dict[int, float], ...], np.ndarray] | None: ...
+def dicts_unchanged(rows: object, watched: object) -> bool: ...

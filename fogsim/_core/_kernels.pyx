@@ -13,6 +13,8 @@ the same order.
 """
 
 from cpython.dict cimport PyDict_Next
+from cpython.list cimport PyList_Check, PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.tuple cimport PyTuple_Check, PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from cpython.long cimport PyLong_AsLongAndOverflow
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from cpython.ref cimport PyObject
@@ -23,7 +25,11 @@ from libc.stdlib cimport qsort
 
 import numpy as np
 
+cimport numpy as cnp
+
 from . import _checks
+
+cnp.import_array()
 
 __all__ = [
     "Combiner",
@@ -31,6 +37,8 @@ __all__ = [
     "circulant_combine",
     "csr_combine",
     "csr_combine_rows",
+    "dicts_unchanged",
+    "dicts_watch",
     "weighted_combine",
 ]
 
@@ -399,27 +407,36 @@ cdef void csr_combine_kernel(
     Py_ssize_t start,
     Py_ssize_t stop,
 ) noexcept nogil:
-    cdef Py_ssize_t n = x.shape[0], m = x.shape[1], i, c0, c1, t, nt
+    if start >= stop or x.shape[1] == 0:
+        return
+    _csr_combine(&indptr[0], &indices[0] if indices.shape[0] else NULL,
+                 &data[0] if data.shape[0] else NULL, &self_weight[0], &x[0, 0], &out[0, 0],
+                 x.shape[0], x.shape[1], start, stop)
+
+
+cdef void _csr_combine(
+    const int64_t* ip,
+    const int32_t* ix,
+    const double* dp,
+    const double* sp,
+    const real_t* xp,
+    real_t* op,
+    Py_ssize_t n,
+    Py_ssize_t m,
+    Py_ssize_t start,
+    Py_ssize_t stop,
+) noexcept nogil:
+    # csr_combine_kernel on raw pointers (x and out: n rows of m, C order; start < stop, m > 0)
+    cdef Py_ssize_t i, c0, c1, t, nt
     cdef int64_t p, end
     cdef double acc
     cdef const real_t* src[_CHUNK]
     cdef double w[_CHUNK]
     cdef double buf[_BLOCK]
     cdef double* ab
-    cdef real_t* op
     cdef real_t* dst
-    cdef const real_t* xp
     cdef const real_t* x0
-    cdef const int64_t* ip = &indptr[0]
-    cdef const int32_t* ix = &indices[0] if indices.shape[0] else NULL
-    cdef const double* dp = &data[0] if data.shape[0] else NULL
-    cdef const double* sp
     cdef bint stream
-    if start >= stop or m == 0:
-        return
-    op = &out[0, 0]
-    xp = &x[0, 0]
-    sp = &self_weight[0]
     # Streaming stores pay off here only for long rows: with short ones, what dominates is
     # gathering the rows of x, which the stores then compete with for fill buffers (with
     # random neighbors, 256-byte rows took 10% longer streamed, 1 KB rows 5% less). The
@@ -469,7 +486,27 @@ cdef void circulant_combine_kernel(
     const real_t[:, ::1] x,
     real_t[:, ::1] out,
 ) noexcept nogil:
-    cdef Py_ssize_t n = x.shape[0], m = x.shape[1], nk = offsets.shape[0]
+    if x.shape[0] == 0 or x.shape[1] == 0:
+        return
+    _circulant_combine(&offsets[0] if offsets.shape[0] else NULL, offsets.shape[0],
+                       &weights[0] if weights.shape[0] else NULL, weights_per_row,
+                       &self_weight[0], self_per_row, &x[0, 0], &out[0, 0],
+                       x.shape[0], x.shape[1])
+
+
+cdef void _circulant_combine(
+    const int64_t* off,
+    Py_ssize_t nk,
+    const double* wp,
+    bint weights_per_row,
+    const double* sp,
+    bint self_per_row,
+    const real_t* xp,
+    real_t* op,
+    Py_ssize_t n,
+    Py_ssize_t m,
+) noexcept nogil:
+    # circulant_combine_kernel on raw pointers (x and out: n rows of m, C order; n, m > 0)
     cdef Py_ssize_t p, t, k, nt, done, lo, hi, r0, r1, r, c0, c1, cw, e0, e1, stop
     cdef Py_ssize_t rows_per_block, span, gap, d0, d1, dw
     cdef Py_ssize_t shift[_CHUNK]
@@ -482,19 +519,9 @@ cdef void circulant_combine_kernel(
     cdef double wbuf[_CHUNK + 1][_WBLOCK]
     cdef double buf[_BLOCK]
     cdef double* ab
-    cdef real_t* op
     cdef real_t* dst
-    cdef const real_t* xp
-    cdef const int64_t* off = &offsets[0] if nk else NULL
-    cdef const double* wp = &weights[0] if weights.shape[0] else NULL
-    cdef const double* sp
     cdef bint any_per_row = weights_per_row or self_per_row
     cdef bint stream, last
-    if n == 0 or m == 0:
-        return
-    op = &out[0, 0]
-    xp = &x[0, 0]
-    sp = &self_weight[0]
     # Per-row weights with m > 1 are applied one row at a time, which only long rows stream.
     stream = _streams(n * m, sizeof(real_t)) and (
         not any_per_row or m == 1 or m * <Py_ssize_t>sizeof(real_t) >= _STREAM_ROW_BYTES)
@@ -819,18 +846,21 @@ cdef class Combiner:
     :func:`csr_combine` check of these arrays (types, shapes, offsets, indices, the scanned
     weights) and make their index arrays read-only; ``apply(x, out)`` then checks only ``x``
     and ``out`` (C-contiguous float32 or float64 of n rows, one shape and dtype, not
-    overlapping) and gives the same bits as those functions. For a plan applied at every
-    step: the per-call checks cost more than the kernel on small states.
+    overlapping), through numpy's C API rather than buffers, and gives the same bits as
+    those functions. For a plan applied at every step: on small states the per-call checks
+    of those functions cost more than the sums.
     """
 
     cdef readonly Py_ssize_t n
     cdef bint _circ, _w_rows, _s_rows
-    cdef const int64_t[::1] _off
-    cdef const double[::1] _w
-    cdef const double[::1] _sw
-    cdef const int64_t[::1] _ip
-    cdef const int32_t[::1] _ix
-    cdef const double[::1] _d
+    cdef Py_ssize_t _nk
+    cdef const int64_t* _off
+    cdef const double* _w
+    cdef const double* _sw
+    cdef const int64_t* _ip
+    cdef const int32_t* _ix
+    cdef const double* _d
+    cdef object _arrays  # what the pointers point into, kept alive
 
     def __init__(self):
         raise TypeError("use Combiner.circulant(...) or Combiner.csr(...)")
@@ -842,18 +872,23 @@ cdef class Combiner:
         probe = np.empty((_checks.count("n", n), 0))
         _checks.circulant_combine_args(offsets, weights, self_weight, probe, np.empty_like(probe))
         c.n = probe.shape[0]
+        cdef const int64_t[::1] off = _frozen(offsets)
+        cdef const double[::1] w = weights.reshape(-1)
+        cdef const double[::1] sw = self_weight.reshape(-1)
         c._circ = True
-        c._off = _frozen(offsets)
-        c._w = weights.reshape(-1)
-        c._sw = self_weight.reshape(-1)
         c._w_rows = weights.ndim == 2
-        c._s_rows = c._sw.shape[0] != 1
-        if not _offsets_ok(c._off, c.n):
+        c._s_rows = sw.shape[0] != 1
+        if not _offsets_ok(off, c.n):
             _reraise(_checks.offsets, (offsets, c.n))
-        if not c._w_rows and not _all_finite(c._w):
+        if not c._w_rows and not _all_finite(w):
             _reraise(_checks.finite, ("weights", weights))
-        if not c._s_rows and not _all_finite(c._sw):
+        if not c._s_rows and not _all_finite(sw):
             _reraise(_checks.finite, ("self_weight", self_weight))
+        c._nk = off.shape[0]
+        c._off = &off[0] if off.shape[0] else NULL
+        c._w = &w[0] if w.shape[0] else NULL
+        c._sw = &sw[0]
+        c._arrays = (offsets, weights, self_weight)
         return c
 
     @staticmethod
@@ -864,58 +899,152 @@ cdef class Combiner:
         probe = np.empty((_checks.count("n", n), 0))
         _checks.csr_combine_args(indptr, indices, data, self_weight, probe, np.empty_like(probe))
         c.n = probe.shape[0]
-        c._circ = False
-        c._ip = _frozen(indptr)
-        c._ix = _frozen(indices)
-        c._d = data
-        c._sw = self_weight
+        cdef const int64_t[::1] ip = _frozen(indptr)
+        cdef const int32_t[::1] ix = _frozen(indices)
+        cdef const double[::1] d = data
+        cdef const double[::1] sw = self_weight
         with nogil:
-            ok = _csr_structure_ok(c._ip, c._ix, c.n, 0, c.n)
+            ok = _csr_structure_ok(ip, ix, c.n, 0, c.n)
         if not ok:
             _reraise(_checks.csr_structure, (indptr, indices, c.n))
+        c._circ = False
+        c._ip = &ip[0]
+        c._ix = &ix[0] if ix.shape[0] else NULL
+        c._d = &d[0] if d.shape[0] else NULL
+        c._sw = &sw[0]
+        c._arrays = (indptr, indices, data, self_weight)
         return c
 
     def apply(self, x, out):
         """``out <- W x`` for C-contiguous (n, m) ``x`` and ``out``; returns ``out``."""
-        cdef const double[:, ::1] xd
-        cdef double[:, ::1] od
-        cdef const float[:, ::1] xf
-        cdef float[:, ::1] of
-        dtype = x.dtype
-        if dtype is _F64 or dtype == _F64:
-            xd, od = x, out
-            self._fits(xd.shape[0], xd.shape[1], od.shape[0], od.shape[1],
-                       <const char*>&xd[0, 0] if xd.shape[0] and xd.shape[1] else NULL,
-                       <const char*>&od[0, 0] if od.shape[0] and od.shape[1] else NULL, 8)
-            with nogil:
-                if self._circ:
-                    circulant_combine_kernel(self._off, self._w, self._w_rows, self._sw,
-                                             self._s_rows, xd, od)
-                else:
-                    csr_combine_kernel(self._ip, self._ix, self._d, self._sw, xd, od, 0, self.n)
-        elif dtype == _F32:
-            xf, of = x, out
-            self._fits(xf.shape[0], xf.shape[1], of.shape[0], of.shape[1],
-                       <const char*>&xf[0, 0] if xf.shape[0] and xf.shape[1] else NULL,
-                       <const char*>&of[0, 0] if of.shape[0] and of.shape[1] else NULL, 4)
-            with nogil:
-                if self._circ:
-                    circulant_combine_kernel(self._off, self._w, self._w_rows, self._sw,
-                                             self._s_rows, xf, of)
-                else:
-                    csr_combine_kernel(self._ip, self._ix, self._d, self._sw, xf, of, 0, self.n)
-        else:
+        cdef cnp.ndarray xa, oa
+        cdef int kind
+        cdef Py_ssize_t rows, m, nbytes
+        cdef char* xp
+        cdef char* op
+        if not (cnp.PyArray_Check(x) and cnp.PyArray_Check(out)):
             _checks.array("x", x, None, 2)
+            _checks.array("out", out, None, 2)
+        xa, oa = x, out
+        kind = cnp.PyArray_TYPE(xa)
+        if (kind != cnp.NPY_DOUBLE and kind != cnp.NPY_FLOAT) or cnp.PyArray_ISBYTESWAPPED(xa):
+            _checks.array("x", x, None, 2)  # words the error
+            raise TypeError(f"x must have dtype float32 or float64 in native byte order, "
+                            f"got {x.dtype}")
+        if cnp.PyArray_NDIM(xa) != 2 or cnp.PyArray_NDIM(oa) != 2:
+            raise ValueError(f"x and out must be 2-D, got shapes {x.shape} and {out.shape}")
+        if not cnp.PyArray_IS_C_CONTIGUOUS(xa) or not cnp.PyArray_IS_C_CONTIGUOUS(oa):
+            raise ValueError("x and out must be C-contiguous")
+        if cnp.PyArray_TYPE(oa) != kind or cnp.PyArray_ISBYTESWAPPED(oa):
+            raise TypeError(f"out must have x's dtype {x.dtype}, got {out.dtype}")
+        if not cnp.PyArray_ISWRITEABLE(oa):
+            raise ValueError("out is read-only")
+        rows, m = cnp.PyArray_DIM(xa, 0), cnp.PyArray_DIM(xa, 1)
+        if rows != self.n:
+            raise ValueError(f"x has {rows} rows; this matrix combines {self.n}")
+        if cnp.PyArray_DIM(oa, 0) != rows or cnp.PyArray_DIM(oa, 1) != m:
+            raise ValueError(f"out must have shape {x.shape}, got {out.shape}")
+        if m == 0:
+            return out
+        xp, op = <char*>cnp.PyArray_DATA(xa), <char*>cnp.PyArray_DATA(oa)
+        nbytes = rows * m * cnp.PyArray_ITEMSIZE(xa)
+        if op < xp + nbytes and xp < op + nbytes:
+            raise ValueError("out must not share memory with x")
+        if kind == cnp.NPY_DOUBLE:
+            with nogil:
+                self._run_f64(<const double*>xp, <double*>op, m)
+        else:
+            with nogil:
+                self._run_f32(<const float*>xp, <float*>op, m)
         return out
 
-    cdef _fits(self, Py_ssize_t xn, Py_ssize_t xm, Py_ssize_t on, Py_ssize_t om,
-               const char* xp, const char* op, Py_ssize_t item):
-        if xn != self.n:
-            raise ValueError(f"x has {xn} rows; this matrix combines {self.n}")
-        if on != xn or om != xm:
-            raise ValueError(f"out must have shape {(xn, xm)}, got {(on, om)}")
-        if xp != NULL and op != NULL and op < xp + xn * xm * item and xp < op + on * om * item:
-            raise ValueError("out must not share memory with x")
+    cdef void _run_f64(self, const double* xp, double* op, Py_ssize_t m) noexcept nogil:
+        if self._circ:
+            _circulant_combine(self._off, self._nk, self._w, self._w_rows, self._sw,
+                               self._s_rows, xp, op, self.n, m)
+        else:
+            _csr_combine(self._ip, self._ix, self._d, self._sw, xp, op, self.n, m, 0, self.n)
+
+    cdef void _run_f32(self, const float* xp, float* op, Py_ssize_t m) noexcept nogil:
+        if self._circ:
+            _circulant_combine(self._off, self._nk, self._w, self._w_rows, self._sw,
+                               self._s_rows, xp, op, self.n, m)
+        else:
+            _csr_combine(self._ip, self._ix, self._d, self._sw, xp, op, self.n, m, 0, self.n)
+
+
+# --- dicts_watch / dicts_unchanged -----------------------------------------------------------
+
+cdef extern from *:
+    """
+    /* CPython gives every dict a version tag that changes whenever the dict does (PEP 509);
+       it is deprecated from 3.12, so it is read only before that. */
+    #if !defined(PYPY_VERSION) && PY_VERSION_HEX < 0x030C0000
+    #define FOGSIM_DICT_VERSIONS 1
+    static unsigned long long fogsim_dict_version(PyObject *d) {
+        return (unsigned long long)((PyDictObject *)d)->ma_version_tag;
+    }
+    #else
+    #define FOGSIM_DICT_VERSIONS 0
+    static unsigned long long fogsim_dict_version(PyObject *d) { (void)d; return 0; }
+    #endif
+    """
+    bint FOGSIM_DICT_VERSIONS
+    unsigned long long fogsim_dict_version(PyObject* d)
+
+
+cdef class _Watch:
+    """The dicts of one sequence, by address, and their version tags when seen."""
+
+    cdef tuple _items  # holds them alive, so no other dict takes an address
+    cdef Py_ssize_t _count
+    cdef PyObject** _ptrs
+    cdef uint64_t* _versions
+
+    def __dealloc__(self):
+        PyMem_Free(self._ptrs)
+        PyMem_Free(self._versions)
+
+
+def dicts_watch(rows):
+    """Return what :func:`dicts_unchanged` needs to tell that the dicts of the list or tuple
+    ``rows`` are the same objects, none changed since (None where that cannot be told:
+    other items, or a Python without dict version tags, 3.12 and later)."""
+    if not FOGSIM_DICT_VERSIONS or not isinstance(rows, (list, tuple)):
+        return None
+    cdef _Watch w = _Watch.__new__(_Watch)
+    w._items = tuple(rows)
+    w._count = len(w._items)
+    w._ptrs = <PyObject**>PyMem_Realloc(NULL, max(w._count, 1) * sizeof(PyObject*))
+    w._versions = <uint64_t*>PyMem_Realloc(NULL, max(w._count, 1) * sizeof(uint64_t))
+    if w._ptrs == NULL or w._versions == NULL:
+        raise MemoryError()
+    cdef Py_ssize_t i
+    for i in range(w._count):
+        item = w._items[i]
+        if type(item) is not dict:
+            return None
+        w._ptrs[i] = <PyObject*>item
+        w._versions[i] = fogsim_dict_version(<PyObject*>item)
+    return w
+
+
+def dicts_unchanged(rows, _Watch watched):
+    """Whether the list or tuple ``rows`` holds the dicts :func:`dicts_watch` saw, in
+    order, none changed: one pointer and one version compare per agent, without reading
+    the dicts."""
+    cdef Py_ssize_t i, count = watched._count
+    cdef PyObject* d
+    cdef bint is_list = PyList_Check(rows)
+    if not is_list and not PyTuple_Check(rows):
+        return False
+    if (PyList_GET_SIZE(rows) if is_list else PyTuple_GET_SIZE(rows)) != count:
+        return False
+    for i in range(count):
+        d = PyList_GET_ITEM(rows, i) if is_list else PyTuple_GET_ITEM(rows, i)
+        if d != watched._ptrs[i] or fogsim_dict_version(d) != watched._versions[i]:
+            return False
+    return True
 
 
 _F64 = np.dtype(np.float64)

@@ -13,6 +13,10 @@ snapshot of the arguments they were built from:
   as one built anew (a zero, whose sign a snapshot would have to keep, is not kept);
 * anything else (sparse matrices, tensors, graphs) is built anew at every call.
 
+Dicts passed again as the same objects are not even read: where CPython keeps a version
+tag on every dict (PEP 509; read before 3.12, where it is deprecated), one that has not
+changed since the snapshot is the same dict (``fogsim._core.dicts_unchanged``).
+
 Only plans whose arguments passed every check are kept, so a call found here would have
 passed them again.
 """
@@ -25,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ... import _core
 from ...topology import Topology
 
 __all__ = ["StepPlans"]
@@ -98,7 +103,7 @@ def _snapshot(value: Any) -> Any:
     if type(value) is Topology:
         return ("topology", value)
     if type(value) is np.ndarray:
-        return ("array", value.dtype.str, value.shape, value.tobytes())
+        return ("array", value.dtype, value.shape, value.tobytes())
     if _plain(value):
         return ("number", value)
     if isinstance(value, list | tuple):  # fogsim.local's per-agent lists too
@@ -112,7 +117,7 @@ def _snapshot(value: Any) -> Any:
                 copied.append(item)
             else:
                 return _MISS
-        return ("sequence", type(value), copied)
+        return ("sequence", type(value), copied, _core.dicts_watch(value))
     return _MISS
 
 
@@ -128,6 +133,8 @@ def _same(value: Any, snap: Any) -> bool:
     if kind == "sequence":  # element by element, dicts by their items (C loops)
         if type(value) is not snap[1]:
             return False
+        if snap[3] is not None and _core.dicts_unchanged(value, snap[3]):
+            return True  # the same dict objects, none changed since: nothing to read
         try:
             return bool(value == snap[2])
         except (TypeError, ValueError):  # e.g. an array inside: not what was kept
@@ -137,7 +144,7 @@ def _same(value: Any, snap: Any) -> bool:
     if kind == "array":
         return (
             type(value) is np.ndarray
-            and value.dtype.str == snap[1]
+            and value.dtype == snap[1]
             and value.shape == snap[2]
             and value.tobytes() == snap[3]
         )
