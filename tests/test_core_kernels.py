@@ -257,6 +257,26 @@ def test_combiner_checks_the_matrix_once_and_x_at_every_call(impl):
         c.apply(x.astype(np.int64), np.empty((4, 2), np.int64))
 
 
+def test_dicts_unchanged_tells_the_same_untouched_dicts(compiled):
+    import sys
+
+    rows = [{1: 0.5}, {0: 0.5}]
+    watched = compiled.dicts_watch(rows)
+    if sys.version_info >= (3, 12):  # no dict version tags to read: callers compare items
+        assert watched is None
+        return
+    assert compiled.dicts_unchanged(rows, watched)
+    assert compiled.dicts_unchanged(tuple(rows), watched)  # the same dicts, in a tuple
+    assert not compiled.dicts_unchanged([rows[0], dict(rows[1])], watched)  # an equal copy
+    assert not compiled.dicts_unchanged(rows[:1], watched)
+    rows[1][0] = 0.25
+    rows[1][0] = 0.5  # changed, and changed back: the versions tell it was touched
+    assert not compiled.dicts_unchanged(rows, watched)
+    assert compiled.dicts_watch([{1: 0.5}, [0]]) is None  # only dicts are watched
+    assert compiled.dicts_watch({1: 0.5}) is None
+    assert _fallback.dicts_watch(rows) is None  # the twin reads no versions
+
+
 # --- streaming stores ------------------------------------------------------------------------
 
 # Large outputs are written with streaming stores: the last pass over a block writes out
