@@ -10,8 +10,10 @@ per-agent shape is ``(n, *s)`` where ``s`` is
   last call having had ``(n, *s)`` too (warned once per line): values made without
   ``local()`` (``np.zeros((n, d))``) that grew an agent axis in a loop and kept it.
 
-Warnings name the call site (the first frame outside fogsim). The cost per op is one walk
-up the stack to the user's frame and a dictionary look-up (about 1 microsecond). Other shape
+Warnings name the call site (the first frame outside fogsim). A call site is the call's
+instruction in the user's code (two calls on one line are two sites). The cost per op is a
+jump over fogsim's own frames to the user's and a dictionary look-up (about 0.5
+microsecond). Other shape
 changes at one line are normal (a loop over a model's parameters) and pass. A value that
 ``local()`` itself made is never taken for a broadcast one; one computed from it with the
 same shape (with 4 agents and 4 x 4 matrices, ``2 * A`` looks like a broadcast ``w``) is,
