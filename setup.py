@@ -12,7 +12,9 @@ if sys.platform == "win32":
 else:
     # No -march=native or -ffast-math: results must stay bit-identical to numpy, so no FMA
     # contraction (GCC contracts by default wherever the target has FMA, e.g. aarch64).
-    compile_args = ["-O3", "-ffp-contract=off"]
+    # Functions and loops on cache-line boundaries: without, a kernel's speed on short rows
+    # moved by 15% with where unrelated code placed it (the CSR loop on 10^4 rows of 8).
+    compile_args = ["-O3", "-ffp-contract=off", "-falign-functions=64", "-falign-loops=64"]
 
 extensions = [
     Extension(

@@ -414,7 +414,7 @@ cdef void csr_combine_kernel(
                  x.shape[0], x.shape[1], start, stop)
 
 
-cdef inline void _csr_combine(
+cdef void _csr_combine(
     const int64_t* ip,
     const int32_t* ix,
     const double* dp,
@@ -862,9 +862,10 @@ cdef class Combiner:
     cdef const int64_t* _off
     cdef const double* _w
     cdef const double* _sw
-    cdef const int64_t* _ip
-    cdef const int32_t* _ix
-    cdef const double* _d
+    cdef const int64_t[::1] _ip
+    cdef const int32_t[::1] _ix
+    cdef const double[::1] _d
+    cdef const double[::1] _swv
     cdef object _arrays  # what the pointers point into, kept alive
 
     def __init__(self):
@@ -913,10 +914,7 @@ cdef class Combiner:
         if not ok:
             _reraise(_checks.csr_structure, (indptr, indices, c.n))
         c._circ = False
-        c._ip = &ip[0]
-        c._ix = &ix[0] if ix.shape[0] else NULL
-        c._d = &d[0] if d.shape[0] else NULL
-        c._sw = &sw[0]
+        c._ip, c._ix, c._d, c._swv = ip, ix, d, sw
         c._arrays = (indptr, indices, data, self_weight)
         return c
 
@@ -955,27 +953,26 @@ cdef class Combiner:
         nbytes = rows * m * cnp.PyArray_ITEMSIZE(xa)
         if op < xp + nbytes and xp < op + nbytes:
             raise ValueError("out must not share memory with x")
-        if kind == cnp.NPY_DOUBLE:
+        if not self._circ:
+            if kind == cnp.NPY_DOUBLE:
+                with nogil:
+                    _csr_combine(&self._ip[0], &self._ix[0] if self._ix.shape[0] else NULL,
+                                 &self._d[0] if self._d.shape[0] else NULL, &self._swv[0],
+                                 <const double*>xp, <double*>op, self.n, m, 0, self.n)
+            else:
+                with nogil:
+                    _csr_combine(&self._ip[0], &self._ix[0] if self._ix.shape[0] else NULL,
+                                 &self._d[0] if self._d.shape[0] else NULL, &self._swv[0],
+                                 <const float*>xp, <float*>op, self.n, m, 0, self.n)
+        elif kind == cnp.NPY_DOUBLE:
             with nogil:
-                self._run_f64(<const double*>xp, <double*>op, m)
+                _circulant_combine(self._off, self._nk, self._w, self._w_rows, self._sw,
+                                   self._s_rows, <const double*>xp, <double*>op, self.n, m)
         else:
             with nogil:
-                self._run_f32(<const float*>xp, <float*>op, m)
+                _circulant_combine(self._off, self._nk, self._w, self._w_rows, self._sw,
+                                   self._s_rows, <const float*>xp, <float*>op, self.n, m)
         return out
-
-    cdef void _run_f64(self, const double* xp, double* op, Py_ssize_t m) noexcept nogil:
-        if self._circ:
-            _circulant_combine(self._off, self._nk, self._w, self._w_rows, self._sw,
-                               self._s_rows, xp, op, self.n, m)
-        else:
-            _csr_combine(self._ip, self._ix, self._d, self._sw, xp, op, self.n, m, 0, self.n)
-
-    cdef void _run_f32(self, const float* xp, float* op, Py_ssize_t m) noexcept nogil:
-        if self._circ:
-            _circulant_combine(self._off, self._nk, self._w, self._w_rows, self._sw,
-                               self._s_rows, xp, op, self.n, m)
-        else:
-            _csr_combine(self._ip, self._ix, self._d, self._sw, xp, op, self.n, m, 0, self.n)
 
 
 # --- dicts_watch / dicts_unchanged -----------------------------------------------------------
