@@ -37,7 +37,7 @@ from ._plan import (
 from ._pool import MIN_POOLED_BYTES, BufferPool
 from ._sent import SentBytes
 from ._shapes import ShapeGuard
-from ._stack import stack_outputs
+from ._stack import allgather_ragged, ragged, stack_outputs
 from ._stepplans import StepPlans
 from ._window import SimWindow
 from ._windows import SimWindowOps
@@ -284,9 +284,9 @@ class SimBackend(Backend):
             isinstance(x, list | tuple)
             and len(x) == self._n
             and not _arrays.is_literal(x)
-            and _ragged(x)
+            and ragged(x)
         ):
-            return self._allgather_ragged(x)
+            return allgather_ragged(x)
         if _torchops.takes(x):
             return _torchops.allgather(self, x)
         arr, kind = self._stacked(x, "allgather", averaging=False)
@@ -296,19 +296,6 @@ class SimBackend(Backend):
         out[...] = flat
         self._charge("allgather", arr)
         return wrap_like(out, kind)
-
-    def _allgather_ragged(self, values: Sequence[Any]) -> list[Any]:
-        if all(_torchops.takes(v) for v in values):
-            return _torchops.allgather_ragged(values)
-        parts = [to_numpy(v, f"x[{i}]") for i, v in enumerate(values)]
-        arrays = [np.atleast_1d(a) for a, _ in parts]
-        trailing = {a.shape[1:] for a in arrays}
-        if len(trailing) > 1:
-            raise ValueError(
-                f"allgather: agents' values differ beyond the first dimension: {sorted(trailing)}"
-            )
-        whole = np.concatenate(arrays)
-        return [wrap_like(whole.copy(), kind) for _, kind in parts]
 
     def neighbor_allreduce(
         self,
@@ -603,8 +590,3 @@ def _roots(value: Any, n: int, k: int, argname: str) -> Any:
             return np.ascontiguousarray(value[::k])
         return list(value[::k])
     return value
-
-
-def _ragged(values: Sequence[Any]) -> bool:
-    shapes = {tuple(np.shape(v)) for v in values}
-    return len(shapes) > 1

@@ -8,9 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from ..._arrays import is_tensor
+from ..._arrays import is_tensor, to_numpy, wrap_like
+from . import _torchops
 
-__all__ = ["PerAgent", "stack_agents", "stack_outputs"]
+__all__ = ["PerAgent", "allgather_ragged", "ragged", "stack_agents", "stack_outputs"]
 
 
 class PerAgent(list):  # type: ignore[type-arg]
@@ -63,3 +64,26 @@ def _is_array_like(v: Any) -> bool:
     if isinstance(v, np.ndarray):
         return v.dtype != object
     return isinstance(v, numbers.Number | np.generic) and not isinstance(v, str)
+
+
+def ragged(values: Sequence[Any]) -> bool:
+    """Whether per-agent values differ in shape (an allgather of first dimensions that
+    differ between agents)."""
+    shapes = {tuple(np.shape(v)) for v in values}
+    return len(shapes) > 1
+
+
+def allgather_ragged(values: Sequence[Any]) -> list[Any]:
+    """Every agent's value concatenated along the first dimension, one copy per agent, for
+    per-agent values whose first dimensions differ (the trailing ones must agree)."""
+    if all(_torchops.takes(v) for v in values):
+        return _torchops.allgather_ragged(values)
+    parts = [to_numpy(v, f"x[{i}]") for i, v in enumerate(values)]
+    arrays = [np.atleast_1d(a) for a, _ in parts]
+    trailing = {a.shape[1:] for a in arrays}
+    if len(trailing) > 1:
+        raise ValueError(
+            f"allgather: agents' values differ beyond the first dimension: {sorted(trailing)}"
+        )
+    whole = np.concatenate(arrays)
+    return [wrap_like(whole.copy(), kind) for _, kind in parts]
