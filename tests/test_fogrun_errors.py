@@ -238,9 +238,14 @@ def test_an_error_before_init_is_printed_once_too(tmp_path):
 
 @pytest.mark.mpi
 def test_verbose_shows_every_traceback_and_the_banner(tmp_path):
-    run = _jobs.fogrun_script(tmp_path, SAME, 4, options=("--verbose",), timeout=120)
-    assert not run.timed_out and run.returncode not in (0, 124), run.describe()
-    assert run.stderr.count(TRACEBACK) == 4, run.stderr
+    for _ in range(2):
+        run = _jobs.fogrun_script(tmp_path, SAME, 4, options=("--verbose",), timeout=120)
+        assert not run.timed_out and run.returncode not in (0, 124), run.describe()
+        assert run.stderr.count(TRACEBACK) == 4, run.stderr
+        # Hydra may end before it has passed on what the aborting rank printed (about one
+        # job in fifteen here, with every rank aborting at once): then once more
+        if "application called MPI_Abort" in run.stdout + run.stderr:
+            break
     assert "application called MPI_Abort" in run.stdout + run.stderr, run.stderr
     # fogrun still says which ranks raised what, once, without a fifth traceback
     assert run.stderr.count("fogrun: ranks 0-3: ValueError: the step size must be positive") == 1, (
