@@ -130,3 +130,18 @@ def test_bytes_sent_count_every_step_of_a_kept_plan(ring8):
         fs.neighbor_allreduce(x, src_weights=next(topo).weights)
     # ring: 2 out-neighbors per agent for 10 steps; one peer: 1 for 3 steps
     assert fs.bytes_sent().tolist() == [32 * (2 * 10 + 3)] * n
+
+
+def test_a_kept_plan_holds_no_array_of_the_caller(ring8):
+    n = ring8
+    x = np.random.default_rng(4).standard_normal((n, 2))
+    src = [{(r - 1) % n: 0.25, (r + 1) % n: 0.25} for r in range(n)]
+    sw = np.full(n, 0.5)
+    first = fs.neighbor_allreduce(x, self_weight=sw, src_weights=src)
+    sw[:] = 0.25  # the caller reuses its array for other weights
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # rows of 0.75, on purpose
+        fs.neighbor_allreduce(x, self_weight=sw, src_weights=src)
+    # equal to the first call's weights: the plan kept for them still holds them
+    again = fs.neighbor_allreduce(x, self_weight=np.full(n, 0.5), src_weights=src)
+    assert np.array_equal(first, again)

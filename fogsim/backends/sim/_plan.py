@@ -195,7 +195,8 @@ def self_weights(value: Any, n: int) -> np.ndarray | None:
             f"self_weight must be a number or a sequence of {n} numbers, got {type(value).__name__}"
         )
     try:
-        arr = np.asarray(value, dtype=np.float64)
+        # a copy: a plan is kept for later calls, so it must not hold the caller's array
+        arr = np.array(value, dtype=np.float64)
     except (TypeError, ValueError):
         raise TypeError(f"self_weight must hold real numbers, got {value!r:.60}") from None
     if arr.ndim == 0:
