@@ -26,7 +26,6 @@ from ._plan import (
     apply_plan,
     check_plan,
     check_same_pattern,
-    plan_kernel,
     plan_matrix,
     plan_messages,
     rank_rows,
@@ -338,14 +337,11 @@ class SimBackend(Backend):
         if self._faults is not None:  # fogsim.faults: this step's W, changed
             out[...] = self._faults.apply(plan_matrix(plan, n), flat)
         elif flat.shape[1]:
-            kernel = plan.kernel
-            if kernel is None or kernel.n != n:
-                kernel = plan_kernel(plan, n)
             if _timeline.active is None:
-                kernel.apply(flat, out)
+                apply_plan(plan, flat, out)
             else:
                 with _timeline.phase("COMPUTE_AVERAGE"):
-                    kernel.apply(flat, out)
+                    apply_plan(plan, flat, out)
         if self._cost is not None:
             self._charge("neighbor_allreduce", arr, topology=plan_messages(plan, n))
         if kind is NUMPY and arr.ndim == 2:
