@@ -19,6 +19,7 @@ from .._arrays import check_name
 from .._handles import Handle
 from .._jit import check_axes, compiled
 from ..topology import Topology, as_topology
+from ._parts import Capabilities, Collectives, Machines, Neighbors
 from ._windows import NoWindows, WindowPart
 
 __all__ = ["Backend", "NoWindows", "OneAgentEach", "WindowPart", "check_rank", "launched_size"]
@@ -63,8 +64,15 @@ class Backend(abc.ABC):
     #: Registered name, e.g. ``"sim"``.
     name: ClassVar[str]
 
-    #: The part that runs the one-sided window ops (``NoWindows`` where the runtime
-    #: has none); each backend builds its own in its constructor.
+    #: What this world can do (see :class:`~fogsim.backends._parts.Capabilities`).
+    capabilities: ClassVar[Capabilities]
+
+    #: The parts that run the ops (see :mod:`fogsim.backends._parts`), each built by the
+    #: backend's constructor from what it needs; ``windows`` is ``NoWindows`` where the
+    #: runtime has none.
+    collectives: Collectives
+    neighbors: Neighbors
+    machines: Machines
     windows: WindowPart
 
     def __init__(self) -> None:

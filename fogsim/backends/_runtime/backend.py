@@ -13,13 +13,14 @@ from typing import Any, Protocol
 
 from ..._handles import Handle, HandleTable
 from .._base import OneAgentEach
+from .._parts import Machines
 from .agree import LocalError
 from .neighbor import NeighborOps
 
 __all__ = ["DistributedBackend", "MachineOps"]
 
 
-class MachineOps(Protocol):
+class MachineOps(Machines, Protocol):
     """The part that runs a runtime's machine-level ops (``MpiMachineOps``,
     ``TorchMachineOps``), with the public functions' arguments."""
 

@@ -23,6 +23,7 @@ from ...hierarchy._machines import layout_error
 from ...topology import Topology
 from .._base import Backend
 from .._runtime.agree import LocalError
+from .._runtime.backend import MachineOps
 from .._weights import exchange_between_machines
 from .._wire import mpi_bcast_json
 
@@ -32,7 +33,7 @@ __all__ = ["MpiMachineOps"]
 Checked = Callable[..., tuple[np.ndarray, Kind]]
 
 
-class MpiMachineOps:
+class MpiMachineOps(MachineOps):
     """The machine-level part of :class:`MPIBackend` (see the module docstring).
 
     Built from what it needs: the backend's communicator ``comm`` (``mpi``: the ``mpi4py.MPI``

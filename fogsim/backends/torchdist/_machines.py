@@ -26,6 +26,7 @@ from ...hierarchy._machines import layout_error
 from ...topology import Topology
 from .._base import Backend
 from .._runtime.agree import LocalError
+from .._runtime.backend import MachineOps
 from .._runtime.transport import Transport
 from .._weights import exchange_between_machines
 from . import _world
@@ -45,7 +46,7 @@ def _sum_rows(rows: Any, k: int) -> Any:
     return total
 
 
-class TorchMachineOps:
+class TorchMachineOps(MachineOps):
     """The machine-level part of :class:`TorchBackend` (see the module docstring).
 
     Built from what it needs: the world's ``transport`` (the machine layout is gathered on

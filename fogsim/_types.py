@@ -1,0 +1,71 @@
+"""The types the public API takes and returns, named once.
+
+They are aliases, so a value of any of the listed types passes; the API reference shows the
+alias's name with its meaning here. In simulation an agent-local value is stacked along a
+leading agent axis (one array or tensor for all agents); distributed it is this agent's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Union
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    import networkx
+    import scipy.sparse
+    import torch
+
+    from .topology import Topology
+
+__all__ = [
+    "ArrayLike",
+    "Value",
+    "SelfWeight",
+    "Weights",
+    "Ranks",
+    "TopologyLike",
+    "WeightMatrix",
+]
+
+#: A value an op takes: a numpy array, a torch tensor, a Python number, or a plain list or
+#: tuple of numbers (``np.asarray(x)``, the same on every agent).
+ArrayLike = Union[npt.ArrayLike, "torch.Tensor"]
+
+#: A value an op returns: a numpy array or a torch tensor (the type it was given), or, where
+#: agents' results differ in length in simulation, a list of them.
+Value = Union[np.ndarray, "torch.Tensor", list[Any]]
+
+#: An n x n weight matrix for one step (``W[i, j]``: what agent i applies to agent j's value).
+WeightMatrix = Union[np.ndarray, "scipy.sparse.sparray", "scipy.sparse.spmatrix", "Topology"]
+
+#: The weight an agent gives its own value: a number, or one per agent (an array of n) in
+#: simulation.
+SelfWeight = Union[float, np.ndarray, Sequence[float], "torch.Tensor", None]
+
+#: Per-agent neighbor weights: ``{rank: weight}`` (a sequence of n dicts in simulation), a
+#: list of ranks meaning weight 1.0 each, or one weight matrix for the whole step.
+Weights = (
+    Mapping[int, float]
+    | Sequence[int]
+    | Sequence[Mapping[int, float]]
+    | Sequence[Sequence[int]]
+    | WeightMatrix
+    | None
+)
+
+#: Ranks: one list per agent distributed, a sequence of n lists in simulation.
+Ranks = Sequence[int] | Sequence[Sequence[int]] | None
+
+#: What ``set_topology`` takes: a fogsim Topology, a networkx DiGraph, a dense or sparse n x n
+#: matrix, or a builder called with the number of agents (e.g. ``fogsim.topology.ring``).
+TopologyLike = Union[
+    "Topology",
+    "networkx.DiGraph",
+    np.ndarray,
+    "scipy.sparse.sparray",
+    "scipy.sparse.spmatrix",
+    Callable[[int], Any],
+]
