@@ -340,12 +340,14 @@ def _allreduce_variant(is_hierarchical_local: Any, algorithm: Any, factors: Any)
 
 @public_op(
     "ALLREDUCE",
+    route=lambda world: world.collectives.allreduce,
+    twin=lambda world: world.collectives.allreduce_nonblocking,
+    hot=True,
     twin_doc="""Start :func:`allreduce` and return a handle for :func:`wait` / :func:`poll`.
 
     The machine-local and decomposed variants run when called (the handle is complete).
     """,
     twin_track="allreduce",
-    hot="is_hierarchical_local is False and algorithm is None and factors is None",
 )
 def allreduce(
     x: Any,
@@ -374,10 +376,18 @@ def allreduce(
     if variant is None:
         return (x, average, name)
     if variant == "local":  # the variants run when called, also from the twin
-        return Call("local_allreduce", (x, average, name), "ALLREDUCE_LOCAL", eager=True)
+        return Call(_LOCAL_ALLREDUCE, (x, average, name), "ALLREDUCE_LOCAL", eager=True)
     return Call(
-        "decomposed_allreduce", (x, average, name, factors), "ALLREDUCE_DECOMPOSED", eager=True
+        _DECOMPOSED_ALLREDUCE, (x, average, name, factors), "ALLREDUCE_DECOMPOSED", eager=True
     )
+
+
+def _LOCAL_ALLREDUCE(world: Backend) -> Callable[..., Any]:
+    return world.machines.local_allreduce
+
+
+def _DECOMPOSED_ALLREDUCE(world: Backend) -> Callable[..., Any]:
+    return world.machines.decomposed_allreduce
 
 
 allreduce_nonblocking = allreduce.nonblocking
@@ -385,7 +395,9 @@ allreduce_nonblocking = allreduce.nonblocking
 
 @public_op(
     "NEIGHBOR_ALLREDUCE",
-    hot="check_weights is True and compressor is None",
+    route=lambda world: world.neighbors.neighbor_allreduce,
+    twin=lambda world: world.neighbors.neighbor_allreduce_nonblocking,
+    hot=True,
     twin_doc=(
         "Start :func:`neighbor_allreduce` and return a handle for :func:`wait` / :func:`poll`."
     ),
@@ -453,10 +465,11 @@ def neighbor_allreduce(
             "COMPRESSED_NEIGHBOR_ALLREDUCE",
             context=None if check_weights is True else _weightcheck.checks(check_weights),
             eager=True,
+            plain=True,
         )
     args = (x, self_weight, src_weights, dst_weights, enable_topo_check, name)
     if check_weights is not True:  # True: the hot path
-        return Call("neighbor_allreduce", args, context=_weightcheck.checks(check_weights))
+        return Call(None, args, context=_weightcheck.checks(check_weights))
     return args
 
 
@@ -464,7 +477,11 @@ neighbor_allreduce_nonblocking = neighbor_allreduce.nonblocking
 
 
 # -- ops routed by fogsim._routing (their _nonblocking twins too) --------------------------
-@public_op("HIERARCHICAL_NEIGHBOR_ALLREDUCE")
+@public_op(
+    "HIERARCHICAL_NEIGHBOR_ALLREDUCE",
+    route=lambda world: world.machines.hierarchical_neighbor_allreduce,
+    twin=lambda world: world.machines.hierarchical_neighbor_allreduce_nonblocking,
+)
 def hierarchical_neighbor_allreduce(
     x: Any,
     self_weight: Any = None,
@@ -491,7 +508,11 @@ def hierarchical_neighbor_allreduce(
 hierarchical_neighbor_allreduce_nonblocking = hierarchical_neighbor_allreduce.nonblocking
 
 
-@public_op("ALLGATHER")
+@public_op(
+    "ALLGATHER",
+    route=lambda world: world.collectives.allgather,
+    twin=lambda world: world.collectives.allgather_nonblocking,
+)
 def allgather(x: Any, name: str | None = None) -> Any:
     """Return every agent's ``x`` concatenated along the first dimension in rank order.
 
@@ -502,7 +523,11 @@ def allgather(x: Any, name: str | None = None) -> Any:
 allgather_nonblocking = allgather.nonblocking
 
 
-@public_op("BROADCAST")
+@public_op(
+    "BROADCAST",
+    route=lambda world: world.collectives.broadcast,
+    twin=lambda world: world.collectives.broadcast_nonblocking,
+)
 def broadcast(x: Any, root_rank: int, name: str | None = None) -> Any:
     """Return agent ``root_rank``'s ``x`` on every agent.
 
@@ -514,7 +539,11 @@ def broadcast(x: Any, root_rank: int, name: str | None = None) -> Any:
 broadcast_nonblocking = broadcast.nonblocking
 
 
-@public_op("NEIGHBOR_ALLGATHER")
+@public_op(
+    "NEIGHBOR_ALLGATHER",
+    route=lambda world: world.neighbors.neighbor_allgather,
+    twin=lambda world: world.neighbors.neighbor_allgather_nonblocking,
+)
 def neighbor_allgather(
     x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
 ) -> Any:
@@ -529,7 +558,11 @@ def neighbor_allgather(
 neighbor_allgather_nonblocking = neighbor_allgather.nonblocking
 
 
-@public_op("BARRIER")
+@public_op(
+    "BARRIER",
+    route=lambda world: world.collectives.barrier,
+    twin=lambda world: world.collectives.barrier_nonblocking,
+)
 def barrier() -> None:
     """Block until every agent has reached the barrier."""
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from ._api import _backend, poll, wait
 from ._handles import Handle
-from ._routing import public_op
+from ._routing import EAGER, public_op
 
 __all__ = [
     "win_create",
@@ -44,7 +44,7 @@ __all__ = [
 # In simulation the asynchrony of real processes is modelled (see set_asynchrony).
 
 
-@public_op("WIN_CREATE", twin=False)
+@public_op("WIN_CREATE", route=lambda world: world.windows.win_create, twin=None)
 def win_create(x: Any, name: str, zero_init: bool = False) -> bool:
     """Create the window ``name`` for ``x`` (collective); return True.
 
@@ -59,7 +59,7 @@ def win_create(x: Any, name: str, zero_init: bool = False) -> bool:
     """
 
 
-@public_op("WIN_FREE", twin=False)
+@public_op("WIN_FREE", route=lambda world: world.windows.win_free, twin=None)
 def win_free(name: str | None = None) -> bool:
     """Free the window ``name``, or every window when ``name`` is None (collective)."""
 
@@ -69,7 +69,7 @@ def win_names() -> list[str]:
     return _backend().win_names()
 
 
-@public_op("WIN_PUT")
+@public_op("WIN_PUT", route=lambda world: world.windows.win_put, twin=EAGER)
 def win_put(
     x: Any,
     name: str,
@@ -91,7 +91,7 @@ def win_put(
 win_put_nonblocking = win_put.nonblocking
 
 
-@public_op("WIN_ACCUMULATE")
+@public_op("WIN_ACCUMULATE", route=lambda world: world.windows.win_accumulate, twin=EAGER)
 def win_accumulate(
     x: Any,
     name: str,
@@ -105,7 +105,7 @@ def win_accumulate(
 win_accumulate_nonblocking = win_accumulate.nonblocking
 
 
-@public_op("WIN_GET")
+@public_op("WIN_GET", route=lambda world: world.windows.win_get, twin=EAGER)
 def win_get(name: str, src_weights: Any = None, require_mutex: bool = False) -> bool:
     """Fetch ``src_weights[j] *`` (in-neighbor ``j``'s exposed value) into ``j``'s buffer.
 
@@ -118,7 +118,7 @@ def win_get(name: str, src_weights: Any = None, require_mutex: bool = False) -> 
 win_get_nonblocking = win_get.nonblocking
 
 
-@public_op("WIN_UPDATE", twin=False)
+@public_op("WIN_UPDATE", route=lambda world: world.windows.win_update, twin=None)
 def win_update(
     name: str,
     self_weight: Any = None,
@@ -138,7 +138,9 @@ def win_update(
     """
 
 
-@public_op("WIN_UPDATE_THEN_COLLECT", twin=False)
+@public_op(
+    "WIN_UPDATE_THEN_COLLECT", route=lambda world: world.windows.win_update_then_collect, twin=None
+)
 def win_update_then_collect(name: str, require_mutex: bool = True) -> Any:
     """Add every buffer to ``x`` and zero the buffers, atomically under the own mutex.
 

@@ -1,38 +1,47 @@
-"""Public communication ops, routed in one place.
+"""Public communication ops, each declared once and routed by a typed reference to its part.
 
 A public op is declared once, as a function whose signature and docstring are the public
-ones and whose body checks what does not depend on the backend (or is empty)::
+ones and whose body checks what does not depend on the backend (or is empty), with the route
+to the part method that implements it::
 
-    @public_op("ALLGATHER")
-    def allgather(x: Any, name: str | None = None) -> Any:
+    @public_op(
+        "ALLGATHER",
+        route=lambda world: world.collectives.allgather,
+        twin=lambda world: world.collectives.allgather_nonblocking,
+    )
+    def allgather(x: ArrayLike, name: str | None = None) -> Value:
         \"\"\"Return every agent's ``x`` concatenated ...\"\"\"
 
     allgather_nonblocking = allgather.nonblocking
 
-:func:`public_op` turns it into the public function: the declared function runs first (so
-a call that does not fit the public signature is a ``TypeError`` naming the public op, and
-the body's checks apply); then, on a running :mod:`~fogsim.timeline`, a span labelled
-``label`` (named by the call's ``name``, else the op's own name) opens around the call of the
-current world's backend. What the body returns says which backend call:
+A route is a function of the world (:class:`~fogsim.backends.Backend`) returning the bound
+method of one of its parts (:mod:`fogsim.backends._parts`), so mypy checks that the part has
+it and that it takes the declared parameters; nothing is looked up by name. :func:`public_op`
+turns the declaration into the public function: the declared function runs first (so a call
+that does not fit the public signature is a ``TypeError`` naming the public op, and the body's
+checks apply); then, on a running :mod:`~fogsim.timeline`, a span labelled ``label`` (named
+by the call's ``name``, else the op's own name) opens around the call of the route on the
+current world. What the body returns says which call:
 
-* ``None``: the backend method of the op's name, with the arguments as given;
-* a tuple: that method, with the tuple as its positional arguments (an op whose public
-  arguments the backend does not take, e.g. ``check_weights=``);
-* a :class:`Call`: another method, span label or context (a variant of the op, such as
-  ``allreduce(is_hierarchical_local=True)``; the weight checks' context).
+* ``None``: the route, with the declared positional parameters (defaults filled in);
+* a tuple: the route, with the tuple as its positional arguments (an op whose public
+  arguments the part does not take, e.g. ``check_weights=``);
+* a :class:`Call`: another route or function, span label or context (a variant of the op,
+  such as ``allreduce(is_hierarchical_local=True)``; the weight checks' context).
 
-With ``twin=True`` (the default) it also builds the ``*_nonblocking`` twin: the same checks,
-the span ``ENQUEUE_<label>``, and the backend's ``<method>_nonblocking``, which returns a
-:class:`~fogsim.Handle` (a :class:`Call` with ``eager=True`` instead runs the blocking
-method under its own label and returns a completed handle). Adding an op is one declaration
-here and one method per backend. The functions that only read or set the world's state
-(``size()``, ``set_topology()``, ``win_names()``, ...) call the backend directly and open
-no span; ``wait()`` and ``poll()`` act on a handle, not on the backend.
+The ``*_nonblocking`` twin (``op.nonblocking``) has the same checks, the span
+``ENQUEUE_<label>``, and calls ``twin``, which returns a :class:`~fogsim.Handle`; without a
+``twin`` route (``twin=EAGER``) it runs the blocking route and returns a completed handle, as
+does a :class:`Call` with ``eager=True``. ``twin=None`` makes no twin. Adding an op is one
+declaration here and one method on the part that implements it. The functions that only read
+or set the world's state (``size()``, ``set_topology()``, ``win_names()``, ...) call the world
+directly and open no span; ``wait()`` and ``poll()`` act on a handle.
 
 Ops called in tight loops (``neighbor_allreduce``, ``allreduce`` and their twins) are
-declared ``hot=``: their public functions are compiled with the declared parameters and
-skip the body where a declared condition says it returns its arguments as given, so that
-routing costs what a hand-written wrapper did (see :func:`public_op`).
+declared ``hot=True``: their body returns the positional parameters as given whenever every
+keyword-only parameter is left at its default (a test checks this of each hot op), so a call
+that passes no keyword-only argument skips the body and calls the route with the arguments
+as given: what a hand-written wrapper costs.
 """
 
 from __future__ import annotations
@@ -40,31 +49,48 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import os
 from collections.abc import Callable
-from types import CodeType, FrameType
-from typing import Any, Generic, NamedTuple, ParamSpec, Protocol, TypeVar, cast
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Final, Generic, NamedTuple, ParamSpec, Protocol, TypeVar
 
 from . import _context
 from . import timeline as _timeline
 from ._handles import Handle
 
-__all__ = ["Call", "PublicOp", "public_op"]
+if TYPE_CHECKING:
+    from .backends import Backend
+
+__all__ = ["EAGER", "Call", "PublicOp", "Route", "public_op", "routed_call"]
 
 P = ParamSpec("P")
 R = TypeVar("R", covariant=True)
 
+#: A typed reference from the world to the part method that runs an op.
+Route = Callable[["Backend"], Callable[..., Any]]
+
+
+class _Eager:
+    """The ``twin=`` of an op whose nonblocking form runs at once (see :data:`EAGER`)."""
+
+    def __repr__(self) -> str:
+        return "EAGER"
+
+
+#: ``twin=EAGER``: the twin runs the blocking op and returns a completed handle.
+EAGER: Final = _Eager()
+
 
 class Call(NamedTuple):
-    """The backend call a declared op's body chose for one call."""
+    """The call a declared op's body chose for one call."""
 
-    # the backend method of the blocking op (the twin adds ``_nonblocking``), or a function
-    # written against the public API (e.g. compressed gossip), run with ``args`` (eager)
-    method: str | Callable[..., Any]
+    # a route (a function of the world) or, with ``plain``, a function written against the
+    # public API (e.g. compressed gossip); None: the op's own route (its twin's when started)
+    route: Route | Callable[..., Any] | None
     args: tuple[Any, ...]  # its positional arguments
     label: str | None = None  # the span's label, when not the op's
     context: contextlib.AbstractContextManager[Any] | None = None  # held around the call
-    eager: bool = False  # the twin runs ``method`` now and returns a completed handle
+    eager: bool = False  # the twin runs the blocking call now and returns a completed handle
+    plain: bool = False  # ``route`` is a plain function, called with ``args`` as they are
 
 
 class PublicOp(Protocol, Generic[P, R]):
@@ -78,223 +104,171 @@ class PublicOp(Protocol, Generic[P, R]):
 def public_op(
     label: str,
     *,
-    twin: bool = True,
+    route: Route,
+    twin: Route | _Eager | None = EAGER,
     twin_doc: str | None = None,
     twin_track: str | None = None,
-    hot: str | None = None,
+    hot: bool = False,
 ) -> Callable[[Callable[P, R]], PublicOp[P, R]]:
     """Return the decorator that makes a declared op public (see the module docstring).
 
-    ``twin_doc`` replaces the twin's generated docstring; ``twin_track`` names the twin's
-    span when the call gives no ``name`` (default ``enqueue_<op>``).
-
-    ``hot``, for ops called in tight loops (``neighbor_allreduce``, ``allreduce``): a
-    condition on the parameters, e.g. ``"check_weights is True"``, under which the body
-    would return the positional parameters as they are (a test checks this of each hot
-    op). The public function is then compiled with the declared parameters (see
-    :func:`_compile`) and, when the condition holds, calls the backend without running the
-    body: the hand-written wrapper's cost, about 0.2 us less per call than the general
-    route. Otherwise the body runs as for any op; it must return a tuple or a :class:`Call`.
+    ``route``: the part method of the blocking op; ``twin``: that of the nonblocking op
+    (:data:`EAGER`: the blocking op, run at once; None: no twin). ``twin_doc`` replaces the
+    twin's generated docstring; ``twin_track`` names the twin's span when the call gives no
+    ``name`` (default ``enqueue_<op>``). ``hot``: see the module docstring.
     """
 
     def decorate(spec: Callable[P, R]) -> PublicOp[P, R]:
         signature = inspect.signature(spec)
-        params = list(signature.parameters)
-        where = params.index("name") if "name" in params else None
-        route = _route if hot is None else functools.partial(_compile, hot=hot)
-        op: Any = route(spec, label, where, spec.__name__, nonblocking=False)
-        if twin:
-            nonblocking: Any = route(
-                spec, label, where, twin_track or "enqueue_" + spec.__name__, nonblocking=True
+        shape = _Shape(spec, signature, hot)
+        op: Any = _routed(shape, label, spec.__name__, route, None)
+        if twin is not None:
+            nonblocking = _routed(
+                shape, label, twin_track or "enqueue_" + spec.__name__, route, twin
             )
             nonblocking.__name__ = nonblocking.__qualname__ = spec.__name__ + "_nonblocking"
             nonblocking.__doc__ = twin_doc or (
                 f"Start :func:`{spec.__name__}`; return a :class:`~fogsim.Handle` for "
                 ":func:`wait` / :func:`poll`. Same arguments."
             )
-            nonblocking.__signature__ = signature.replace(return_annotation="Handle")
+            nonblocking.__signature__ = signature.replace(  # type: ignore[attr-defined]
+                return_annotation="Handle"
+            )
             op.nonblocking = nonblocking
-        return cast(PublicOp[P, R], op)
+        return op  # type: ignore[no-any-return]
 
     return decorate
+
+
+class _Shape:
+    """What routing needs of a declaration: its body, and its positional parameters."""
+
+    __slots__ = ("spec", "op", "names", "defaults", "index", "where", "hot")
+
+    def __init__(self, spec: Callable[..., Any], signature: inspect.Signature, hot: bool):
+        kinds = {p.kind for p in signature.parameters.values()}
+        if kinds - {inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY}:
+            raise TypeError(f"{spec.__name__}: a public op takes named parameters only")
+        positional = [
+            p
+            for p in signature.parameters.values()
+            if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+        ]
+        self.spec = spec
+        self.op = spec.__name__
+        self.names = frozenset(p.name for p in positional)
+        self.defaults = tuple(p.default for p in positional)
+        self.index = {p.name: i for i, p in enumerate(positional)}
+        self.where = self.index.get("name")  # where ``name`` stands among them
+        self.hot = hot
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        """Return the positional parameters of a call that fits the declaration."""
+        if not kwargs:
+            return args + self.defaults[len(args) :]
+        values = list(args) + list(self.defaults[len(args) :])
+        index = self.index
+        for key, value in kwargs.items():
+            if key in index:
+                values[index[key]] = value
+        return tuple(values)
+
+    def name_of(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Return the call's ``name`` argument (None when it has none)."""
+        where = self.where
+        return args[where] if where is not None and len(args) > where else kwargs.get("name")
+
+
+def _routed(
+    shape: _Shape, label: str, default: str, route: Route, twin: Route | _Eager | None
+) -> Callable[..., Any]:
+    """The public function of one op (``twin`` None) or of its twin."""
+    spec, op = shape.spec, shape.op
+    eager = twin is EAGER
+    target: Route = route if twin is None or isinstance(twin, _Eager) else twin
+    span = label if twin is None else "ENQUEUE_" + label
+    hot, names, count = shape.hot, shape.names, len(shape.defaults)
+    current = _context.current
+
+    def routed(*args: Any, **kwargs: Any) -> Any:
+        # A hot op's call with no keyword-only argument: its body would return the
+        # positional arguments as given, so the route gets them without it.
+        if hot and len(args) <= count and (not kwargs or kwargs.keys() <= names):
+            fn = target(current().backend)
+            tl = _timeline.active
+            if tl is None and not eager:
+                return fn(*args, **kwargs)
+            call_args: tuple[Any, ...] = args
+            call_kwargs = kwargs
+        else:
+            call = spec(*args, **kwargs)  # the public signature, and the op's own checks
+            if call is None:
+                call_args, call_kwargs = shape.bind(args, kwargs), {}
+            elif type(call) is tuple:
+                call_args, call_kwargs = call, {}
+            else:
+                return _special(call, args, kwargs)
+            fn = target(current().backend)
+            tl = _timeline.active
+            if tl is None and not eager:
+                return fn(*call_args)
+        name = shape.name_of(args, kwargs)
+        if eager:
+            result = _spanned(fn, call_args, call_kwargs, label, name or op)
+            return Handle.completed(op, result, name)
+        return _spanned(fn, call_args, call_kwargs, span, name or default)
+
+    def _special(call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        name = shape.name_of(args, kwargs)
+        world = current().backend
+        if call.plain:
+            fn = call.route
+        elif call.route is None:  # the op's own route, with other arguments or context
+            fn = target(world)
+        else:
+            fn = call.route(world)  # type: ignore[call-arg]
+        assert fn is not None
+        with call.context or contextlib.nullcontext():
+            if twin is None:
+                return _spanned(fn, call.args, {}, call.label or label, name or default)
+            if eager or call.eager:  # runs now, as the blocking op: a completed handle
+                blocking = fn if call.plain or call.route is not None else route(world)
+                result = _spanned(blocking, call.args, {}, call.label or label, name or op)
+                return Handle.completed(op, result, name)
+            return _spanned(fn, call.args, {}, "ENQUEUE_" + (call.label or label), name or default)
+
+    functools.update_wrapper(routed, spec)
+    _ROUTED[routed.__code__] = None
+    return routed
+
+
+def _spanned(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], label: str, track: Any
+) -> Any:
+    """Call ``fn`` under the timeline span ``label`` on the track ``track``, if one runs."""
+    tl = _timeline.active
+    if tl is None:
+        return fn(*args, **kwargs)
+    tid = tl.op_begin(label, track)  # no ``with`` object: ~0.2 us less
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        tl.op_end(tid)
 
 
 def routed_call(frame: FrameType) -> tuple[str, str | None] | None:
     """Return the public op and ``name=`` of a routed call's frame, or None for another frame.
 
     For reports that read the stack (a stalled wait names the op it waits in): every routed
-    op runs in the one function ``routed`` below, whose locals say which op it is.
+    op runs in the one function ``routed`` of :func:`_routed`, whose locals say which op.
     """
-    compiled = _COMPILED.get(frame.f_code)
-    if compiled is not None:
-        name = frame.f_locals.get("name")
-        return compiled, name if isinstance(name, str) else None
-    if frame.f_code is not _ROUTED_CODE:
+    if frame.f_code not in _ROUTED:
         return None
     local = frame.f_locals
-    args, kwargs, where = local["args"], local["kwargs"], local["where"]
-    name = args[where] if where is not None and len(args) > where else kwargs.get("name")
-    return local["method"], name if isinstance(name, str) else None
+    shape: _Shape = local["shape"]
+    name = shape.name_of(local["args"], local["kwargs"])
+    op = shape.op if local["twin"] is None else shape.op + "_nonblocking"
+    return op, name if isinstance(name, str) else None
 
 
-def _route(
-    spec: Callable[..., Any], label: str, where: int | None, default: str, *, nonblocking: bool
-) -> Callable[..., Any]:
-    """The public function of one op (or of its twin): checks, span, and the backend call."""
-    op = spec.__name__
-    suffix = "_nonblocking" if nonblocking else ""
-    method = op + suffix
-    span = "ENQUEUE_" + label if nonblocking else label
-
-    def routed(*args: Any, **kwargs: Any) -> Any:
-        call = spec(*args, **kwargs)  # the public signature, and the op's own checks
-        if type(call) is tuple:  # the hot path of ops like neighbor_allreduce
-            fn = getattr(_context.current().backend, method)
-            tl = _timeline.active
-            if tl is None:
-                return fn(*call)
-            call_args: tuple[Any, ...] = call
-            call_kwargs: dict[str, Any] = {}
-        elif call is None:
-            fn = getattr(_context.current().backend, method)
-            tl = _timeline.active
-            if tl is None:
-                return fn(*args, **kwargs)
-            call_args, call_kwargs = args, kwargs
-        else:
-            return _call(call, _context.current().backend, args, kwargs)
-        name = args[where] if where is not None and len(args) > where else kwargs.get("name")
-        tid = tl.op_begin(span, name or default)  # no ``with`` object: ~0.2 us less
-        try:
-            return fn(*call_args, **call_kwargs)
-        finally:
-            tl.op_end(tid)
-
-    def _call(call: Call, backend: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        name = args[where] if where is not None and len(args) > where else kwargs.get("name")
-        if call.eager and nonblocking:  # runs now, as the blocking op: a completed handle
-            result = _run(call, backend, call.method, call.label or label, op, name)
-            return Handle.completed(op, result, name)
-        span_now = call.label or label
-        return _run(
-            call,
-            backend,
-            call.method if callable(call.method) else call.method + suffix,
-            "ENQUEUE_" + span_now if nonblocking else span_now,
-            default,
-            name,
-        )
-
-    functools.update_wrapper(routed, spec)
-    return routed
-
-
-_TEMPLATE = """
-def {op}({params}):
-    if {hot}:  # the body would return the positional parameters as they are
-        tl = timeline.active
-        if tl is None:
-            return current().backend.{op}({positional})
-        tid = tl.op_begin(span, {name} or default)
-        try:
-            return current().backend.{op}({positional})
-        finally:
-            tl.op_end(tid)
-    call = spec({arguments})
-    if type(call) is tuple:
-        fn = getattr(current().backend, method)
-        tl = timeline.active
-        if tl is None:
-            return fn(*call)
-        tid = tl.op_begin(span, {name} or default)
-        try:
-            return fn(*call)
-        finally:
-            tl.op_end(tid)
-    return slow(call, ({positional},), {{{keywords}}})
-"""
-
-
-def _compile(
-    spec: Callable[..., Any],
-    label: str,
-    where: int | None,
-    default: str,
-    *,
-    nonblocking: bool,
-    hot: str,
-) -> Callable[..., Any]:
-    """:func:`_route`'s public function, compiled with the declared parameters.
-
-    The same steps, without packing the arguments into ``*args, **kwargs`` and out again,
-    and without the body where ``hot`` holds; a :class:`Call` goes through :func:`_route`'s
-    own function with the arguments as the declaration bound them.
-    """
-    parameters = list(inspect.signature(spec).parameters.values())
-    kinds = {p.kind for p in parameters}
-    if kinds - {inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY}:
-        raise TypeError(f"{spec.__name__}: hot ops take named parameters only")
-    positional = [p.name for p in parameters if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
-    keywords = [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
-    op = spec.__name__ + ("_nonblocking" if nonblocking else "")
-    generic = _route(spec, label, where, default, nonblocking=nonblocking)
-
-    def slow(call: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if call is None:
-            raise TypeError(f"{spec.__name__}: a hot op's body returns a tuple or a Call")
-        return generic(*args, **kwargs)  # runs the body again: a Call is the rare path
-
-    source = _TEMPLATE.format(
-        op=op,
-        params=", ".join(positional + (["*"] + keywords if keywords else [])),
-        arguments=", ".join(positional + [f"{k}={k}" for k in keywords]),
-        name="name" if "name" in positional + keywords else "None",
-        positional=", ".join(positional),
-        hot=hot,
-        keywords=", ".join(f"{k!r}: {k}" for k in keywords),
-    )
-    scope: dict[str, Any] = {
-        "spec": spec,
-        "current": _context.current,
-        "timeline": _timeline,
-        "method": op,
-        "span": "ENQUEUE_" + label if nonblocking else label,
-        "default": default,
-        "slow": slow,
-    }
-    # Named as a file inside the package, so that what reads the stack for the caller's
-    # line (weight warnings, stall reports) passes over this frame as fogsim's own.
-    where_from = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"<routed {op}>")
-    exec(compile(source, where_from, "exec"), scope)  # noqa: S102 - our own template
-    routed: Any = scope[op]
-    routed.__defaults__ = spec.__defaults__
-    routed.__kwdefaults__ = spec.__kwdefaults__
-    functools.update_wrapper(routed, spec)
-    _COMPILED[routed.__code__] = op
-    return cast(Callable[..., Any], routed)
-
-
-def _run(
-    call: Call,
-    backend: Any,
-    method: str | Callable[..., Any],
-    label: str,
-    default: str,
-    name: Any,
-) -> Any:
-    """Call ``backend.method(*call.args)`` (or ``method(*call.args)`` for a function) in
-    ``call.context`` and under the span ``label``."""
-    fn = method if callable(method) else getattr(backend, method)
-    with call.context or contextlib.nullcontext():
-        tl = _timeline.active
-        if tl is None:
-            return fn(*call.args)
-        tid = tl.op_begin(label, name or default)
-        try:
-            return fn(*call.args)
-        finally:
-            tl.op_end(tid)
-
-
-_ROUTED_CODE = _route(lambda: None, "", None, "", nonblocking=False).__code__
-_COMPILED: dict[CodeType, str] = {}  # compiled public functions' code -> their op
+_ROUTED: dict[Any, None] = {}  # the code of the public functions made here
