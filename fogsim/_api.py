@@ -13,15 +13,19 @@ simulation every agent holds it. One value per agent is made with :func:`local`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _context, _weightcheck
 from . import timeline as _timeline
 from ._context import Context
 from ._handles import Handle
-from ._routing import Call, public_op
+from ._routing import Runner, public_op
+from ._types import ArrayLike, Ranks, SelfWeight, TopologyLike, Value, Weights
 from .backends import Backend
 from .topology import Topology
+
+if TYPE_CHECKING:
+    from .compress import Compressor
 
 __all__ = [
     "init",
@@ -74,7 +78,7 @@ def _backend() -> Backend:
 def init(
     backend: str | None = None,
     size: int | None = None,
-    topology: Any = None,
+    topology: TopologyLike | None = None,
     seed: int | None = None,
     local_size: int | None = None,
     shards: int | None = None,
@@ -218,7 +222,7 @@ def is_main_process() -> bool:
     return _backend().is_main_process()
 
 
-def global_view(x: Any) -> Any:
+def global_view(x: ArrayLike) -> Value:
     """Return every agent's ``x`` stacked along a new leading axis, the same on every agent.
 
     In simulation that is ``x`` itself (copied); distributed, ``allgather(x[None])``. Use it
@@ -228,7 +232,9 @@ def global_view(x: Any) -> Any:
 
 
 # -- topology -----------------------------------------------------------------------------
-def set_topology(topology: Any, is_weighted: bool = False, *, check_weights: bool = True) -> None:
+def set_topology(
+    topology: TopologyLike, is_weighted: bool = False, *, check_weights: bool = True
+) -> None:
     """Use ``topology`` for the neighbor ops from now on.
 
     ``topology`` is a :class:`fogsim.topology.Topology`, a networkx graph (edge j -> i
@@ -282,7 +288,7 @@ def machine_rank() -> Any:
 
 
 def set_machine_topology(
-    topology: Any, is_weighted: bool = False, *, check_weights: bool = True
+    topology: TopologyLike, is_weighted: bool = False, *, check_weights: bool = True
 ) -> None:
     """Use ``topology`` among the machines for :func:`hierarchical_neighbor_allreduce`.
 
@@ -342,7 +348,6 @@ def _allreduce_variant(is_hierarchical_local: Any, algorithm: Any, factors: Any)
     "ALLREDUCE",
     route=lambda world: world.collectives.allreduce,
     twin=lambda world: world.collectives.allreduce_nonblocking,
-    hot=True,
     twin_doc="""Start :func:`allreduce` and return a handle for :func:`wait` / :func:`poll`.
 
     The machine-local and decomposed variants run when called (the handle is complete).
@@ -350,14 +355,15 @@ def _allreduce_variant(is_hierarchical_local: Any, algorithm: Any, factors: Any)
     twin_track="allreduce",
 )
 def allreduce(
-    x: Any,
+    run: Runner[Value],
+    x: ArrayLike,
     average: bool = True,
     name: str | None = None,
     *,
     is_hierarchical_local: bool = False,
     algorithm: str | None = None,
     factors: Sequence[int] | None = None,
-) -> Any:
+) -> Value:
     """Return the average (or with ``average=False`` the sum) of ``x`` over all agents.
 
     ``x_i <- (1/n) sum_j x_j``. Averaging needs float32/float64; sums take integers too,
@@ -372,21 +378,21 @@ def allreduce(
     all-gather back in reverse order; equal to the flat allreduce up to round-off, and
     bit-identical between the simulator and the runtimes.
     """
+    if is_hierarchical_local is False and algorithm is None and factors is None:
+        return run()(x, average, name)  # the flat allreduce: no other check to make
     variant = _allreduce_variant(is_hierarchical_local, algorithm, factors)
     if variant is None:
-        return (x, average, name)
+        return run()(x, average, name)
     if variant == "local":  # the variants run when called, also from the twin
-        return Call(_LOCAL_ALLREDUCE, (x, average, name), "ALLREDUCE_LOCAL", eager=True)
-    return Call(
-        _DECOMPOSED_ALLREDUCE, (x, average, name, factors), "ALLREDUCE_DECOMPOSED", eager=True
-    )
+        return run.variant(_local_allreduce, (x, average, name), "ALLREDUCE_LOCAL")
+    return run.variant(_decomposed_allreduce, (x, average, name, factors), "ALLREDUCE_DECOMPOSED")
 
 
-def _LOCAL_ALLREDUCE(world: Backend) -> Callable[..., Any]:
+def _local_allreduce(world: Backend) -> Callable[..., Any]:
     return world.machines.local_allreduce
 
 
-def _DECOMPOSED_ALLREDUCE(world: Backend) -> Callable[..., Any]:
+def _decomposed_allreduce(world: Backend) -> Callable[..., Any]:
     return world.machines.decomposed_allreduce
 
 
@@ -397,22 +403,22 @@ allreduce_nonblocking = allreduce.nonblocking
     "NEIGHBOR_ALLREDUCE",
     route=lambda world: world.neighbors.neighbor_allreduce,
     twin=lambda world: world.neighbors.neighbor_allreduce_nonblocking,
-    hot=True,
     twin_doc=(
         "Start :func:`neighbor_allreduce` and return a handle for :func:`wait` / :func:`poll`."
     ),
 )
 def neighbor_allreduce(
-    x: Any,
-    self_weight: Any = None,
-    src_weights: Any = None,
-    dst_weights: Any = None,
+    run: Runner[Value],
+    x: ArrayLike,
+    self_weight: SelfWeight = None,
+    src_weights: Weights = None,
+    dst_weights: Weights = None,
     enable_topo_check: bool = True,
     name: str | None = None,
     *,
     check_weights: bool = True,
-    compressor: Any = None,
-) -> Any:
+    compressor: Compressor | None = None,
+) -> Value:
     """Return the weighted average of own and in-neighbors' values.
 
     ``x_i <- self_weight_i x_i + sum_j src_weights_i[j] dst_weights_j[i] x_j``
@@ -449,6 +455,8 @@ def neighbor_allreduce(
     completed handle. For compressed gossip with error feedback (static topology) see
     :class:`fogsim.compress.CompressedGossip`.
     """
+    if check_weights is True and compressor is None:  # the topology's or the call's weights
+        return run()(x, self_weight, src_weights, dst_weights, enable_topo_check, name)
     if compressor is not None:
         if dst_weights is not None:
             raise ValueError(
@@ -459,18 +467,14 @@ def neighbor_allreduce(
             )
         from .compress._gossip import compressed_neighbor_allreduce
 
-        return Call(
-            compressed_neighbor_allreduce,
-            (x, compressor, None, self_weight, src_weights),
-            "COMPRESSED_NEIGHBOR_ALLREDUCE",
-            context=None if check_weights is True else _weightcheck.checks(check_weights),
-            eager=True,
-            plain=True,
-        )
-    args = (x, self_weight, src_weights, dst_weights, enable_topo_check, name)
-    if check_weights is not True:  # True: the hot path
-        return Call(None, args, context=_weightcheck.checks(check_weights))
-    return args
+        with _weightcheck.checks(check_weights):
+            return run.plain(
+                compressed_neighbor_allreduce,
+                (x, compressor, None, self_weight, src_weights),
+                "COMPRESSED_NEIGHBOR_ALLREDUCE",
+            )
+    with _weightcheck.checks(check_weights):
+        return run()(x, self_weight, src_weights, dst_weights, enable_topo_check, name)
 
 
 neighbor_allreduce_nonblocking = neighbor_allreduce.nonblocking
@@ -483,13 +487,14 @@ neighbor_allreduce_nonblocking = neighbor_allreduce.nonblocking
     twin=lambda world: world.machines.hierarchical_neighbor_allreduce_nonblocking,
 )
 def hierarchical_neighbor_allreduce(
-    x: Any,
-    self_weight: Any = None,
-    src_machine_weights: Any = None,
-    dst_machine_weights: Any = None,
+    run: Runner[Value],
+    x: ArrayLike,
+    self_weight: SelfWeight = None,
+    src_machine_weights: Weights = None,
+    dst_machine_weights: Weights = None,
     enable_topo_check: bool = True,
     name: str | None = None,
-) -> Any:
+) -> Value:
     """Return the neighbor average over machines of the machine averages of ``x``.
 
     ``y_m`` is the average of ``x`` over machine m's agents; every agent of machine m gets
@@ -503,6 +508,7 @@ def hierarchical_neighbor_allreduce(
     arguments are stacked as usual (entries of local rank 0 agents are used) or one
     ``machine_size() x machine_size()`` matrix gives the step's weights.
     """
+    return run()(x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name)
 
 
 hierarchical_neighbor_allreduce_nonblocking = hierarchical_neighbor_allreduce.nonblocking
@@ -513,11 +519,12 @@ hierarchical_neighbor_allreduce_nonblocking = hierarchical_neighbor_allreduce.no
     route=lambda world: world.collectives.allgather,
     twin=lambda world: world.collectives.allgather_nonblocking,
 )
-def allgather(x: Any, name: str | None = None) -> Any:
+def allgather(run: Runner[Value], x: ArrayLike, name: str | None = None) -> Value:
     """Return every agent's ``x`` concatenated along the first dimension in rank order.
 
     The first dimension may differ between agents (in simulation pass a list of n arrays).
     """
+    return run()(x, name)
 
 
 allgather_nonblocking = allgather.nonblocking
@@ -528,12 +535,13 @@ allgather_nonblocking = allgather.nonblocking
     route=lambda world: world.collectives.broadcast,
     twin=lambda world: world.collectives.broadcast_nonblocking,
 )
-def broadcast(x: Any, root_rank: int, name: str | None = None) -> Any:
+def broadcast(run: Runner[Value], x: ArrayLike, root_rank: int, name: str | None = None) -> Value:
     """Return agent ``root_rank``'s ``x`` on every agent.
 
     Every agent names the same ``root_rank`` (and ``name``); where they differ, every
     agent raises the same ``ValueError``, as for a dtype or shape that differs.
     """
+    return run()(x, root_rank, name)
 
 
 broadcast_nonblocking = broadcast.nonblocking
@@ -545,14 +553,19 @@ broadcast_nonblocking = broadcast.nonblocking
     twin=lambda world: world.neighbors.neighbor_allgather_nonblocking,
 )
 def neighbor_allgather(
-    x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
-) -> Any:
+    run: Runner[Value],
+    x: ArrayLike,
+    src_ranks: Ranks = None,
+    dst_ranks: Ranks = None,
+    name: str | None = None,
+) -> Value:
     """Return the in-neighbors' ``x`` concatenated along the first dimension, by rank.
 
     With ``src_ranks`` and ``dst_ranks`` (both, per agent) the call uses those neighbors
     instead of the topology's. In simulation the result is one array when every agent has
     the same number of in-neighbors, else a list of n arrays.
     """
+    return run()(x, src_ranks, dst_ranks, name)
 
 
 neighbor_allgather_nonblocking = neighbor_allgather.nonblocking
@@ -563,8 +576,9 @@ neighbor_allgather_nonblocking = neighbor_allgather.nonblocking
     route=lambda world: world.collectives.barrier,
     twin=lambda world: world.collectives.barrier_nonblocking,
 )
-def barrier() -> None:
+def barrier(run: Runner[None]) -> None:
     """Block until every agent has reached the barrier."""
+    return run()()
 
 
 barrier_nonblocking = barrier.nonblocking

@@ -1,5 +1,3 @@
-# mypy: disable-error-code="empty-body"
-# (a declared op's body only checks arguments; fogsim._routing calls the backend for it)
 """The public one-sided window ops; each dispatches to the backend of the current context.
 
 Split from :mod:`fogsim._api` (same conventions: in simulation, agent-local values and
@@ -9,11 +7,15 @@ per-agent arguments are stacked along a leading agent axis).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from ._api import _backend, poll, wait
 from ._handles import Handle
-from ._routing import EAGER, public_op
+from ._routing import EAGER, Runner, public_op
+from ._types import ArrayLike, SelfWeight, Value, Weights
 
 __all__ = [
     "win_create",
@@ -45,7 +47,7 @@ __all__ = [
 
 
 @public_op("WIN_CREATE", route=lambda world: world.windows.win_create, twin=None)
-def win_create(x: Any, name: str, zero_init: bool = False) -> bool:
+def win_create(run: Runner[bool], x: ArrayLike, name: str, zero_init: bool = False) -> bool:
     """Create the window ``name`` for ``x`` (collective); return True.
 
     ``x`` (an array or CPU tensor, stacked over agents in simulation) is registered: the
@@ -57,11 +59,13 @@ def win_create(x: Any, name: str, zero_init: bool = False) -> bool:
     hold float32, and each result written into ``x`` is computed in float32 and rounded
     once, the same bits in every mode. Integers are refused (TypeError).
     """
+    return run()(x, name, zero_init)
 
 
 @public_op("WIN_FREE", route=lambda world: world.windows.win_free, twin=None)
-def win_free(name: str | None = None) -> bool:
+def win_free(run: Runner[bool], name: str | None = None) -> bool:
     """Free the window ``name``, or every window when ``name`` is None (collective)."""
+    return run()(name)
 
 
 def win_names() -> list[str]:
@@ -71,10 +75,11 @@ def win_names() -> list[str]:
 
 @public_op("WIN_PUT", route=lambda world: world.windows.win_put, twin=EAGER)
 def win_put(
-    x: Any,
+    run: Runner[bool],
+    x: ArrayLike,
     name: str,
-    self_weight: Any = None,
-    dst_weights: Any = None,
+    self_weight: SelfWeight = None,
+    dst_weights: Weights = None,
     require_mutex: bool = False,
 ) -> bool:
     """Write ``dst_weights[j] * x`` into this agent's buffer at each out-neighbor ``j``.
@@ -86,6 +91,7 @@ def win_put(
     (an array of n self weights, n dicts, or one n x n matrix ``D[i, j]`` = what ``j``
     writes to ``i``).
     """
+    return run()(x, name, self_weight, dst_weights, require_mutex)
 
 
 win_put_nonblocking = win_put.nonblocking
@@ -93,26 +99,31 @@ win_put_nonblocking = win_put.nonblocking
 
 @public_op("WIN_ACCUMULATE", route=lambda world: world.windows.win_accumulate, twin=EAGER)
 def win_accumulate(
-    x: Any,
+    run: Runner[bool],
+    x: ArrayLike,
     name: str,
-    self_weight: Any = None,
-    dst_weights: Any = None,
+    self_weight: SelfWeight = None,
+    dst_weights: Weights = None,
     require_mutex: bool = False,
 ) -> bool:
     """Like :func:`win_put`, but add ``dst_weights[j] * x`` to the buffers at ``j``."""
+    return run()(x, name, self_weight, dst_weights, require_mutex)
 
 
 win_accumulate_nonblocking = win_accumulate.nonblocking
 
 
 @public_op("WIN_GET", route=lambda world: world.windows.win_get, twin=EAGER)
-def win_get(name: str, src_weights: Any = None, require_mutex: bool = False) -> bool:
+def win_get(
+    run: Runner[bool], name: str, src_weights: Weights = None, require_mutex: bool = False
+) -> bool:
     """Fetch ``src_weights[j] *`` (in-neighbor ``j``'s exposed value) into ``j``'s buffer.
 
     An agent's exposed value is its registered ``x`` as it stood after its own last window
     op (create, put, accumulate or update). ``src_weights``: dict or list of in-neighbor
     ranks; default every in-neighbor, weight 1. ``require_mutex`` holds ``j``'s mutex.
     """
+    return run()(name, src_weights, require_mutex)
 
 
 win_get_nonblocking = win_get.nonblocking
@@ -120,13 +131,14 @@ win_get_nonblocking = win_get.nonblocking
 
 @public_op("WIN_UPDATE", route=lambda world: world.windows.win_update, twin=None)
 def win_update(
+    run: Runner[Value],
     name: str,
-    self_weight: Any = None,
-    neighbor_weights: Any = None,
+    self_weight: SelfWeight = None,
+    neighbor_weights: Weights = None,
     reset: bool = False,
     clone: bool = False,
     require_mutex: bool = False,
-) -> Any:
+) -> Value:
     """Return ``self_weight * x + sum_j neighbor_weights[j] * buffer_j`` (ascending ``j``).
 
     Default weights: the topology's, as :func:`neighbor_allreduce` uses (give both or
@@ -136,21 +148,23 @@ def win_update(
     versions of the buffers read go back to 0. ``require_mutex`` holds this agent's own
     mutex, so no neighbor writes meanwhile.
     """
+    return run()(name, self_weight, neighbor_weights, reset, clone, require_mutex)
 
 
 @public_op(
     "WIN_UPDATE_THEN_COLLECT", route=lambda world: world.windows.win_update_then_collect, twin=None
 )
-def win_update_then_collect(name: str, require_mutex: bool = True) -> Any:
+def win_update_then_collect(run: Runner[Value], name: str, require_mutex: bool = True) -> Value:
     """Add every buffer to ``x`` and zero the buffers, atomically under the own mutex.
 
     ``win_update(name, 1, {j: 1 for every in-neighbor j}, reset=True)``: with
     :func:`win_accumulate` this moves mass without losing or duplicating any (push-sum).
     """
+    return run()(name, require_mutex)
 
 
 def win_mutex(
-    name: str, for_self: bool = False, ranks: Any = None
+    name: str, for_self: bool = False, ranks: Sequence[int] | None = None
 ) -> contextlib.AbstractContextManager[Any]:
     """Context manager holding the window mutexes of ``ranks`` (default: out-neighbors).
 
@@ -202,7 +216,7 @@ def set_asynchrony(
     activation: str = "all",
     *,
     p_active: float = 0.5,
-    speeds: Any = None,
+    speeds: Sequence[float] | np.ndarray | None = None,
     max_delay: int = 0,
     loss: float = 0.0,
     seed: int | None = None,

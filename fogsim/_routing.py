@@ -1,57 +1,63 @@
 """Public communication ops, each declared once and routed by a typed reference to its part.
 
-A public op is declared once, as a function whose signature and docstring are the public
-ones and whose body checks what does not depend on the backend (or is empty), with the route
-to the part method that implements it::
+A public op is declared once, as a function whose first parameter is its *runner* and whose
+other parameters, annotations and docstring are the public ones. Its body checks what does not
+depend on the backend and ends by handing the op's positional parameters, in their declared
+order, to the runner::
 
     @public_op(
         "ALLGATHER",
         route=lambda world: world.collectives.allgather,
         twin=lambda world: world.collectives.allgather_nonblocking,
     )
-    def allgather(x: ArrayLike, name: str | None = None) -> Value:
+    def allgather(run: Runner, x: ArrayLike, name: str | None = None) -> Value:
         \"\"\"Return every agent's ``x`` concatenated ...\"\"\"
+        return run(x, name)
 
     allgather_nonblocking = allgather.nonblocking
 
 A route is a function of the world (:class:`~fogsim.backends.Backend`) returning the bound
 method of one of its parts (:mod:`fogsim.backends._parts`), so mypy checks that the part has
-it and that it takes the declared parameters; nothing is looked up by name. :func:`public_op`
-turns the declaration into the public function: the declared function runs first (so a call
-that does not fit the public signature is a ``TypeError`` naming the public op, and the body's
-checks apply); then, on a running :mod:`~fogsim.timeline`, a span labelled ``label`` (named
-by the call's ``name``, else the op's own name) opens around the call of the route on the
-current world. What the body returns says which call:
+it; nothing is looked up by name and no source is compiled. :func:`public_op` makes two public
+functions of the declaration, each the declared function with its runner bound first
+(``functools.partial``, so arguments bind at C speed and a call that does not fit is Python's
+own ``TypeError`` naming the op): the blocking op, and its ``*_nonblocking`` twin
+(``op.nonblocking``, the declared function under the twin's name).
 
-* ``None``: the route, with the declared positional parameters (defaults filled in);
-* a tuple: the route, with the tuple as its positional arguments (an op whose public
-  arguments the part does not take, e.g. ``check_weights=``);
-* a :class:`Call`: another route or function, span label or context (a variant of the op,
-  such as ``allreduce(is_hierarchical_local=True)``; the weight checks' context).
+The blocking op's runner calls the route on the current world, under a timeline span labelled
+``label`` on the track of the call's ``name`` (else the op's own name) when a
+:mod:`~fogsim.timeline` runs. The twin's runner calls ``twin``, which returns a
+:class:`~fogsim.Handle`, under the span ``ENQUEUE_<label>``; with ``twin=EAGER`` it runs the
+blocking route at once and returns a completed handle; ``twin=None`` makes no twin. A body
+that chooses another call (a variant of the op, such as ``allreduce(is_hierarchical_local=
+True)``) returns ``run.variant(route, args, label)`` (run now, also from the twin, which then
+returns a completed handle), or ``run.plain(function, args, label)`` for a function written
+against the public API (compressed gossip).
 
-The ``*_nonblocking`` twin (``op.nonblocking``) has the same checks, the span
-``ENQUEUE_<label>``, and calls ``twin``, which returns a :class:`~fogsim.Handle`; without a
-``twin`` route (``twin=EAGER``) it runs the blocking route and returns a completed handle, as
-does a :class:`Call` with ``eager=True``. ``twin=None`` makes no twin. Adding an op is one
-declaration here and one method on the part that implements it. The functions that only read
-or set the world's state (``size()``, ``set_topology()``, ``win_names()``, ...) call the world
-directly and open no span; ``wait()`` and ``poll()`` act on a handle.
-
-Ops called in tight loops (``neighbor_allreduce``, ``allreduce`` and their twins) are
-declared ``hot=True``: their body returns the positional parameters as given whenever every
-keyword-only parameter is left at its default (a test checks this of each hot op), so a call
-that passes no keyword-only argument skips the body and calls the route with the arguments
-as given: what a hand-written wrapper costs.
+Adding an op is one declaration here and one method on the part that implements it. The
+functions that only read or set the world's state (``size()``, ``set_topology()``,
+``win_names()``, ...) call the world directly and open no span; ``wait()`` and ``poll()`` act
+on a handle.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
+import types
 from collections.abc import Callable
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Final, Generic, NamedTuple, ParamSpec, Protocol, TypeVar
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Final,
+    Generic,
+    NamedTuple,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+)
 
 from . import _context
 from . import timeline as _timeline
@@ -60,10 +66,20 @@ from ._handles import Handle
 if TYPE_CHECKING:
     from .backends import Backend
 
-__all__ = ["EAGER", "Call", "PublicOp", "Route", "public_op", "routed_call"]
+__all__ = [
+    "DECLARED_OPS",
+    "EAGER",
+    "Declared",
+    "PublicOp",
+    "Route",
+    "Runner",
+    "public_op",
+    "routed_call",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R", covariant=True)
+T = TypeVar("T")
 
 #: A typed reference from the world to the part method that runs an op.
 Route = Callable[["Backend"], Callable[..., Any]]
@@ -80,17 +96,44 @@ class _Eager:
 EAGER: Final = _Eager()
 
 
-class Call(NamedTuple):
-    """The call a declared op's body chose for one call."""
+class Runner(Protocol[R]):
+    """What a declared op hands its arguments to (see the module docstring).
 
-    # a route (a function of the world) or, with ``plain``, a function written against the
-    # public API (e.g. compressed gossip); None: the op's own route (its twin's when started)
-    route: Route | Callable[..., Any] | None
-    args: tuple[Any, ...]  # its positional arguments
-    label: str | None = None  # the span's label, when not the op's
-    context: contextlib.AbstractContextManager[Any] | None = None  # held around the call
-    eager: bool = False  # the twin runs the blocking call now and returns a completed handle
-    plain: bool = False  # ``route`` is a plain function, called with ``args`` as they are
+    Typed by what the blocking op returns; the twin's runner returns its handle instead.
+    """
+
+    #: The public function's name (``allreduce`` or ``allreduce_nonblocking``).
+    op: str
+
+    def __call__(self) -> Callable[..., R]:
+        """Return what runs the op on the current world, to be called with the op's
+        positional parameters in their declared order: the part method itself, or, while a
+        timeline runs (or for an eager twin), a function that calls it under the span."""
+        ...
+
+    def variant(self, route: Route, args: tuple[Any, ...], label: str) -> R:
+        """Run ``route`` with ``args`` now, under the span ``label``; from the twin, return
+        a completed handle."""
+        ...
+
+    def plain(self, function: Callable[..., Any], args: tuple[Any, ...], label: str) -> R:
+        """Run ``function(*args)`` now, under the span ``label``; from the twin, return a
+        completed handle."""
+        ...
+
+
+class Declared(NamedTuple):
+    """One declared op: its name, span label, routes, and public signature."""
+
+    name: str
+    label: str
+    route: Route
+    twin: Route | _Eager | None
+    signature: inspect.Signature
+
+
+#: Every op declared with :func:`public_op`, in declaration order.
+DECLARED_OPS: list[Declared] = []
 
 
 class PublicOp(Protocol, Generic[P, R]):
@@ -108,150 +151,117 @@ def public_op(
     twin: Route | _Eager | None = EAGER,
     twin_doc: str | None = None,
     twin_track: str | None = None,
-    hot: bool = False,
-) -> Callable[[Callable[P, R]], PublicOp[P, R]]:
+) -> Callable[[Callable[Concatenate[Runner[T], P], T]], PublicOp[P, T]]:
     """Return the decorator that makes a declared op public (see the module docstring).
 
     ``route``: the part method of the blocking op; ``twin``: that of the nonblocking op
     (:data:`EAGER`: the blocking op, run at once; None: no twin). ``twin_doc`` replaces the
     twin's generated docstring; ``twin_track`` names the twin's span when the call gives no
-    ``name`` (default ``enqueue_<op>``). ``hot``: see the module docstring.
+    ``name`` (default ``enqueue_<op>``).
     """
 
-    def decorate(spec: Callable[P, R]) -> PublicOp[P, R]:
-        signature = inspect.signature(spec)
-        shape = _Shape(spec, signature, hot)
-        op: Any = _routed(shape, label, spec.__name__, route, None)
+    def decorate(declared: Callable[Concatenate[Runner[T], P], T]) -> PublicOp[P, T]:
+        name = declared.__name__
+        signature = inspect.signature(declared)
+        params = list(signature.parameters.values())[1:]  # after the runner
+        positional = [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
+        where = positional.index("name") if "name" in positional else None
+        public = signature.replace(parameters=params)
+        DECLARED_OPS.append(Declared(name, label, route, twin, public))
+        run = _runner(name, name, label, route, None, name, where)
+        op: Any = _bound(declared, run, public)
         if twin is not None:
-            nonblocking = _routed(
-                shape, label, twin_track or "enqueue_" + spec.__name__, route, twin
-            )
-            nonblocking.__name__ = nonblocking.__qualname__ = spec.__name__ + "_nonblocking"
-            nonblocking.__doc__ = twin_doc or (
-                f"Start :func:`{spec.__name__}`; return a :class:`~fogsim.Handle` for "
+            twin_name = name + "_nonblocking"
+            track = twin_track or "enqueue_" + name
+            run = _runner(twin_name, name, label, route, twin, track, where)
+            doc = twin_doc or (
+                f"Start :func:`{name}`; return a :class:`~fogsim.Handle` for "
                 ":func:`wait` / :func:`poll`. Same arguments."
             )
-            nonblocking.__signature__ = signature.replace(  # type: ignore[attr-defined]
-                return_annotation="Handle"
-            )
-            op.nonblocking = nonblocking
+            renamed = _renamed(declared, twin_name, doc)
+            op.nonblocking = _bound(renamed, run, public.replace(return_annotation="Handle"))
         return op  # type: ignore[no-any-return]
 
     return decorate
 
 
-class _Shape:
-    """What routing needs of a declaration: its body, and its positional parameters."""
-
-    __slots__ = ("spec", "op", "names", "defaults", "index", "where", "hot")
-
-    def __init__(self, spec: Callable[..., Any], signature: inspect.Signature, hot: bool):
-        kinds = {p.kind for p in signature.parameters.values()}
-        if kinds - {inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY}:
-            raise TypeError(f"{spec.__name__}: a public op takes named parameters only")
-        positional = [
-            p
-            for p in signature.parameters.values()
-            if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
-        ]
-        self.spec = spec
-        self.op = spec.__name__
-        self.names = frozenset(p.name for p in positional)
-        self.defaults = tuple(p.default for p in positional)
-        self.index = {p.name: i for i, p in enumerate(positional)}
-        self.where = self.index.get("name")  # where ``name`` stands among them
-        self.hot = hot
-
-    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
-        """Return the positional parameters of a call that fits the declaration."""
-        if not kwargs:
-            return args + self.defaults[len(args) :]
-        values = list(args) + list(self.defaults[len(args) :])
-        index = self.index
-        for key, value in kwargs.items():
-            if key in index:
-                values[index[key]] = value
-        return tuple(values)
-
-    def name_of(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Return the call's ``name`` argument (None when it has none)."""
-        where = self.where
-        return args[where] if where is not None and len(args) > where else kwargs.get("name")
+def _bound(
+    declared: Callable[..., Any], run: Runner[Any], signature: inspect.Signature
+) -> functools.partial[Any]:
+    """The public function: ``declared`` with its runner bound first."""
+    public = functools.partial(declared, run)
+    public.__name__ = public.__qualname__ = declared.__name__  # type: ignore[attr-defined]
+    public.__module__ = declared.__module__
+    public.__doc__ = declared.__doc__
+    public.__signature__ = signature  # type: ignore[attr-defined]
+    _DECLARED.add(declared.__code__)
+    return public
 
 
-def _routed(
-    shape: _Shape, label: str, default: str, route: Route, twin: Route | _Eager | None
-) -> Callable[..., Any]:
-    """The public function of one op (``twin`` None) or of its twin."""
-    spec, op = shape.spec, shape.op
-    eager = twin is EAGER
-    target: Route = route if twin is None or isinstance(twin, _Eager) else twin
-    span = label if twin is None else "ENQUEUE_" + label
-    hot, names, count = shape.hot, shape.names, len(shape.defaults)
+def _renamed(declared: Callable[..., Any], name: str, doc: str) -> Callable[..., Any]:
+    """``declared`` under another name (the twin's), so that Python's errors name it."""
+    assert isinstance(declared, types.FunctionType)
+    code = declared.__code__.replace(co_name=name, co_qualname=name)
+    twin = types.FunctionType(
+        code, declared.__globals__, name, declared.__defaults__, declared.__closure__
+    )
+    twin.__kwdefaults__ = declared.__kwdefaults__
+    twin.__annotations__ = declared.__annotations__
+    twin.__module__ = declared.__module__
+    twin.__qualname__ = name
+    twin.__doc__ = doc
+    return twin
+
+
+def _runner(
+    public: str,
+    op: str,
+    label: str,
+    route: Route,
+    twin: Route | _Eager | None,
+    track: str,
+    where: int | None,
+) -> Runner[Any]:
+    """The runner of the public function ``public`` (the op ``op``, or its twin)."""
     current = _context.current
+    started = twin is not None
+    eager = isinstance(twin, _Eager)
+    target: Route = twin if twin is not None and not isinstance(twin, _Eager) else route
+    span = "ENQUEUE_" + label if started else label
 
-    def routed(*args: Any, **kwargs: Any) -> Any:
-        # A hot op's call with no keyword-only argument: its body would return the
-        # positional arguments as given, so the route gets them without it.
-        if hot and len(args) <= count and (not kwargs or kwargs.keys() <= names):
-            fn = target(current().backend)
-            tl = _timeline.active
-            if tl is None and not eager:
-                return fn(*args, **kwargs)
-            call_args: tuple[Any, ...] = args
-            call_kwargs = kwargs
-        else:
-            call = spec(*args, **kwargs)  # the public signature, and the op's own checks
-            if call is None:
-                call_args, call_kwargs = shape.bind(args, kwargs), {}
-            elif type(call) is tuple:
-                call_args, call_kwargs = call, {}
-            else:
-                return _special(call, args, kwargs)
-            fn = target(current().backend)
-            tl = _timeline.active
-            if tl is None and not eager:
-                return fn(*call_args)
-        name = shape.name_of(args, kwargs)
-        if eager:
-            result = _spanned(fn, call_args, call_kwargs, label, name or op)
-            return Handle.completed(op, result, name)
-        return _spanned(fn, call_args, call_kwargs, span, name or default)
+    def run() -> Callable[..., Any]:
+        fn = target(current().backend)
+        if _timeline.active is None and not eager:
+            return fn  # the part method itself: no frame of ours under it
+        return functools.partial(_traced, fn)
 
-    def _special(call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        name = shape.name_of(args, kwargs)
-        world = current().backend
-        if call.plain:
-            fn = call.route
-        elif call.route is None:  # the op's own route, with other arguments or context
-            fn = target(world)
-        else:
-            fn = call.route(world)  # type: ignore[call-arg]
-        assert fn is not None
-        with call.context or contextlib.nullcontext():
-            if twin is None:
-                return _spanned(fn, call.args, {}, call.label or label, name or default)
-            if eager or call.eager:  # runs now, as the blocking op: a completed handle
-                blocking = fn if call.plain or call.route is not None else route(world)
-                result = _spanned(blocking, call.args, {}, call.label or label, name or op)
-                return Handle.completed(op, result, name)
-            return _spanned(fn, call.args, {}, "ENQUEUE_" + (call.label or label), name or default)
+    def _traced(fn: Callable[..., Any], *args: Any) -> Any:
+        name = args[where] if where is not None else None
+        if eager:  # the blocking route, under the twin's span: a completed handle
+            return Handle.completed(op, _spanned(fn, args, span, name or track), name)
+        return _spanned(fn, args, span, name or track)
 
-    functools.update_wrapper(routed, spec)
-    _ROUTED[routed.__code__] = None
-    return routed
+    def variant(route: Route, args: tuple[Any, ...], label: str) -> Any:
+        return plain(route(current().backend), args, label)
+
+    def plain(function: Callable[..., Any], args: tuple[Any, ...], label: str) -> Any:
+        name = args[where] if where is not None and where < len(args) else None
+        result = _spanned(function, args, label, name or op)
+        return Handle.completed(op, result, name) if started else result
+
+    runner: Any = run
+    runner.op, runner.variant, runner.plain = public, variant, plain
+    return runner  # type: ignore[no-any-return]
 
 
-def _spanned(
-    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], label: str, track: Any
-) -> Any:
-    """Call ``fn`` under the timeline span ``label`` on the track ``track``, if one runs."""
+def _spanned(fn: Callable[..., Any], args: tuple[Any, ...], label: str, track: Any) -> Any:
+    """Call ``fn(*args)`` under the timeline span ``label`` on ``track``, if a timeline runs."""
     tl = _timeline.active
     if tl is None:
-        return fn(*args, **kwargs)
+        return fn(*args)
     tid = tl.op_begin(label, track)  # no ``with`` object: ~0.2 us less
     try:
-        return fn(*args, **kwargs)
+        return fn(*args)
     finally:
         tl.op_end(tid)
 
@@ -259,16 +269,16 @@ def _spanned(
 def routed_call(frame: FrameType) -> tuple[str, str | None] | None:
     """Return the public op and ``name=`` of a routed call's frame, or None for another frame.
 
-    For reports that read the stack (a stalled wait names the op it waits in): every routed
-    op runs in the one function ``routed`` of :func:`_routed`, whose locals say which op.
+    For reports that read the stack (a stalled wait names the op it waits in): every public
+    op made here runs in its declared function, whose locals hold its runner and ``name``.
     """
-    if frame.f_code not in _ROUTED:
+    if frame.f_code not in _DECLARED:
         return None
     local = frame.f_locals
-    shape: _Shape = local["shape"]
-    name = shape.name_of(local["args"], local["kwargs"])
-    op = shape.op if local["twin"] is None else shape.op + "_nonblocking"
+    run: Runner[Any] | None = local.get("run")
+    name = local.get("name")
+    op = frame.f_code.co_name if run is None else run.op
     return op, name if isinstance(name, str) else None
 
 
-_ROUTED: dict[Any, None] = {}  # the code of the public functions made here
+_DECLARED: set[Any] = set()  # the code of the declared functions (and of their twins)

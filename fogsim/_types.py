@@ -8,7 +8,7 @@ leading agent axis (one array or tensor for all agents); distributed it is this 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, TypeAlias, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -35,8 +35,10 @@ __all__ = [
 ArrayLike = Union[npt.ArrayLike, "torch.Tensor"]
 
 #: A value an op returns: a numpy array or a torch tensor (the type it was given), or, where
-#: agents' results differ in length in simulation, a list of them.
-Value = Union[np.ndarray, "torch.Tensor", list[Any]]
+#: agents' results differ in length in simulation, a list of them. Typed as ``Any`` for
+#: type checkers, so that a caller's code written for its own type (``y.mean(axis=0)`` on an
+#: array, ``y.mean(dim=0)`` on a tensor) needs no narrowing.
+Value: TypeAlias = Any
 
 #: An n x n weight matrix for one step (``W[i, j]``: what agent i applies to agent j's value).
 WeightMatrix = Union[np.ndarray, "scipy.sparse.sparray", "scipy.sparse.spmatrix", "Topology"]

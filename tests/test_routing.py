@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import fogsim as fs
+from fogsim import _api, _api_windows, _routing  # noqa: F401 - their ops are declared on import
 from fogsim import timeline as TL
 from tests.test_timeline import check_trace
 
@@ -62,7 +63,7 @@ def test_a_call_that_does_not_fit_names_the_public_op(world):
         fs.broadcast(x)
     with pytest.raises(TypeError, match=r"allgather\(\) got an unexpected keyword argument"):
         fs.allgather(x, root=0)
-    with pytest.raises(TypeError, match=r"win_put\(\) missing"):
+    with pytest.raises(TypeError, match=r"win_put_nonblocking\(\) missing"):
         fs.win_put_nonblocking(x)
 
 
@@ -130,33 +131,35 @@ def test_variants_and_checks_are_routed_too(world, tmp_path):
         assert pair in seen, (pair, sorted(seen))
 
 
-@pytest.mark.parametrize(
-    ("op", "hot_kwargs", "cold_kwargs"),
-    [
-        (
-            fs.neighbor_allreduce,
-            {"check_weights": True},
-            {"check_weights": False},
-        ),
-        (
-            fs.allreduce,
-            {"is_hierarchical_local": False, "algorithm": None, "factors": None},
-            {"is_hierarchical_local": True},
-        ),
-    ],
-)
-def test_hot_ops_skip_only_a_body_that_returns_the_arguments(op, hot_kwargs, cold_kwargs):
-    # A hot op calls the backend without its declared body where the hot condition holds;
-    # that is right only if the body would have returned the positional arguments as given.
-    body = op.__wrapped__
-    params = [
+class _Parts:
+    """A world whose parts are the part protocols themselves: a route then returns the
+    protocol's declaration of the method it calls."""
+
+    from fogsim.backends._parts import Collectives as collectives
+    from fogsim.backends._parts import Machines as machines
+    from fogsim.backends._parts import Neighbors as neighbors
+    from fogsim.backends._windows import WindowPart as windows
+
+
+def _parameters(method):
+    return [p.name for p in inspect.signature(method).parameters.values()][1:]  # after self
+
+
+@pytest.mark.parametrize("declared", _routing.DECLARED_OPS, ids=lambda d: d.name)
+def test_each_route_reaches_a_part_method_with_the_public_parameters(declared):
+    # The runner hands the part method the op's positional parameters in declared order.
+    public = [
         p.name
-        for p in inspect.signature(body).parameters.values()
+        for p in declared.signature.parameters.values()
         if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
     ]
-    given = tuple(object() for _ in params)  # any values: the body must pass them through
-    assert body(*given, **hot_kwargs) == given
-    assert type(body(*given, **cold_kwargs)) is not tuple  # elsewhere the body decides
+    method = declared.route(_Parts)
+    assert method.__name__ == declared.name
+    assert _parameters(method) == public
+    if callable(declared.twin):
+        twin = declared.twin(_Parts)
+        assert twin.__name__ == declared.name + "_nonblocking"
+        assert _parameters(twin) == public
 
 
 def test_hot_ops_keep_their_public_signature_errors():
