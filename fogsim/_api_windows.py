@@ -70,7 +70,7 @@ def win_free(run: Runner[bool], name: str | None = None) -> bool:
 
 def win_names() -> list[str]:
     """Return the names of the windows that exist, in creation order."""
-    return _backend().win_names()
+    return _backend().windows.win_names()
 
 
 @public_op("WIN_PUT", route=lambda world: world.windows.win_put, twin=EAGER)
@@ -173,7 +173,8 @@ def win_mutex(
     for a mutex another agent holds is under the stall guard: after
     ``FOGSIM_STALL_TIMEOUT`` seconds it raises :class:`fogsim.StallError` naming the holder.
     """
-    mutexes: contextlib.AbstractContextManager[Any] = _backend().win_mutex(name, for_self, ranks)
+    windows = _backend().windows
+    mutexes: contextlib.AbstractContextManager[Any] = windows.win_mutex(name, for_self, ranks)
     return mutexes
 
 
@@ -183,7 +184,7 @@ def get_win_version(name: str) -> Any:
     Puts and accumulates by the neighbor and gets by this agent count; in simulation a
     list of n dicts.
     """
-    return _backend().get_win_version(name)
+    return _backend().windows.get_win_version(name)
 
 
 def win_associated_p(name: str) -> Any:
@@ -194,12 +195,12 @@ def win_associated_p(name: str) -> Any:
     while :func:`set_win_ops_with_associated_p` is on, every window op applies to ``p`` what
     it applies to ``x`` (scaled, sent, accumulated, combined).
     """
-    return _backend().win_associated_p(name)
+    return _backend().windows.win_associated_p(name)
 
 
 def set_win_ops_with_associated_p(enabled: bool) -> None:
     """Switch whether window ops also carry the push-sum weight ``p`` (default off)."""
-    _backend().set_win_ops_with_associated_p(enabled)
+    _backend().windows.set_win_ops_with_associated_p(enabled)
 
 
 def win_wait(handle: Handle) -> Any:

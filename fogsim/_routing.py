@@ -178,8 +178,8 @@ def public_op(
                 f"Start :func:`{name}`; return a :class:`~fogsim.Handle` for "
                 ":func:`wait` / :func:`poll`. Same arguments."
             )
-            renamed = _renamed(declared, twin_name, doc)
-            op.nonblocking = _bound(renamed, run, public.replace(return_annotation="Handle"))
+            twin_fn = renamed(declared, twin_name, doc)
+            op.nonblocking = _bound(twin_fn, run, public.replace(return_annotation="Handle"))
         return op  # type: ignore[no-any-return]
 
     return decorate
@@ -189,17 +189,25 @@ def _bound(
     declared: Callable[..., Any], run: Runner[Any], signature: inspect.Signature
 ) -> functools.partial[Any]:
     """The public function: ``declared`` with its runner bound first."""
-    public = functools.partial(declared, run)
+    _DECLARED.add(declared.__code__)
+    return bind_first(declared, run, signature)
+
+
+def bind_first(
+    declared: Callable[..., Any], first: Any, signature: inspect.Signature
+) -> functools.partial[Any]:
+    """``declared`` with ``first`` bound as its first argument, shown as ``declared`` with
+    ``signature`` (a declaration's public function)."""
+    public = functools.partial(declared, first)
     public.__name__ = public.__qualname__ = declared.__name__  # type: ignore[attr-defined]
     public.__module__ = declared.__module__
     public.__doc__ = declared.__doc__
     public.__signature__ = signature  # type: ignore[attr-defined]
-    _DECLARED.add(declared.__code__)
     return public
 
 
-def _renamed(declared: Callable[..., Any], name: str, doc: str) -> Callable[..., Any]:
-    """``declared`` under another name (the twin's), so that Python's errors name it."""
+def renamed(declared: Callable[..., Any], name: str, doc: str) -> Callable[..., Any]:
+    """``declared`` under another name (a twin's), so that Python's errors name it."""
     assert isinstance(declared, types.FunctionType)
     code = declared.__code__.replace(co_name=name, co_qualname=name)
     twin = types.FunctionType(

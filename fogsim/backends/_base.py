@@ -16,7 +16,6 @@ from typing import Any, ClassVar
 
 from .. import _weightcheck
 from .._arrays import check_name
-from .._handles import Handle
 from .._jit import check_axes, compiled
 from ..topology import Topology, as_topology
 from ._parts import Capabilities, Collectives, Machines, Neighbors
@@ -125,10 +124,11 @@ class Backend(abc.ABC):
         """Validate and install ``topology``; then let the backend derive what it needs."""
         if not isinstance(is_weighted, bool):
             raise TypeError(f"is_weighted must be a bool, got {type(is_weighted).__name__}")
-        if self.win_names():
+        windows = self.windows.win_names()
+        if windows:
             raise ValueError(
-                f"set_topology: windows {self.win_names()} exist; a window's buffers follow "
-                "the topology it was created on, so win_free() them first"
+                f"set_topology: windows {windows} exist; a window's buffers follow the "
+                "topology it was created on, so win_free() them first"
             )
         if callable(topology) and not isinstance(topology, Topology):
             topology = topology(self.size_int)
@@ -257,35 +257,6 @@ class Backend(abc.ABC):
         """Return the machines this agent's machine sends to (per agent in simulation)."""
         return self.load_machine_topology().out_neighbors(int(self.machine_rank()))
 
-    def hierarchical_neighbor_allreduce(
-        self,
-        x: Any,
-        self_weight: Any = None,
-        src_machine_weights: Any = None,
-        dst_machine_weights: Any = None,
-        enable_topo_check: bool = True,
-        name: str | None = None,
-    ) -> Any:
-        """Machine average, neighbor average among machines, the same result machine-wide."""
-        raise ValueError(
-            f"hierarchical_neighbor_allreduce: the {self.name} backend does not have it"
-        )
-
-    def hierarchical_neighbor_allreduce_nonblocking(
-        self,
-        x: Any,
-        self_weight: Any = None,
-        src_machine_weights: Any = None,
-        dst_machine_weights: Any = None,
-        enable_topo_check: bool = True,
-        name: str | None = None,
-    ) -> Handle:
-        """Start :meth:`hierarchical_neighbor_allreduce` and return a :class:`~fogsim.Handle`."""
-        result = self.hierarchical_neighbor_allreduce(
-            x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
-        )
-        return Handle.completed("hierarchical_neighbor_allreduce", result, name)
-
     def _start_machine_op(
         self, op: str, name: Any, enable_topo_check: Any = True, average: Any = True
     ) -> None:
@@ -308,20 +279,6 @@ class Backend(abc.ABC):
             return check_factors(factors, self.size_int), None
         except (TypeError, ValueError) as exc:
             return None, exc
-
-    def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
-        """Return the average (or sum) of ``x`` over this agent's machine."""
-        raise ValueError(
-            f"allreduce(is_hierarchical_local=True): the {self.name} backend does not have it"
-        )
-
-    def decomposed_allreduce(
-        self, x: Any, average: bool, name: str | None, factors: tuple[int, ...] | None
-    ) -> Any:
-        """Return :meth:`allreduce` computed in reduce-scatter/all-gather stages."""
-        raise ValueError(
-            f"allreduce(algorithm='decomposed'): the {self.name} backend does not have it"
-        )
 
     # -- agent-local data -----------------------------------------------------------------
     @abc.abstractmethod
@@ -346,185 +303,6 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def global_view(self, x: Any) -> Any:
         """Return every agent's ``x`` stacked along a new leading axis, on every agent."""
-
-    # -- collective ops -------------------------------------------------------------------
-    @abc.abstractmethod
-    def allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
-        """Return the average (or sum) over all agents of ``x``."""
-
-    @abc.abstractmethod
-    def allgather(self, x: Any, name: str | None = None) -> Any:
-        """Return all agents' ``x`` concatenated along the first dimension, in rank order."""
-
-    @abc.abstractmethod
-    def broadcast(self, x: Any, root_rank: int, name: str | None = None) -> Any:
-        """Return agent ``root_rank``'s ``x`` on every agent."""
-
-    @abc.abstractmethod
-    def neighbor_allreduce(
-        self,
-        x: Any,
-        self_weight: Any = None,
-        src_weights: Any = None,
-        dst_weights: Any = None,
-        enable_topo_check: bool = True,
-        name: str | None = None,
-    ) -> Any:
-        """Return the weighted average of own and in-neighbors' values."""
-
-    @abc.abstractmethod
-    def neighbor_allgather(
-        self, x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
-    ) -> Any:
-        """Return the in-neighbors' values concatenated along the first dimension."""
-
-    @abc.abstractmethod
-    def barrier(self) -> None:
-        """Block until every agent has reached the barrier."""
-
-    # -- nonblocking twins: eager by default; runtimes that overlap override these --------
-    def allreduce_nonblocking(self, x: Any, average: bool = True, name: str | None = None):
-        """Start :meth:`allreduce` and return a :class:`~fogsim.Handle`."""
-        return Handle.completed("allreduce", self.allreduce(x, average, name), name)
-
-    def allgather_nonblocking(self, x: Any, name: str | None = None) -> Handle:
-        """Start :meth:`allgather` and return a :class:`~fogsim.Handle`."""
-        return Handle.completed("allgather", self.allgather(x, name), name)
-
-    def broadcast_nonblocking(self, x: Any, root_rank: int, name: str | None = None) -> Handle:
-        """Start :meth:`broadcast` and return a :class:`~fogsim.Handle`."""
-        return Handle.completed("broadcast", self.broadcast(x, root_rank, name), name)
-
-    def neighbor_allreduce_nonblocking(
-        self,
-        x: Any,
-        self_weight: Any = None,
-        src_weights: Any = None,
-        dst_weights: Any = None,
-        enable_topo_check: bool = True,
-        name: str | None = None,
-    ) -> Handle:
-        """Start :meth:`neighbor_allreduce` and return a :class:`~fogsim.Handle`."""
-        result = self.neighbor_allreduce(
-            x, self_weight, src_weights, dst_weights, enable_topo_check, name
-        )
-        return Handle.completed("neighbor_allreduce", result, name)
-
-    def neighbor_allgather_nonblocking(
-        self, x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
-    ) -> Handle:
-        """Start :meth:`neighbor_allgather` and return a :class:`~fogsim.Handle`."""
-        result = self.neighbor_allgather(x, src_ranks, dst_ranks, name)
-        return Handle.completed("neighbor_allgather", result, name)
-
-    def barrier_nonblocking(self) -> Handle:
-        """Start :meth:`barrier` and return a :class:`~fogsim.Handle`."""
-        self.barrier()
-        return Handle.completed("barrier", None)
-
-    # -- one-sided window ops (see fogsim.win_create), run by the ``windows`` part --------
-    def win_create(self, x: Any, name: str, zero_init: bool = False) -> bool:
-        """Create the window ``name`` for ``x`` (collective)."""
-        return self.windows.win_create(x, name, zero_init)
-
-    def win_free(self, name: str | None = None) -> bool:
-        """Free the window ``name``, or all windows (collective)."""
-        return self.windows.win_free(name)
-
-    def win_names(self) -> list[str]:
-        """Return the names of the existing windows in creation order."""
-        return self.windows.win_names()
-
-    def win_put(
-        self,
-        x: Any,
-        name: str,
-        self_weight: Any = None,
-        dst_weights: Any = None,
-        require_mutex: bool = False,
-    ) -> bool:
-        """Write weighted ``x`` into the out-neighbors' buffers; scale ``x`` in place."""
-        return self.windows.win_put(x, name, self_weight, dst_weights, require_mutex)
-
-    def win_accumulate(
-        self,
-        x: Any,
-        name: str,
-        self_weight: Any = None,
-        dst_weights: Any = None,
-        require_mutex: bool = False,
-    ) -> bool:
-        """Add weighted ``x`` to the out-neighbors' buffers; scale ``x`` in place."""
-        return self.windows.win_accumulate(x, name, self_weight, dst_weights, require_mutex)
-
-    def win_get(self, name: str, src_weights: Any = None, require_mutex: bool = False) -> bool:
-        """Fetch the in-neighbors' exposed values into this agent's buffers."""
-        return self.windows.win_get(name, src_weights, require_mutex)
-
-    def win_update(
-        self,
-        name: str,
-        self_weight: Any = None,
-        neighbor_weights: Any = None,
-        reset: bool = False,
-        clone: bool = False,
-        require_mutex: bool = False,
-    ) -> Any:
-        """Combine the registered value with the buffers."""
-        return self.windows.win_update(
-            name, self_weight, neighbor_weights, reset, clone, require_mutex
-        )
-
-    def win_update_then_collect(self, name: str, require_mutex: bool = True) -> Any:
-        """Add every buffer to the registered value and zero the buffers."""
-        return self.windows.win_update_then_collect(name, require_mutex)
-
-    def win_mutex(self, name: str, for_self: bool = False, ranks: Any = None) -> Any:
-        """Context manager holding window mutexes."""
-        return self.windows.win_mutex(name, for_self, ranks)
-
-    def get_win_version(self, name: str) -> Any:
-        """Return the per in-neighbor write counts since the last update."""
-        return self.windows.get_win_version(name)
-
-    def win_associated_p(self, name: str) -> Any:
-        """Return the push-sum weight carried by the window."""
-        return self.windows.win_associated_p(name)
-
-    def set_win_ops_with_associated_p(self, enabled: bool) -> None:
-        """Switch whether window ops carry the push-sum weight."""
-        self.windows.set_win_ops_with_associated_p(enabled)
-
-    def win_put_nonblocking(
-        self,
-        x: Any,
-        name: str,
-        self_weight: Any = None,
-        dst_weights: Any = None,
-        require_mutex: bool = False,
-    ) -> Handle:
-        """Start :meth:`win_put` and return a :class:`~fogsim.Handle`."""
-        result = self.win_put(x, name, self_weight, dst_weights, require_mutex)
-        return Handle.completed("win_put", result, name)
-
-    def win_accumulate_nonblocking(
-        self,
-        x: Any,
-        name: str,
-        self_weight: Any = None,
-        dst_weights: Any = None,
-        require_mutex: bool = False,
-    ) -> Handle:
-        """Start :meth:`win_accumulate` and return a :class:`~fogsim.Handle`."""
-        result = self.win_accumulate(x, name, self_weight, dst_weights, require_mutex)
-        return Handle.completed("win_accumulate", result, name)
-
-    def win_get_nonblocking(
-        self, name: str, src_weights: Any = None, require_mutex: bool = False
-    ) -> Handle:
-        """Start :meth:`win_get` and return a :class:`~fogsim.Handle`."""
-        result = self.win_get(name, src_weights, require_mutex)
-        return Handle.completed("win_get", result, name)
 
     def set_asynchrony(self, activation: str = "all", **options: Any) -> None:
         """Model asynchrony (simulators); real runtimes check the arguments, then ignore them.

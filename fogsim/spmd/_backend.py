@@ -21,6 +21,7 @@ import numpy as np
 from .. import _arrays, _context, _settings
 from .._arrays import wrap_like
 from ..backends._base import OneAgentEach, launched_size
+from ..backends._parts import Capabilities, Collectives, Machines, Neighbors
 from ..backends.sim import SimBackend
 from ..topology import Topology
 from ._collect import (
@@ -51,15 +52,116 @@ def _key(value: Any) -> Any:
     return value
 
 
+class _Agent:
+    """What an SPMD part needs: the run's world and this agent's rank."""
+
+    __slots__ = ("world", "rank")
+
+    def __init__(self, world: World, rank: int) -> None:
+        self.world = world
+        self.rank = rank
+
+    def meet(self, op: str, args: Any, execute: Execute) -> Any:
+        return self.world.meet(self.rank, op, args, execute)
+
+
+class SpmdCollectives(Collectives):
+    """One agent's collectives: each a rendezvous that runs the simulator's op once."""
+
+    def __init__(self, agent: _Agent) -> None:
+        self._agent = agent
+
+    def allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
+        _arrays.check_name(name)
+        return self._agent.meet(label("allreduce", name), (x, average), _allreduce)
+
+    def allgather(self, x: Any, name: str | None = None) -> Any:
+        _arrays.check_name(name)
+        return self._agent.meet(label("allgather", name), x, _allgather)
+
+    def broadcast(self, x: Any, root_rank: int, name: str | None = None) -> Any:
+        _arrays.check_name(name)
+        return self._agent.meet(label("broadcast", name), (x, root_rank), _broadcast)
+
+    def barrier(self) -> None:
+        self._agent.meet("barrier", None, _barrier)
+
+
+class SpmdNeighbors(Neighbors):
+    """One agent's neighbor ops: each a rendezvous that runs the simulator's op once."""
+
+    def __init__(self, agent: _Agent) -> None:
+        self._agent = agent
+
+    def neighbor_allreduce(
+        self,
+        x: Any,
+        self_weight: Any = None,
+        src_weights: Any = None,
+        dst_weights: Any = None,
+        enable_topo_check: bool = True,
+        name: str | None = None,
+    ) -> Any:
+        _arrays.check_name(name)
+        args = (x, self_weight, src_weights, dst_weights, enable_topo_check)
+        return self._agent.meet(label("neighbor_allreduce", name), args, _neighbor_allreduce)
+
+    def neighbor_allgather(
+        self, x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
+    ) -> Any:
+        _arrays.check_name(name)
+        args = (x, src_ranks, dst_ranks)
+        return self._agent.meet(label("neighbor_allgather", name), args, _neighbor_allgather)
+
+
+class SpmdMachines(Machines):
+    """One agent's machine-level ops: each a rendezvous that runs the simulator's op once."""
+
+    def __init__(self, agent: _Agent) -> None:
+        self._agent = agent
+
+    def check(self, op: str) -> None:
+        self._agent.world.sim.machines.check(op)
+
+    def hierarchical_neighbor_allreduce(
+        self,
+        x: Any,
+        self_weight: Any,
+        src_machine_weights: Any,
+        dst_machine_weights: Any,
+        enable_topo_check: bool,
+        name: str | None,
+    ) -> Any:
+        _arrays.check_name(name)
+        args = (x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check)
+        op = label("hierarchical_neighbor_allreduce", name)
+        return self._agent.meet(op, args, _hierarchical_neighbor_allreduce)
+
+    def local_allreduce(self, x: Any, average: bool, name: str | None) -> Any:
+        _arrays.check_name(name)
+        op = label("allreduce(is_hierarchical_local=True)", name)
+        return self._agent.meet(op, (x, average), _local_allreduce)
+
+    def decomposed_allreduce(
+        self, x: Any, average: bool, name: str | None, factors: tuple[int, ...] | None
+    ) -> Any:
+        _arrays.check_name(name)
+        op = label("allreduce(algorithm='decomposed')", name)
+        return self._agent.meet(op, (x, average, factors), _decomposed_allreduce)
+
+
 class SpmdBackend(OneAgentEach):
     """One agent of an SPMD run (see the module docstring).
 
     Created by ``fogsim.init()`` inside an agent thread of :func:`fogsim.spmd.run`
     (registered as backend ``"spmd"``); elsewhere it refuses to start. Its window ops are
-    its ``windows`` part, a :class:`SpmdWindowOps` meeting the other agents the same way.
+    its ``windows`` part, a :class:`SpmdWindowOps` meeting the other agents the same way, as
+    do its other parts (:class:`SpmdCollectives`, :class:`SpmdNeighbors`,
+    :class:`SpmdMachines`).
     """
 
     name = "spmd"
+    capabilities = Capabilities(stacked=False, windows=True)
     windows: SpmdWindowOps
 
     def __init__(
@@ -81,6 +183,10 @@ class SpmdBackend(OneAgentEach):
         self._n: int = self._world.size
         # the run's count wins over init(size=), as a launcher's does
         launched_size(size, self._n, self._rank, f"the SPMD run ({self._n} threads)")
+        agent_parts = _Agent(self._world, self._rank)
+        self.collectives = SpmdCollectives(agent_parts)
+        self.neighbors = SpmdNeighbors(agent_parts)
+        self.machines = SpmdMachines(agent_parts)
         self.windows = SpmdWindowOps(self._world, self._rank)
         self._meet("init", local_size, _init)
 
@@ -124,37 +230,6 @@ class SpmdBackend(OneAgentEach):
     def is_machine_topology_weighted(self) -> bool:
         return self._sim.is_machine_topology_weighted()
 
-    def hierarchical_neighbor_allreduce(
-        self,
-        x: Any,
-        self_weight: Any = None,
-        src_machine_weights: Any = None,
-        dst_machine_weights: Any = None,
-        enable_topo_check: bool = True,
-        name: str | None = None,
-    ) -> Any:
-        _arrays.check_name(name)
-        args = (x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check)
-        return self._meet(
-            label("hierarchical_neighbor_allreduce", name), args, _hierarchical_neighbor_allreduce
-        )
-
-    def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
-        _arrays.check_name(name)
-        return self._meet(
-            label("allreduce(is_hierarchical_local=True)", name), (x, average), _local_allreduce
-        )
-
-    def decomposed_allreduce(
-        self, x: Any, average: bool, name: str | None, factors: tuple[int, ...] | None
-    ) -> Any:
-        _arrays.check_name(name)
-        return self._meet(
-            label("allreduce(algorithm='decomposed')", name),
-            (x, average, factors),
-            _decomposed_allreduce,
-        )
-
     def bytes_sent(self, reset: bool = False) -> int:
         # read outside a rendezvous: no op runs while this agent is outside one
         counts = self._sim.sent.counts
@@ -166,43 +241,6 @@ class SpmdBackend(OneAgentEach):
     # -- agent-local data -----------------------------------------------------------------
     def global_view(self, x: Any) -> Any:
         return self._meet("global_view", x, _global_view)
-
-    # -- collective ops -------------------------------------------------------------------
-    def allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
-        _arrays.check_name(name)
-        return self._meet(label("allreduce", name), (x, average), _allreduce)
-
-    def allgather(self, x: Any, name: str | None = None) -> Any:
-        _arrays.check_name(name)
-        return self._meet(label("allgather", name), x, _allgather)
-
-    def broadcast(self, x: Any, root_rank: int, name: str | None = None) -> Any:
-        _arrays.check_name(name)
-        return self._meet(label("broadcast", name), (x, root_rank), _broadcast)
-
-    def neighbor_allreduce(
-        self,
-        x: Any,
-        self_weight: Any = None,
-        src_weights: Any = None,
-        dst_weights: Any = None,
-        enable_topo_check: bool = True,
-        name: str | None = None,
-    ) -> Any:
-        _arrays.check_name(name)
-        args = (x, self_weight, src_weights, dst_weights, enable_topo_check)
-        return self._meet(label("neighbor_allreduce", name), args, _neighbor_allreduce)
-
-    def neighbor_allgather(
-        self, x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
-    ) -> Any:
-        _arrays.check_name(name)
-        return self._meet(
-            label("neighbor_allgather", name), (x, src_ranks, dst_ranks), _neighbor_allgather
-        )
-
-    def barrier(self) -> None:
-        self._meet("barrier", None, _barrier)
 
     def set_asynchrony(self, activation: str = "all", **options: Any) -> None:
         if options.get("seed") is None:  # the run's seed, as the simulator takes init's
@@ -251,14 +289,14 @@ def _allreduce(world: World, args: Sequence[Any]) -> list[Any]:
     xs, averages = zip(*args, strict=True)
     average = agree("allreduce", [_key(a) for a in averages], "average")
     stacked, kinds = stack("allreduce", xs)
-    return rows(world.sim.allreduce(stacked, average), kinds)
+    return rows(world.sim.collectives.allreduce(stacked, average), kinds)
 
 
 def _local_allreduce(world: World, args: Sequence[Any]) -> list[Any]:
     xs, averages = zip(*args, strict=True)
     average = agree("allreduce", [_key(a) for a in averages], "average")
     stacked, kinds = stack("allreduce", xs)
-    return rows(world.sim.local_allreduce(stacked, average), kinds)
+    return rows(world.sim.machines.local_allreduce(stacked, average, None), kinds)
 
 
 def _decomposed_allreduce(world: World, args: Sequence[Any]) -> list[Any]:
@@ -266,14 +304,14 @@ def _decomposed_allreduce(world: World, args: Sequence[Any]) -> list[Any]:
     average = agree("allreduce", [_key(a) for a in averages], "average")
     agree("allreduce", [_key(f) for f in factors], "factors")
     stacked, kinds = stack("allreduce", xs)
-    return rows(world.sim.decomposed_allreduce(stacked, average, None, factors[0]), kinds)
+    return rows(world.sim.machines.decomposed_allreduce(stacked, average, None, factors[0]), kinds)
 
 
 def _broadcast(world: World, args: Sequence[Any]) -> list[Any]:
     xs, roots = zip(*args, strict=True)
     root = agree("broadcast", [_key(r) for r in roots], "root_rank")
     stacked, kinds = stack("broadcast", xs)
-    return rows(world.sim.broadcast(stacked, root), kinds)
+    return rows(world.sim.collectives.broadcast(stacked, root), kinds)
 
 
 def _allgather(world: World, xs: Sequence[Any]) -> list[Any]:
@@ -286,8 +324,8 @@ def _allgather(world: World, xs: Sequence[Any]) -> list[Any]:
         what="dtype and shape beyond the first dimension",
     )
     if len({a.shape for a in arrs}) == 1:
-        return rows(world.sim.allgather(np.stack(arrs)), kinds)
-    return rows(world.sim.allgather(arrs), kinds)  # first dimensions differ
+        return rows(world.sim.collectives.allgather(np.stack(arrs)), kinds)
+    return rows(world.sim.collectives.allgather(arrs), kinds)  # first dimensions differ
 
 
 def _global_view(world: World, xs: Sequence[Any]) -> list[Any]:
@@ -313,14 +351,14 @@ def _weights(op: str, args: Sequence[Any], n: int, machine: bool = False):
 
 def _neighbor_allreduce(world: World, args: Sequence[Any]) -> list[Any]:
     stacked, kinds, sw, src, dst, check = _weights("neighbor_allreduce", args, world.size)
-    return rows(world.sim.neighbor_allreduce(stacked, sw, src, dst, check), kinds)
+    return rows(world.sim.neighbors.neighbor_allreduce(stacked, sw, src, dst, check), kinds)
 
 
 def _hierarchical_neighbor_allreduce(world: World, args: Sequence[Any]) -> list[Any]:
     op = "hierarchical_neighbor_allreduce"
     machines = world.sim.machine_size()
     stacked, kinds, sw, src, dst, check = _weights(op, args, machines, machine=True)
-    out = world.sim.hierarchical_neighbor_allreduce(stacked, sw, src, dst, check)
+    out = world.sim.machines.hierarchical_neighbor_allreduce(stacked, sw, src, dst, check, None)
     return rows(out, kinds)
 
 
@@ -330,11 +368,11 @@ def _neighbor_allgather(world: World, args: Sequence[Any]) -> list[Any]:
     stacked, kinds = stack(op, xs)
     src = per_agent_weights(op, srcs, "src_ranks", world.size, allow_matrix=False)
     dst = per_agent_weights(op, dsts, "dst_ranks", world.size, allow_matrix=False)
-    return rows(world.sim.neighbor_allgather(stacked, src, dst), kinds)
+    return rows(world.sim.neighbors.neighbor_allgather(stacked, src, dst), kinds)
 
 
 def _barrier(world: World, args: Sequence[Any]) -> list[None]:
-    world.sim.barrier()
+    world.sim.collectives.barrier()
     return [None] * world.size
 
 

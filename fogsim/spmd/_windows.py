@@ -112,7 +112,7 @@ class SpmdWindowOps(WindowPart):
         return self._meet(label("win_free", name), name, _win_free)
 
     def win_names(self) -> list[str]:
-        return self._sim.win_names()
+        return self._sim.windows.win_names()
 
     # -- put, accumulate, get ---------------------------------------------------------------
     def win_put(
@@ -154,13 +154,13 @@ class SpmdWindowOps(WindowPart):
     # -- mutexes, versions, p ---------------------------------------------------------------
     def win_mutex(self, name: str, for_self: bool, ranks: Any) -> Any:
         """Return a context manager that holds nothing: every op runs atomically for all."""
-        return self._sim.win_mutex(name, for_self, ranks)
+        return self._sim.windows.win_mutex(name, for_self, ranks)
 
     def get_win_version(self, name: str) -> dict[int, int]:
-        return self._sim.get_win_version(name)[self._rank]
+        return self._sim.windows.get_win_version(name)[self._rank]
 
     def win_associated_p(self, name: str) -> float:
-        return float(self._sim.win_associated_p(name)[self._rank])
+        return float(self._sim.windows.win_associated_p(name)[self._rank])
 
     def set_win_ops_with_associated_p(self, enabled: bool) -> None:
         self._meet("set_win_ops_with_associated_p", enabled, _set_with_p)
@@ -192,14 +192,14 @@ def _win_create(world: World, args: Sequence[Any]) -> list[bool]:
         if not raw.flags.c_contiguous or not raw.flags.writeable:
             raise ValueError(f"win_create: x must be C-contiguous and writeable (agent {rank})")
     reg = Registered(list(xs), raws, fmts, np.stack(raws))
-    world.sim.win_create(reg.value(), name, zero_init)
+    world.sim.windows.win_create(reg.value(), name, zero_init)
     world.windows[name] = reg
     return [True] * world.size
 
 
 def _win_free(world: World, names: Sequence[Any]) -> list[bool]:
     name = names[0]
-    world.sim.win_free(name)
+    world.sim.windows.win_free(name)
     if name is None:
         world.windows.clear()
     else:
@@ -251,11 +251,11 @@ def _push(world: World, args: Sequence[Any], op: str, send) -> list[bool]:
 
 
 def _win_put(world: World, args: Sequence[Any]) -> list[bool]:
-    return _push(world, args, "win_put", world.sim.win_put)
+    return _push(world, args, "win_put", world.sim.windows.win_put)
 
 
 def _win_accumulate(world: World, args: Sequence[Any]) -> list[bool]:
-    return _push(world, args, "win_accumulate", world.sim.win_accumulate)
+    return _push(world, args, "win_accumulate", world.sim.windows.win_accumulate)
 
 
 def _win_get(world: World, args: Sequence[Any]) -> list[bool]:
@@ -266,7 +266,7 @@ def _win_get(world: World, args: Sequence[Any]) -> list[bool]:
     src = per_agent_weights(
         "win_get", _fill(srcs, topo.in_neighbors), "src_weights", world.size, allow_matrix=False
     )
-    world.sim.win_get(name, src, False)
+    world.sim.windows.win_get(name, src, False)
     return [True] * world.size
 
 
@@ -296,7 +296,7 @@ def _win_update(world: World, args: Sequence[Any]) -> list[Any]:
     sw = self_weights(op, own_sws)
     nw = per_agent_weights(op, own_nws, "neighbor_weights", world.size, allow_matrix=False)
     reg.copy_in()
-    out = world.sim.win_update(name, sw, nw, reset, clone, False)
+    out = world.sim.windows.win_update(name, sw, nw, reset, clone, False)
     if clone:
         return rows(to_numpy(out)[0], [fmt.kind for fmt in reg.fmts])
     reg.copy_out()
@@ -307,12 +307,12 @@ def _win_collect(world: World, names: Sequence[Any]) -> list[Any]:
     name = names[0]
     reg = _registered(world, name, "win_update_then_collect")
     reg.copy_in()
-    world.sim.win_update_then_collect(name, True)
+    world.sim.windows.win_update_then_collect(name, True)
     reg.copy_out()
     return list(reg.objs)
 
 
 def _set_with_p(world: World, values: Sequence[Any]) -> list[None]:
     enabled = agree("set_win_ops_with_associated_p", list(values), "enabled")
-    world.sim.set_win_ops_with_associated_p(enabled)
+    world.sim.windows.set_win_ops_with_associated_p(enabled)
     return [None] * world.size

@@ -19,7 +19,6 @@ import fogsim
 
 from . import _errors
 from ._args import (
-    _blocking,
     _check_bool,
     _check_in_place,
     _copy_into,
@@ -30,6 +29,7 @@ from ._args import (
     _legacy_weights,
 )
 from ._order import src_order, src_order_stacked
+from ._pairs import Call, bluefog_op
 from .topology_util import ExponentialTwoGraph
 
 __all__ = [
@@ -225,7 +225,9 @@ def out_neighbor_machine_ranks() -> Any:
     return fogsim.out_neighbor_machine_ranks()
 
 
+@bluefog_op(lambda: fogsim.hierarchical_neighbor_allreduce)
 def hierarchical_neighbor_allreduce(
+    call: Call,
     tensor: Any,
     self_weight: Any = None,
     src_machine_weights: Any = None,
@@ -237,8 +239,9 @@ def hierarchical_neighbor_allreduce(
 
     See :func:`fogsim.hierarchical_neighbor_allreduce`.
     """
-    _blocking("hierarchical_neighbor_allreduce", tensor, name)
-    return fogsim.hierarchical_neighbor_allreduce(
+    return call(
+        tensor,
+        name,
         tensor,
         _float_scalar(self_weight),
         _float_weights(src_machine_weights),
@@ -248,59 +251,28 @@ def hierarchical_neighbor_allreduce(
     )
 
 
-def hierarchical_neighbor_allreduce_nonblocking(
-    tensor: Any,
-    self_weight: Any = None,
-    src_machine_weights: Any = None,
-    dst_machine_weights: Any = None,
-    enable_topo_check: bool = True,
-    name: str | None = None,
-) -> fogsim.Handle:
-    """Start :func:`hierarchical_neighbor_allreduce`; return a handle for :func:`synchronize`."""
-    op = "hierarchical_neighbor_allreduce_nonblocking"
-    _errors.check_tensor(op, tensor)
-    return _errors.started(
-        op,
-        name,
-        lambda: fogsim.hierarchical_neighbor_allreduce_nonblocking(
-            tensor,
-            _float_scalar(self_weight),
-            _float_weights(src_machine_weights),
-            _float_weights(dst_machine_weights),
-            enable_topo_check,
-            name,
-        ),
-    )
+hierarchical_neighbor_allreduce_nonblocking = hierarchical_neighbor_allreduce.nonblocking
 
 
 # -- collective ops -----------------------------------------------------------------------
+@bluefog_op(lambda: fogsim.allreduce)
 def allreduce(
-    tensor: Any, average: bool = True, is_hierarchical_local: bool = False, name: str | None = None
+    call: Call,
+    tensor: Any,
+    average: bool = True,
+    is_hierarchical_local: bool = False,
+    name: str | None = None,
 ) -> Any:
     """Return the average (``average=False``: the sum) of ``tensor`` over all agents.
 
     ``is_hierarchical_local=True``: over the agents of the same machine only. Averaging an
     integer tensor raises ``AverageOfIntegers`` (BlueFog asserts floats).
     """
-    _blocking("allreduce", tensor, name)
-    _errors.check_average("allreduce", tensor, average)
-    return fogsim.allreduce(tensor, average, name, is_hierarchical_local=is_hierarchical_local)
+    _errors.check_average(call.op, tensor, average)
+    return call(tensor, name, tensor, average, name, is_hierarchical_local=is_hierarchical_local)
 
 
-def allreduce_nonblocking(
-    tensor: Any, average: bool = True, is_hierarchical_local: bool = False, name: str | None = None
-) -> fogsim.Handle:
-    """Start :func:`allreduce`; return a handle for :func:`synchronize`."""
-    op = "allreduce_nonblocking"
-    _errors.check_tensor(op, tensor)
-    _errors.check_average(op, tensor, average)
-    return _errors.started(
-        op,
-        name,
-        lambda: fogsim.allreduce_nonblocking(
-            tensor, average, name, is_hierarchical_local=is_hierarchical_local
-        ),
-    )
+allreduce_nonblocking = allreduce.nonblocking
 
 
 def allreduce_(
@@ -320,34 +292,22 @@ def allreduce_nonblocking_(
     )
 
 
-def allgather(tensor: Any, name: str | None = None) -> Any:
+@bluefog_op(lambda: fogsim.allgather)
+def allgather(call: Call, tensor: Any, name: str | None = None) -> Any:
     """Return every agent's ``tensor`` concatenated along the first dimension, by rank."""
-    _blocking("allgather", tensor, name)
-    return fogsim.allgather(tensor, name)
+    return call(tensor, name, tensor, name)
 
 
-def allgather_nonblocking(tensor: Any, name: str | None = None) -> fogsim.Handle:
-    """Start :func:`allgather`; return a handle for :func:`synchronize`."""
-    _errors.check_tensor("allgather_nonblocking", tensor)
-    return _errors.started(
-        "allgather_nonblocking", name, lambda: fogsim.allgather_nonblocking(tensor, name)
-    )
+allgather_nonblocking = allgather.nonblocking
 
 
-def broadcast(tensor: Any, root_rank: int, name: str | None = None) -> Any:
+@bluefog_op(lambda: fogsim.broadcast)
+def broadcast(call: Call, tensor: Any, root_rank: int, name: str | None = None) -> Any:
     """Return agent ``root_rank``'s ``tensor`` on every agent (``tensor`` is not modified)."""
-    _blocking("broadcast", tensor, name)
-    return fogsim.broadcast(tensor, root_rank, name)
+    return call(tensor, name, tensor, root_rank, name)
 
 
-def broadcast_nonblocking(tensor: Any, root_rank: int, name: str | None = None) -> fogsim.Handle:
-    """Start :func:`broadcast`; return a handle for :func:`synchronize`."""
-    _errors.check_tensor("broadcast_nonblocking", tensor)
-
-    def start() -> fogsim.Handle:
-        return fogsim.broadcast_nonblocking(tensor, root_rank, name)
-
-    return _errors.started("broadcast_nonblocking", name, start)
+broadcast_nonblocking = broadcast.nonblocking
 
 
 def broadcast_(tensor: Any, root_rank: int, name: str | None = None) -> Any:
@@ -362,7 +322,15 @@ def broadcast_nonblocking_(tensor: Any, root_rank: int, name: str | None = None)
 
 
 # -- neighbor ops -------------------------------------------------------------------------
+@bluefog_op(
+    lambda: fogsim.neighbor_allreduce,
+    twin_doc="""Start :func:`neighbor_allreduce`; return a handle for :func:`synchronize`.
+
+    Takes the same arguments, the deprecated ``neighbor_weights``/``send_neighbors`` too.
+    """,
+)
 def neighbor_allreduce(
+    call: Call,
     tensor: Any,
     self_weight: Any = None,
     src_weights: Any = None,
@@ -389,11 +357,12 @@ def neighbor_allreduce(
     the simulator.
     """
     src_weights, dst_weights = _legacy_weights(
-        "neighbor_allreduce", src_weights, dst_weights, neighbor_weights, send_neighbors
+        call.op, src_weights, dst_weights, neighbor_weights, send_neighbors
     )
-    _blocking("neighbor_allreduce", tensor, name)
-    _errors.check_weights("neighbor_allreduce", self_weight, src_weights, "src_weights")
-    return fogsim.neighbor_allreduce(
+    _errors.check_weights(call.op, self_weight, src_weights, "src_weights")
+    return call(
+        tensor,
+        name,
         tensor,
         _float_scalar(self_weight),
         _float_weights(src_weights),
@@ -404,40 +373,7 @@ def neighbor_allreduce(
     )
 
 
-def neighbor_allreduce_nonblocking(
-    tensor: Any,
-    self_weight: Any = None,
-    src_weights: Any = None,
-    dst_weights: Any = None,
-    enable_topo_check: bool = True,
-    name: str | None = None,
-    *,
-    neighbor_weights: Any = None,
-    send_neighbors: Any = None,
-) -> fogsim.Handle:
-    """Start :func:`neighbor_allreduce`; return a handle for :func:`synchronize`.
-
-    Takes the same arguments, the deprecated ``neighbor_weights``/``send_neighbors`` too.
-    """
-    op = "neighbor_allreduce_nonblocking"
-    src_weights, dst_weights = _legacy_weights(
-        op, src_weights, dst_weights, neighbor_weights, send_neighbors
-    )
-    _errors.check_tensor(op, tensor)
-    _errors.check_weights(op, self_weight, src_weights, "src_weights")
-    return _errors.started(
-        op,
-        name,
-        lambda: fogsim.neighbor_allreduce_nonblocking(
-            tensor,
-            _float_scalar(self_weight),
-            _float_weights(src_weights),
-            _float_weights(dst_weights),
-            enable_topo_check,
-            name,
-            check_weights=False,  # BlueFog uses weights as given, without a word
-        ),
-    )
+neighbor_allreduce_nonblocking = neighbor_allreduce.nonblocking
 
 
 def neighbor_allgather(

@@ -89,12 +89,6 @@ def _float_weights(weights: Any) -> Any:
     return weights
 
 
-def _blocking(op: str, tensor: Any, name: str | None) -> None:
-    """A blocking op's checks: BlueFog's tensor types, and ``name`` not in flight."""
-    _errors.check_tensor(op, tensor)
-    _errors.check_name_free(op, name)
-
-
 def _check_bool(value: Any, name: str) -> None:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
