@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from . import _context
 from ._api import _backend, poll, wait
 from ._handles import Handle
 from ._routing import public_op
@@ -226,6 +227,12 @@ def set_asynchrony(
     everything, as under MPI). Under MPI the processes are really asynchronous and this
     call only checks its arguments.
     """
-    _backend().set_asynchrony(
-        activation, p_active=p_active, speeds=speeds, max_delay=max_delay, loss=loss, seed=seed
+    ctx = _context.current()  # without a seed, the world's (init(seed=...)), if it has one
+    ctx.backend.set_asynchrony(
+        activation,
+        p_active=p_active,
+        speeds=speeds,
+        max_delay=max_delay,
+        loss=loss,
+        seed=ctx.seed if seed is None else seed,
     )

@@ -77,7 +77,7 @@ def test_narrow_circulants_give_one_processs_rows_bit_for_bit(n, parts, dtype):
             y = x[lo:hi]
             for _ in range(3):  # each result is the next input: the in-place path
                 y = backend.neighbor_allreduce(y)
-            split = backend._split(backend._static_plan, narrow=True)
+            split = backend._comm.split(backend._state.static_plan, narrow=True)
             return lo, hi, y, isinstance(split, BandPlan)
 
         blocks = sharded(n, parts, work)
@@ -98,7 +98,7 @@ def test_a_ring_block_receives_one_row_from_each_side_and_copies_nothing_in_a_lo
         x = np.arange(lo, hi, dtype=float)[:, None] * np.ones(5)
         y = backend.neighbor_allreduce(x)
         z = backend.neighbor_allreduce(y)
-        band = backend._split(backend._static_plan, narrow=True)
+        band = backend._comm.split(backend._state.static_plan, narrow=True)
         # y sits at rows [1, 1 + b) of a buffer with one halo row each side: z used it
         return band.before, band.after, [(q, e - s) for q, s, e in band.recv], y.base.shape, z
 
@@ -117,7 +117,7 @@ def test_wide_plans_and_per_call_weights_take_the_csr_split():
         backend.set_topology(T.exponential_two_graph(n))
         lo, hi = backend.block
         y = backend.neighbor_allreduce(backend.neighbor_allreduce(x[lo:hi]))
-        return lo, hi, y, backend._split(backend._static_plan, narrow=True)
+        return lo, hi, y, backend._comm.split(backend._state.static_plan, narrow=True)
 
     for lo, hi, y, split in sharded(n, parts, work):
         assert not isinstance(split, BandPlan)
@@ -165,7 +165,7 @@ def test_shards_must_match_the_processes_launched():
 
 
 def test_a_dynamic_schedule_is_split_once_per_topology(monkeypatch):
-    from fogsim.backends.sim import _sharded
+    from fogsim.backends.sim import _shardcomm
 
     n, parts = 64, 2
     x = np.random.default_rng(4).standard_normal((n, 2))
@@ -176,9 +176,9 @@ def test_a_dynamic_schedule_is_split_once_per_topology(monkeypatch):
             want = ctx.backend.neighbor_allreduce(want, src_weights=step.weights)
     splits = []
     for name in ("band_plan", "shard_plan"):
-        real = getattr(_sharded, name)
+        real = getattr(_shardcomm, name)
         monkeypatch.setattr(
-            _sharded, name, lambda *a, real=real, name=name: splits.append(name) or real(*a)
+            _shardcomm, name, lambda *a, real=real, name=name: splits.append(name) or real(*a)
         )
 
     def work(backend):
