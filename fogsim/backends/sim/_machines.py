@@ -19,7 +19,14 @@ from . import _torchops
 from ._plan import apply_plan, plan_messages
 from ._state import SimState
 
-__all__ = ["SimMachines", "check_average", "stages"]
+__all__ = ["SimMachines", "check_average", "check_call", "stages"]
+
+
+def check_call(name: Any, enable_topo_check: Any) -> None:
+    """The checks of a neighbor op's ``name`` and ``enable_topo_check``."""
+    _arrays.check_name(name)
+    if not isinstance(enable_topo_check, bool):
+        raise TypeError("enable_topo_check must be a bool")
 
 
 def check_average(average: Any) -> None:
@@ -65,11 +72,8 @@ class SimMachines(Machines):
         enable_topo_check: bool = True,
         name: str | None = None,
     ) -> Any:
-        _arrays.check_name(name)
-        if not isinstance(enable_topo_check, bool):
-            raise TypeError("enable_topo_check must be a bool")
-        op = "hierarchical_neighbor_allreduce"
-        st = self._state
+        check_call(name, enable_topo_check)
+        st, op = self._state, "hierarchical_neighbor_allreduce"
         src, dst = src_machine_weights, dst_machine_weights
         if _torchops.takes(x):
             t, dtype = _torchops.stacked(st, x, op, averaging=True)

@@ -17,7 +17,7 @@ import numpy as np
 from ... import _arrays
 from ..._arrays import wrap_like
 from .._parts import Machines
-from ._machines import check_average, stages
+from ._machines import check_average, check_call, stages
 from ._plan import CsrPlan, apply_plan, plan_messages
 from ._shardcomm import ShardComm
 from ._sharded_ops import ShardedCollectives
@@ -83,13 +83,10 @@ class ShardedMachines(Machines):
         enable_topo_check: bool = True,
         name: str | None = None,
     ) -> Any:
-        _arrays.check_name(name)
-        if not isinstance(enable_topo_check, bool):
-            raise TypeError("enable_topo_check must be a bool")
-        op = "hierarchical_neighbor_allreduce"
+        check_call(name, enable_topo_check)
         st, world_arg = self._state, self._comm.world_arg
         src, dst = src_machine_weights, dst_machine_weights
-        arr, kind = st.stacked(x, op, averaging=True)
+        arr, kind = st.stacked(x, "hierarchical_neighbor_allreduce", averaging=True)
         machines, k = st.n // st.local, st.local
         plan = st.machine_step_plan(
             world_arg(self_weight, "self_weight"),
@@ -103,7 +100,11 @@ class ShardedMachines(Machines):
         if means.shape[1]:
             apply_plan(plan, means, mixed)
         if st.cost is not None:
-            st.charge(op, arr, machine_topology=plan_messages(plan, machines))
+            st.charge(
+                "hierarchical_neighbor_allreduce",
+                arr,
+                machine_topology=plan_messages(plan, machines),
+            )
         return wrap_like(self._machine_rows(mixed, arr), kind)
 
     def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:

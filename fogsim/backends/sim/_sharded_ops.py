@@ -19,7 +19,7 @@ from .._base import check_rank
 from .._parts import Collectives, Neighbors
 from . import _torchops
 from ._collectives import allgathered
-from ._machines import check_average
+from ._machines import check_average, check_call
 from ._neighbors import by_receiver
 from ._plan import CsrPlan, plan_messages
 from ._shardcomm import ShardComm
@@ -147,11 +147,8 @@ class ShardedNeighbors(Neighbors):
         enable_topo_check: bool = True,
         name: str | None = None,
     ) -> Any:
-        _arrays.check_name(name)
-        if not isinstance(enable_topo_check, bool):
-            raise TypeError("enable_topo_check must be a bool")
-        st = self._state
-        op = "neighbor_allreduce"
+        check_call(name, enable_topo_check)
+        st, op = self._state, "neighbor_allreduce"
         if _torchops.takes(x):
             t, dtype = _torchops.stacked(st, x, op, averaging=True)
             plan = st.step_plan(*self._world_weights(self_weight, src_weights, dst_weights))
