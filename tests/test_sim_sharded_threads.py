@@ -250,3 +250,46 @@ def test_per_agent_weights_of_neither_size_are_refused_on_every_process():
     sharded(n, parts, work)
     assert len(errors) == parts
     assert all("self_weight: the processes gave [2, 2, 2] entries" in e for e in errors)
+
+
+def test_the_transport_is_opened_by_name_through_the_registry(monkeypatch):
+    from fogsim import _settings, backends
+
+    n, parts = 12, 3
+    world = InProcessWorld(parts, timeout=20)
+    opened = []
+
+    def open_threads(settings):  # each block's thread is named for its rank
+        opened.append(settings.shard_transport)
+        return world.transport(int(threading.current_thread().name))
+
+    monkeypatch.setitem(backends._TRANSPORTS, "threads", open_threads)
+    assert {"mpi", "threads", "torch"} <= set(backends.available_transports())
+    settings = _settings.Settings(shard_transport="threads")
+    x = np.random.default_rng(5).standard_normal((n, 2))
+    with fs.Context(backend="sim", size=n, topology=T.exponential_two_graph(n)) as ctx:
+        want = ctx.backend.neighbor_allreduce(x)
+    results: list = [None] * parts
+    errors: list = []
+
+    def block(rank: int) -> None:
+        try:
+            backend = ShardedSimBackend(size=n, settings=settings)
+            backend.set_topology(T.exponential_two_graph(n))
+            lo, hi = backend.block
+            results[rank] = lo, hi, backend.neighbor_allreduce(x[lo:hi])
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=block, args=(r,), name=str(r)) for r in range(parts)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    assert opened == ["threads"] * parts
+    for lo, hi, got in results:
+        np.testing.assert_array_equal(got, want[lo:hi])
+    with pytest.raises(ValueError, match="unknown transport 'pigeons'; available: mpi, "):
+        backends.open_transport("pigeons", settings)

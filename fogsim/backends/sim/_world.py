@@ -18,6 +18,7 @@ import numpy as np
 from ... import _settings
 from ..._jit import check_axes, compiled
 from .._base import Backend
+from ._sent import SentBytes
 from ._stack import stack_outputs
 from ._state import CostMeter, FaultModel, SimState, positive_int
 
@@ -69,8 +70,8 @@ class StackedWorld(Backend):
         return self.rank() % self._state.local
 
     @property
-    def sent(self) -> Any:
-        """The bytes each stacked agent sent in the neighbor ops (a ``SentBytes``)."""
+    def sent(self) -> SentBytes:
+        """The bytes each stacked agent sent in the neighbor ops."""
         return self._state.sent
 
     def bytes_sent(self, reset: bool = False) -> np.ndarray:
