@@ -293,3 +293,21 @@ def test_the_transport_is_opened_by_name_through_the_registry(monkeypatch):
         np.testing.assert_array_equal(got, want[lo:hi])
     with pytest.raises(ValueError, match="unknown transport 'pigeons'; available: mpi, "):
         backends.open_transport("pigeons", settings)
+
+
+def test_the_sharded_simulator_is_a_composition_of_its_own_parts():
+    from fogsim.backends._parts import Capabilities, Collectives, Machines, Neighbors
+    from fogsim.backends.sim import SimBackend
+
+    assert not issubclass(ShardedSimBackend, SimBackend)
+    assert ShardedSimBackend.capabilities == Capabilities(stacked=True, windows=False)
+    assert SimBackend.capabilities == Capabilities(stacked=True, windows=True, cuda=True)
+
+    def work(backend):
+        parts = (backend.collectives, backend.neighbors, backend.machines)
+        kinds = (Collectives, Neighbors, Machines)  # each part subclasses its protocol
+        return [kind in type(p).__mro__ for p, kind in zip(parts, kinds, strict=True)]
+
+    assert sharded(8, 2, work) == [[True] * 3] * 2
+    with pytest.raises(NotImplementedError, match="win_create is not implemented in the sharded"):
+        sharded(8, 2, lambda backend: backend.windows.win_create(np.zeros((4, 1)), "w", False))
