@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _context
 from ._api import _backend, poll, wait
 from ._handles import Handle
 from ._routing import EAGER, Runner, public_op
@@ -243,6 +244,12 @@ def set_asynchrony(
     everything, as under MPI). Under MPI the processes are really asynchronous and this
     call only checks its arguments.
     """
-    _backend().set_asynchrony(
-        activation, p_active=p_active, speeds=speeds, max_delay=max_delay, loss=loss, seed=seed
+    ctx = _context.current()  # without a seed, the world's (init(seed=...)), if it has one
+    ctx.backend.set_asynchrony(
+        activation,
+        p_active=p_active,
+        speeds=speeds,
+        max_delay=max_delay,
+        loss=loss,
+        seed=ctx.seed if seed is None else seed,
     )

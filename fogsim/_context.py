@@ -142,9 +142,9 @@ class Context:
     def is_simulated(self) -> bool:
         """Whether this world is the simulator (agents stacked in this process: all of them,
         or one block of them when sharded)."""
-        from .backends.sim import SimBackend
+        from .backends.sim._world import StackedWorld
 
-        return isinstance(self.backend, SimBackend)
+        return isinstance(self.backend, StackedWorld)
 
     def simulator(self, feature: str) -> Any:
         """Return this world's simulator backend, for the simulator-only ``feature``.

@@ -173,7 +173,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "sim-hierarchical-skips-machine-step",
         "simulator: hierarchical_neighbor_allreduce returns machine means, unmixed",
-        "fogsim/backends/sim/_backend.py",
+        "fogsim/backends/sim/_machines.py",
         "        if mean.shape[1]:\n            apply_plan(plan, mean, mixed)\n",
         "        mixed[...] = mean\n",
         ("tests/test_hierarchy.py",),
@@ -204,11 +204,9 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "sim-allreduce-average-by-n-minus-1",
         "simulator: allreduce(average=True) divides by n - 1",
-        "fogsim/backends/sim/_backend.py",
-        "        out[...] = total / self._n if average else total\n"
-        '        self._charge("allreduce", arr)\n',
-        "        out[...] = total / max(self._n - 1, 1) if average else total\n"
-        '        self._charge("allreduce", arr)\n',
+        "fogsim/backends/sim/_collectives.py",
+        "        out[...] = total / self._n if average else total\n",
+        "        out[...] = total / max(self._n - 1, 1) if average else total\n",
         ("tests/test_sim_ops.py",),
     ),
     Mutation(

@@ -77,7 +77,7 @@ def test_narrow_circulants_give_one_processs_rows_bit_for_bit(n, parts, dtype):
             y = x[lo:hi]
             for _ in range(3):  # each result is the next input: the in-place path
                 y = backend.neighbor_allreduce(y)
-            split = backend._split(backend._static_plan, narrow=True)
+            split = backend._comm.split(backend._state.static_plan, narrow=True)
             return lo, hi, y, isinstance(split, BandPlan)
 
         blocks = sharded(n, parts, work)
@@ -98,7 +98,7 @@ def test_a_ring_block_receives_one_row_from_each_side_and_copies_nothing_in_a_lo
         x = np.arange(lo, hi, dtype=float)[:, None] * np.ones(5)
         y = backend.neighbor_allreduce(x)
         z = backend.neighbor_allreduce(y)
-        band = backend._split(backend._static_plan, narrow=True)
+        band = backend._comm.split(backend._state.static_plan, narrow=True)
         # y sits at rows [1, 1 + b) of a buffer with one halo row each side: z used it
         return band.before, band.after, [(q, e - s) for q, s, e in band.recv], y.base.shape, z
 
@@ -117,7 +117,7 @@ def test_wide_plans_and_per_call_weights_take_the_csr_split():
         backend.set_topology(T.exponential_two_graph(n))
         lo, hi = backend.block
         y = backend.neighbor_allreduce(backend.neighbor_allreduce(x[lo:hi]))
-        return lo, hi, y, backend._split(backend._static_plan, narrow=True)
+        return lo, hi, y, backend._comm.split(backend._state.static_plan, narrow=True)
 
     for lo, hi, y, split in sharded(n, parts, work):
         assert not isinstance(split, BandPlan)
@@ -165,7 +165,7 @@ def test_shards_must_match_the_processes_launched():
 
 
 def test_a_dynamic_schedule_is_split_once_per_topology(monkeypatch):
-    from fogsim.backends.sim import _sharded
+    from fogsim.backends.sim import _shardcomm
 
     n, parts = 64, 2
     x = np.random.default_rng(4).standard_normal((n, 2))
@@ -176,9 +176,9 @@ def test_a_dynamic_schedule_is_split_once_per_topology(monkeypatch):
             want = ctx.backend.neighbor_allreduce(want, src_weights=step.weights)
     splits = []
     for name in ("band_plan", "shard_plan"):
-        real = getattr(_sharded, name)
+        real = getattr(_shardcomm, name)
         monkeypatch.setattr(
-            _sharded, name, lambda *a, real=real, name=name: splits.append(name) or real(*a)
+            _shardcomm, name, lambda *a, real=real, name=name: splits.append(name) or real(*a)
         )
 
     def work(backend):
@@ -250,3 +250,64 @@ def test_per_agent_weights_of_neither_size_are_refused_on_every_process():
     sharded(n, parts, work)
     assert len(errors) == parts
     assert all("self_weight: the processes gave [2, 2, 2] entries" in e for e in errors)
+
+
+def test_the_transport_is_opened_by_name_through_the_registry(monkeypatch):
+    from fogsim import _settings, backends
+
+    n, parts = 12, 3
+    world = InProcessWorld(parts, timeout=20)
+    opened = []
+
+    def open_threads(settings):  # each block's thread is named for its rank
+        opened.append(settings.shard_transport)
+        return world.transport(int(threading.current_thread().name))
+
+    monkeypatch.setitem(backends._TRANSPORTS, "threads", open_threads)
+    assert {"mpi", "threads", "torch"} <= set(backends.available_transports())
+    settings = _settings.Settings(shard_transport="threads")
+    x = np.random.default_rng(5).standard_normal((n, 2))
+    with fs.Context(backend="sim", size=n, topology=T.exponential_two_graph(n)) as ctx:
+        want = ctx.backend.neighbor_allreduce(x)
+    results: list = [None] * parts
+    errors: list = []
+
+    def block(rank: int) -> None:
+        try:
+            backend = ShardedSimBackend(size=n, settings=settings)
+            backend.set_topology(T.exponential_two_graph(n))
+            lo, hi = backend.block
+            results[rank] = lo, hi, backend.neighbor_allreduce(x[lo:hi])
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=block, args=(r,), name=str(r)) for r in range(parts)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    assert opened == ["threads"] * parts
+    for lo, hi, got in results:
+        np.testing.assert_array_equal(got, want[lo:hi])
+    with pytest.raises(ValueError, match="unknown transport 'pigeons'; available: mpi, "):
+        backends.open_transport("pigeons", settings)
+
+
+def test_the_sharded_simulator_is_a_composition_of_its_own_parts():
+    from fogsim.backends._parts import Capabilities, Collectives, Machines, Neighbors
+    from fogsim.backends.sim import SimBackend
+
+    assert not issubclass(ShardedSimBackend, SimBackend)
+    assert ShardedSimBackend.capabilities == Capabilities(stacked=True, windows=False)
+    assert SimBackend.capabilities == Capabilities(stacked=True, windows=True, cuda=True)
+
+    def work(backend):
+        parts = (backend.collectives, backend.neighbors, backend.machines)
+        kinds = (Collectives, Neighbors, Machines)  # each part subclasses its protocol
+        return [kind in type(p).__mro__ for p, kind in zip(parts, kinds, strict=True)]
+
+    assert sharded(8, 2, work) == [[True] * 3] * 2
+    with pytest.raises(NotImplementedError, match="win_create is not implemented in the sharded"):
+        sharded(8, 2, lambda backend: backend.windows.win_create(np.zeros((4, 1)), "w", False))

@@ -33,7 +33,7 @@ def _reference(x, self_weight, src):
 
 
 def _plans():
-    return current().backend._step_plans
+    return current().backend._state.step_plans
 
 
 def test_weights_passed_again_give_the_bits_of_weights_read_anew(ring8):

@@ -1,4 +1,9 @@
-"""Backends by name: each implements :class:`fogsim.backends.Backend` for one runtime."""
+"""Backends by name: each implements :class:`fogsim.backends.Backend` for one runtime.
+
+Transports by name too: what the processes of one job open among themselves (the sharded
+simulator's processes move rows over one), each a
+:class:`~fogsim.backends._runtime.transport.Transport`.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,19 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from .. import _settings
 from ._base import Backend
+from ._runtime.transport import Transport
 
-__all__ = ["Backend", "available_backends", "create_backend", "register_backend"]
+__all__ = [
+    "Backend",
+    "available_backends",
+    "available_transports",
+    "create_backend",
+    "open_transport",
+    "register_backend",
+    "register_transport",
+]
 
 # name -> "module:attribute" (imported on first use, so `import fogsim` imports neither
 # mpi4py nor torch) or an already imported factory.
@@ -17,6 +32,14 @@ _REGISTRY: dict[str, str | Callable[..., Backend]] = {
     "mpi": "fogsim.backends.mpi:MPIBackend",
     "torch": "fogsim.backends.torchdist:TorchBackend",
     "spmd": "fogsim.spmd._backend:SpmdBackend",  # the agent threads of fogsim.spmd.run
+}
+
+
+# name -> "module:attribute" of a function of the settings that opens the transport
+# (imported on first use, as the backends are) or an already imported one.
+_TRANSPORTS: dict[str, str | Callable[[_settings.Settings], Transport]] = {
+    "mpi": "fogsim.backends._transports:open_mpi",
+    "torch": "fogsim.backends._transports:open_torch",
 }
 
 
@@ -40,22 +63,51 @@ def _resolve(name: str) -> Callable[..., Backend]:
             f"unknown backend {name!r}; available: {', '.join(available_backends())}"
         ) from None
     if isinstance(factory, str):
-        module_name, _, attr = factory.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name is not None and module_name.startswith(exc.name):
-                raise ValueError(
-                    f"backend {name!r} is not available in this fogsim build "
-                    f"({module_name} is missing)"
-                ) from exc
-            raise ValueError(
-                f"backend {name!r} needs {exc.name!r}, which is not installed"
-            ) from exc
-        factory = _REGISTRY[name] = getattr(module, attr)
+        factory = _REGISTRY[name] = _load(factory, f"backend {name!r}")
     return factory
+
+
+def _load(where: str, what: str) -> Any:
+    """Import ``where`` (``"module:attribute"``) and return the attribute; raise a
+    ValueError naming ``what`` when its module, or what it needs, is not installed."""
+    module_name, _, attr = where.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            raise ValueError(
+                f"{what} is not available in this fogsim build ({module_name} is missing)"
+            ) from exc
+        raise ValueError(f"{what} needs {exc.name!r}, which is not installed") from exc
+    return getattr(module, attr)
 
 
 def create_backend(name: str, **options: Any) -> Backend:
     """Create the backend registered under ``name`` with ``options``."""
     return _resolve(name)(**options)
+
+
+def register_transport(name: str, opener: str | Callable[[_settings.Settings], Transport]) -> None:
+    """Register ``opener`` (a function of the settings returning a transport, or
+    ``"module:attr"`` naming one) under ``name``."""
+    if not isinstance(name, str) or not name:
+        raise TypeError("transport name must be a non-empty string")
+    _TRANSPORTS[name.lower()] = opener
+
+
+def available_transports() -> list[str]:
+    """Return the registered transport names."""
+    return sorted(_TRANSPORTS)
+
+
+def open_transport(name: str, settings: _settings.Settings) -> Transport:
+    """Open the transport registered under ``name`` among this job's processes."""
+    try:
+        opener = _TRANSPORTS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown transport {name!r}; available: {', '.join(available_transports())}"
+        ) from None
+    if isinstance(opener, str):
+        opener = _TRANSPORTS[name] = _load(opener, f"transport {name!r}")
+    return opener(settings)

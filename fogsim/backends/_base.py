@@ -76,10 +76,6 @@ class Backend(abc.ABC):
 
     def __init__(self) -> None:
         self.windows = NoWindows(self.name)
-        # TEMPORARY BRIDGE until every backend builds its parts: the world answers for them
-        self.collectives = self  # type: ignore[assignment]
-        self.neighbors = self  # type: ignore[assignment]
-        self.machines = self  # type: ignore[assignment]
         self._topology: Topology | None = None
         self._is_weighted = False
         self._machine_topology: Topology | None = None  # default made on first use

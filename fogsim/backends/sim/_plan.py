@@ -229,7 +229,8 @@ def transpose(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n: int)
 
 def _keys(indptr: np.ndarray, indices: np.ndarray, n: int) -> np.ndarray:
     rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
-    return rows * n + indices
+    keys: np.ndarray = rows * n + indices
+    return keys
 
 
 def check_same_pattern(

@@ -11,43 +11,44 @@ from __future__ import annotations
 from typing import Any
 
 from ... import timeline as _timeline
+from .._runtime.transport import Transport
 from . import _torchops
 from ._plan import CsrPlan, Plan, plan_messages
+from ._shardcomm import CACHED_SHARDS, ShardComm
 from ._shards import TAG_NEIGHBOR, ShardPlan
+from ._state import SimState
 
 __all__ = ["device_combine"]
 
-#: Device plans remembered (as many as the sharded simulator's splits).
-_CACHED_SHARDS = 32
 
-
-def device_combine(backend: Any, plan: Plan, t: Any, dtype: Any) -> Any:
+def device_combine(state: SimState, comm: ShardComm, plan: Plan, t: Any, dtype: Any) -> Any:
     """``neighbor_allreduce`` of a tensor on its own device (CUDA: no copy of the block
     to the host). The halo travels as device tensors over torch.distributed (NCCL for
     CUDA); over MPI, only the halo rows are staged through host memory."""
     import torch
 
-    b = backend._rows
+    b = state.rows
     flat = t.reshape(b, -1)
-    shard = backend._shard(plan)
+    shard = comm.shard(plan)
     halo = flat.new_empty((len(shard.halo), flat.shape[1]))
     if flat.shape[1]:
-        _move_halo(backend._t, flat, halo, shard)
-    entry = backend._device_plans_of.get(id(shard))
+        _move_halo(comm.transport, flat, halo, shard)
+    steps = comm.device_steps
+    entry = steps.get(id(shard))
     if entry is None or entry[0] is not shard:
-        steps = CsrPlan(shard.self_weight, shard.indptr, shard.indices, shard.data)
-        entry = backend._device_plans_of[id(shard)] = (shard, steps)
-        if len(backend._device_plans_of) > _CACHED_SHARDS:
-            del backend._device_plans_of[next(iter(backend._device_plans_of))]
+        step = CsrPlan(shard.self_weight, shard.indptr, shard.indices, shard.data)
+        entry = steps[id(shard)] = (shard, step)
+        if len(steps) > CACHED_SHARDS:
+            del steps[next(iter(steps))]
     with _timeline.phase("COMPUTE_AVERAGE"):
-        out = _torchops.combine(backend._device_plans, entry[1], torch.cat([flat, halo]))[:b]
-    if backend._cost is not None:
-        info = {"topology": plan_messages(plan, backend._n)}
-        _torchops._charge(backend, "neighbor_allreduce", t, **info)
+        out = _torchops.combine(state.device_plans, entry[1], torch.cat([flat, halo]))[:b]
+    if state.cost is not None:
+        info = {"topology": plan_messages(plan, state.n)}
+        _torchops._charge(state, "neighbor_allreduce", t, **info)
     return _torchops._out(out, dtype).reshape(t.shape)
 
 
-def _move_halo(transport: Any, flat: Any, halo: Any, shard: ShardPlan) -> None:
+def _move_halo(transport: Transport, flat: Any, halo: Any, shard: ShardPlan) -> None:
     """Exchange the halo rows of the device tensor ``flat`` into ``halo``."""
     import torch
 

@@ -10,80 +10,68 @@ local-rank order as one process does; then every process receives all M machine 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ... import _arrays
 from ..._arrays import wrap_like
-from ...topology import Topology
-from ._plan import CsrPlan, Plan, apply_plan, plan_messages
-from ._sent import SentBytes
-from ._shards import TAG_MACHINE, ShardPlan
+from .._parts import Machines
+from ._machines import check_average, check_call, stages
+from ._plan import CsrPlan, apply_plan, plan_messages
+from ._shardcomm import ShardComm
+from ._sharded_ops import ShardedCollectives
+from ._shards import TAG_MACHINE
+from ._state import SimState
 
 __all__ = ["ShardedMachines"]
 
 
-class ShardedMachines:
-    """The machine-level ops, for :class:`~._sharded.ShardedSimBackend` (a mixin: the
-    attributes below are the backend's)."""
+class ShardedMachines(Machines):
+    """The machine-level ops of the sharded simulator (see the module docstring); the
+    decomposed allreduce is its ``collectives``' sum."""
 
-    _n: int
-    _rows: int
-    _first: int
-    _local: int
-    _me: int
-    _members: CsrPlan | None
-    _machine_plan: Any
-    _machine_plan_of: Topology | None
-    _machine_weighted: bool
-    _cost: Any
-    _pool: Any
-    sent: SentBytes
+    def __init__(self, state: SimState, comm: ShardComm, collectives: ShardedCollectives) -> None:
+        self._state = state
+        self._comm = comm
+        self._collectives = collectives
+        self._members: CsrPlan | None = None  # each machine's first agent reads the others
 
-    if TYPE_CHECKING:  # the backend's methods this part uses (stubs would shadow them)
+    def check(self, op: str) -> None:
+        """Every simulated machine holds ``local_size`` agents: nothing to refuse."""
 
-        def _blocks(self) -> list[tuple[int, int]]: ...
-        def _shard(self, plan: Plan) -> ShardPlan: ...
-        def _with_halo(self, flat: np.ndarray, shard: ShardPlan) -> tuple[np.ndarray, Any]: ...
-        def _all_to_all(self, mine: np.ndarray, parts: list[np.ndarray], tag: int) -> None: ...
-        def _world_arg(self, value: Any, argname: str) -> Any: ...
-        def _stacked(self, x: Any, op: str, averaging: bool, adds: bool | None = None) -> Any: ...
-        def _charge(self, op: str, arr: np.ndarray, **info: Any) -> None: ...
-        def rank(self) -> np.ndarray: ...
-        def _machine_step_plan(self, self_weight: Any, src: Any, dst: Any) -> Any: ...
-        def _machine_sends(self, plan: Any, src: Any, dst: Any) -> np.ndarray: ...
-
-    # -- machine level --------------------------------------------------------------------
     def _machine_totals(self, arr: np.ndarray) -> np.ndarray:
         """Every machine's sum ``(M, m)`` on every process, each added in local-rank order
         (as one process adds them) by the process holding the machine's first agent."""
-        k, n = self._local, self._n
-        flat = np.ascontiguousarray(arr.reshape(self._rows, -1))
+        st, comm = self._state, self._comm
+        k, n = st.local, st.n
+        flat = np.ascontiguousarray(arr.reshape(st.rows, -1))
         if self._members is None:
             firsts = np.arange(0, n, k)
             indptr = np.zeros(n + 1, dtype=np.int64)
             indptr[firsts + 1] = k - 1
             indices = (firsts[:, None] + np.arange(1, k)).ravel().astype(np.int32)
             self._members = CsrPlan(np.zeros(n), np.cumsum(indptr), indices, np.ones(indices.size))
-        shard = self._shard(self._members)
-        ext, request = self._with_halo(flat, shard)
+        shard = comm.shard(self._members)
+        ext, request = comm.with_halo(flat, shard)
         request.wait()
-        owned = [(-(-a // k), -(-z // k)) for a, z in self._blocks()]  # machines by first agent
-        c0, c1 = owned[self._me]
-        rows = np.arange(c0, c1) * k - self._first
+        owned = [(-(-a // k), -(-z // k)) for a, z in comm.blocks()]  # machines by first agent
+        c0, c1 = owned[comm.me]
+        rows = np.arange(c0, c1) * k - st.first
         totals = np.empty((n // k, flat.shape[1]), dtype=flat.dtype)
         mine = totals[c0:c1]
         mine[...] = ext[rows]
         for j in range(k - 1):
             mine += ext[shard.indices[shard.indptr[rows] + j]]
-        self._all_to_all(mine, [totals[a:z] for a, z in owned], TAG_MACHINE)
+        comm.all_to_all(mine, [totals[a:z] for a, z in owned], TAG_MACHINE)
         return totals
 
     def _machine_rows(self, per_machine: np.ndarray, arr: np.ndarray) -> np.ndarray:
         """The block's rows of a per-machine ``(M, m)`` value, shaped like ``arr``."""
-        out = self._pool.empty(arr.shape, per_machine.dtype)
-        out.reshape(self._rows, -1)[...] = per_machine[self.rank() // self._local]
+        st = self._state
+        out = st.pool.empty(arr.shape, per_machine.dtype)
+        machine = np.arange(st.first, st.first + st.rows) // st.local
+        out.reshape(st.rows, -1)[...] = per_machine[machine]
         return out
 
     def hierarchical_neighbor_allreduce(
@@ -95,33 +83,43 @@ class ShardedMachines:
         enable_topo_check: bool = True,
         name: str | None = None,
     ) -> Any:
-        _arrays.check_name(name)
-        if not isinstance(enable_topo_check, bool):
-            raise TypeError("enable_topo_check must be a bool")
-        op = "hierarchical_neighbor_allreduce"
-        arr, kind = self._stacked(x, op, averaging=True)
-        machines, k = self._n // self._local, self._local
-        plan = self._machine_step_plan(
-            self._world_arg(self_weight, "self_weight"),
-            self._world_arg(src_machine_weights, "src_machine_weights"),
-            self._world_arg(dst_machine_weights, "dst_machine_weights"),
+        check_call(name, enable_topo_check)
+        st, world_arg = self._state, self._comm.world_arg
+        src, dst = src_machine_weights, dst_machine_weights
+        arr, kind = st.stacked(x, "hierarchical_neighbor_allreduce", averaging=True)
+        machines, k = st.n // st.local, st.local
+        plan = st.machine_step_plan(
+            world_arg(self_weight, "self_weight"),
+            world_arg(src, "src_machine_weights"),
+            world_arg(dst, "dst_machine_weights"),
         )
-        self.sent.add(arr, self._machine_sends(plan, src_machine_weights, dst_machine_weights))
+        st.sent.add(arr, st.machine_sends(plan, src, dst))
         means = self._machine_totals(arr)
         np.divide(means, k, out=means)
         mixed = np.empty_like(means)
         if means.shape[1]:
             apply_plan(plan, means, mixed)
-        if self._cost is not None:
-            self._charge(op, arr, machine_topology=plan_messages(plan, machines))
+        if st.cost is not None:
+            st.charge(
+                "hierarchical_neighbor_allreduce",
+                arr,
+                machine_topology=plan_messages(plan, machines),
+            )
         return wrap_like(self._machine_rows(mixed, arr), kind)
 
     def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
         _arrays.check_name(name)
-        if not isinstance(average, bool):
-            raise TypeError(f"average must be a bool, got {type(average).__name__}")
-        arr, kind = self._stacked(x, "allreduce", averaging=average, adds=True)
+        check_average(average)
+        arr, kind = self._state.stacked(x, "allreduce", averaging=average, adds=True)
         totals = self._machine_totals(arr)
         if average:
-            totals = totals / self._local
+            totals = totals / self._state.local
         return wrap_like(self._machine_rows(totals, arr), kind)
+
+    def decomposed_allreduce(
+        self, x: Any, average: bool, name: str | None, factors: tuple[int, ...] | None
+    ) -> Any:
+        factors = stages(self._state, factors)
+        # sharded, the stages are one sum (1e-12 of the staged one); the cost model is charged
+        # for the decomposition
+        return self._collectives.reduced(x, average, name, algorithm="decomposed", factors=factors)

@@ -62,7 +62,7 @@ def stack_outputs(values: Sequence[Any]) -> Any:
 
 def _is_array_like(v: Any) -> bool:
     if isinstance(v, np.ndarray):
-        return v.dtype != object
+        return bool(v.dtype != object)
     return isinstance(v, numbers.Number | np.generic) and not isinstance(v, str)
 
 

@@ -36,7 +36,7 @@ from ._plan import CircPlan, Plan, plan_matrix, plan_messages
 if TYPE_CHECKING:
     import torch
 
-    from ._backend import SimBackend
+    from ._state import SimState
 
 __all__ = [
     "PlanCache",
@@ -131,7 +131,7 @@ def _require_float(t: torch.Tensor, op: str) -> None:
 
 
 def stacked(
-    backend: SimBackend, x: torch.Tensor, op: str, averaging: bool, adds: bool | None = None
+    state: SimState, x: torch.Tensor, op: str, averaging: bool, adds: bool | None = None
 ) -> tuple[torch.Tensor, torch.dtype]:
     """Return ``x`` detached, checked for ``op`` as the numpy path checks it, and its dtype.
 
@@ -141,10 +141,10 @@ def stacked(
     torch = _torch()
     t = x.detach()
     if t.dim() == 0:  # a scalar is the same value on every agent
-        t = t.reshape(1).expand(backend._rows)
-    elif t.shape[0] != backend._rows:
+        t = t.reshape(1).expand(state.rows)
+    elif t.shape[0] != state.rows:
         raise ValueError(
-            f"{op}: x has {t.shape[0]} entries on its leading (agent) axis {backend._held()}"
+            f"{op}: x has {t.shape[0]} entries on its leading (agent) axis {state.held}"
         )
     if averaging:
         _require_float(t, op)
@@ -152,7 +152,7 @@ def stacked(
         raise TypeError(f"{op}: x must hold numbers, got dtype {_dtype_name(t.dtype)}")
     elif adds and t.dtype == torch.bool:
         _arrays.require_numbers(np.dtype(bool), op, sums=True)
-    backend._shapes.check(x, tuple(t.shape), op)
+    state.shapes.check(x, tuple(t.shape), op)
     if (averaging if adds is None else adds) and t.dtype in (torch.float16, torch.bfloat16):
         t = t.float()
     return t, x.dtype
@@ -163,14 +163,14 @@ def _out(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t if t.dtype == dtype else t.to(dtype)
 
 
-def _charge(backend: SimBackend, op: str, t: torch.Tensor, **info: Any) -> None:
-    """Charge ``op`` on ``t``'s bytes to the backend's cost model, as the numpy path does."""
-    if backend._cost is None:
+def _charge(state: SimState, op: str, t: torch.Tensor, **info: Any) -> None:
+    """Charge ``op`` on ``t``'s bytes to the world's cost model, as the numpy path does."""
+    if state.cost is None:
         return
     # The numpy path holds bfloat16 values as float32 (numpy has no bfloat16): same bytes.
     itemsize = 4 if t.dtype == _torch().bfloat16 else t.element_size()
     sized = np.broadcast_to(np.zeros((), np.uint8), (t.numel() * itemsize,))  # no memory
-    backend._charge(op, sized, **info)
+    state.charge(op, sized, **info)
 
 
 # -- neighbor averaging ---------------------------------------------------------------------
@@ -210,15 +210,14 @@ def _csr_arrays(plan: Any, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 
 def combine(cache: PlanCache, plan: Plan, x: torch.Tensor) -> torch.Tensor:
     """Return ``W x`` for the step's ``plan`` and stacked ``x`` of shape (n, m), on x's device."""
-    torch = _torch()
     if not isinstance(plan, CircPlan):
         sw, matrix = cache.get(plan, x.device, x.dtype, lambda: _csr_arrays(plan, x))
-        acc = x * sw
+        product: torch.Tensor = x * sw
         # One sparse product: faster than adding degree slot by degree slot (a gather, a
         # product and an add each), and within 1e-16 of the kernels' sums in float64.
-        return acc if matrix is None else torch.addmm(acc, matrix, x)
+        return product if matrix is None else _torch().addmm(product, matrix, x)
     sw, w = cache.get(plan, x.device, x.dtype, lambda: _circulant_arrays(plan, x))
-    acc = x * sw
+    acc: torch.Tensor = x * sw
     n, offs = x.shape[0], plan.form.offsets.tolist()
     nk = len(offs)
     # As the kernels: rows [n - offs[p], n - offs[p-1]) wrap around for the offsets k >= p,
@@ -240,41 +239,41 @@ def combine(cache: PlanCache, plan: Plan, x: torch.Tensor) -> torch.Tensor:
 
 
 def neighbor_allreduce(
-    backend: SimBackend, t: torch.Tensor, dtype: torch.dtype, plan: Plan
+    state: SimState, t: torch.Tensor, dtype: torch.dtype, plan: Plan
 ) -> torch.Tensor:
     """Return ``W t`` for :func:`stacked`'s ``t``, rounded to ``dtype``."""
     torch = _torch()
-    flat = t.reshape(backend._rows, -1)
-    if backend._faults is not None:  # fogsim.faults works on host arrays
+    flat = t.reshape(state.rows, -1)
+    if state.faults is not None:  # fogsim.faults works on host arrays
         host = flat.cpu().numpy()
-        mixed = backend._faults.apply(plan_matrix(plan, backend._n), host)
+        mixed = state.faults.apply(plan_matrix(plan, state.n), host)
         out = torch.as_tensor(np.asarray(mixed, dtype=host.dtype)).to(flat.device)
     elif flat.shape[1]:
         with _timeline.phase("COMPUTE_AVERAGE"):
-            out = combine(backend._device_plans, plan, flat)
+            out = combine(state.device_plans, plan, flat)
     else:
         out = flat.clone()
-    if backend._cost is not None:
-        _charge(backend, "neighbor_allreduce", t, topology=plan_messages(plan, backend._n))
+    if state.cost is not None:
+        _charge(state, "neighbor_allreduce", t, topology=plan_messages(plan, state.n))
     return _out(out.reshape(t.shape), dtype)
 
 
 def hierarchical_neighbor_allreduce(
-    backend: SimBackend, t: torch.Tensor, dtype: torch.dtype, plan: Plan
+    state: SimState, t: torch.Tensor, dtype: torch.dtype, plan: Plan
 ) -> torch.Tensor:
     """Return each machine's agents the step ``plan`` applied to the machine averages."""
-    k = backend._local
-    machines = backend._rows // k
+    k = state.local
+    machines = state.rows // k
     grid = t.reshape(machines, k, -1)
     mean = grid[:, 0].clone()  # summed in local-rank order, as the numpy path does
     for j in range(1, k):
         mean += grid[:, j]
     mean /= k
-    mixed = combine(backend._device_plans, plan, mean) if mean.shape[1] else mean
+    mixed = combine(state.device_plans, plan, mean) if mean.shape[1] else mean
     out = mixed[:, None, :].expand(machines, k, mean.shape[1]).reshape(t.shape)
-    if backend._cost is not None:
-        messages = plan_messages(plan, backend._n // k)
-        _charge(backend, "hierarchical_neighbor_allreduce", t, machine_topology=messages)
+    if state.cost is not None:
+        messages = plan_messages(plan, state.n // k)
+        _charge(state, "hierarchical_neighbor_allreduce", t, machine_topology=messages)
     return _out(out, dtype)
 
 
@@ -286,41 +285,41 @@ def _sum(t: torch.Tensor, dim: int) -> torch.Tensor:
     return t.sum(dim, dtype=t.dtype)
 
 
-def allreduce(backend: SimBackend, x: torch.Tensor, average: bool) -> torch.Tensor:
+def allreduce(state: SimState, x: torch.Tensor, average: bool) -> torch.Tensor:
     """Return every agent the sum (or average) over the agents."""
-    t, dtype = stacked(backend, x, "allreduce", averaging=average, adds=True)
+    t, dtype = stacked(state, x, "allreduce", averaging=average, adds=True)
     total = _sum(t, 0)
     if average:
-        total = total / backend._n
-    _charge(backend, "allreduce", t)
+        total = total / state.n
+    _charge(state, "allreduce", t)
     return _out(total.expand(t.shape).contiguous(), dtype)
 
 
-def local_allreduce(backend: SimBackend, x: torch.Tensor, average: bool) -> torch.Tensor:
+def local_allreduce(state: SimState, x: torch.Tensor, average: bool) -> torch.Tensor:
     """Return every agent the sum (or average) over its machine's agents."""
-    t, dtype = stacked(backend, x, "allreduce", averaging=average, adds=True)
-    k = backend._local
-    grid = t.reshape(backend._rows // k, k, *t.shape[1:])
+    t, dtype = stacked(state, x, "allreduce", averaging=average, adds=True)
+    k = state.local
+    grid = t.reshape(state.rows // k, k, *t.shape[1:])
     total = _sum(grid, 1)
     if average:
         total = total / k
     return _out(total[:, None].expand(grid.shape).reshape(t.shape), dtype)
 
 
-def broadcast(backend: SimBackend, x: torch.Tensor, root: int) -> torch.Tensor:
+def broadcast(state: SimState, x: torch.Tensor, root: int) -> torch.Tensor:
     """Return every agent the root agent's value."""
-    t, dtype = stacked(backend, x, "broadcast", averaging=False)
-    _charge(backend, "broadcast", t)
+    t, dtype = stacked(state, x, "broadcast", averaging=False)
+    _charge(state, "broadcast", t)
     return _out(t[root].expand(t.shape).contiguous(), dtype)
 
 
-def allgather(backend: SimBackend, x: torch.Tensor) -> torch.Tensor:
+def allgather(state: SimState, x: torch.Tensor) -> torch.Tensor:
     """Return every agent all agents' values concatenated along the first dimension."""
-    t, dtype = stacked(backend, x, "allgather", averaging=False)
-    rows = backend._rows
+    t, dtype = stacked(state, x, "allgather", averaging=False)
+    rows = state.rows
     per_agent = t.reshape(rows, -1, *t.shape[2:]) if t.dim() > 1 else t[:, None]
     flat = per_agent.reshape(1, -1, *per_agent.shape[2:])
-    _charge(backend, "allgather", t)
+    _charge(state, "allgather", t)
     return _out(flat.expand(rows, *flat.shape[1:]).contiguous(), dtype)
 
 
@@ -340,14 +339,14 @@ def allgather_ragged(values: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     ]
 
 
-def global_view(backend: SimBackend, x: torch.Tensor) -> torch.Tensor:
+def global_view(state: SimState, x: torch.Tensor) -> torch.Tensor:
     """Return every agent's value, stacked (a copy)."""
-    t, dtype = stacked(backend, x, "global_view", averaging=False)
+    t, dtype = stacked(state, x, "global_view", averaging=False)
     return _out(t.clone(), dtype)
 
 
 def neighbor_allgather(
-    backend: SimBackend, t: torch.Tensor, indptr: np.ndarray, indices: np.ndarray
+    state: SimState, t: torch.Tensor, indptr: np.ndarray, indices: np.ndarray
 ) -> Any:
     """Return each agent its in-neighbors' values (CSR ``indptr``/``indices``), concatenated.
 
@@ -355,7 +354,7 @@ def neighbor_allgather(
     """
     torch = _torch()
     per_agent = t[:, None] if t.dim() == 1 else t
-    index = backend._device_plans.get(
+    index = state.device_plans.get(
         indices,
         t.device,
         torch.int64,
@@ -364,6 +363,6 @@ def neighbor_allgather(
     gathered = per_agent.index_select(0, index)  # (nnz, k, ...)
     degrees = np.diff(indptr)
     if degrees.size and np.all(degrees == degrees[0]):
-        return gathered.reshape(backend._rows, -1, *per_agent.shape[2:])
+        return gathered.reshape(state.rows, -1, *per_agent.shape[2:])
     chunks = torch.split(gathered, degrees.tolist())
     return [c.reshape(-1, *per_agent.shape[2:]) for c in chunks]

@@ -133,7 +133,7 @@ class SimWindow:
                 self.q[edges] = pvals
         self.ver[edges] += 1
 
-    def enqueue(self, due: int, kind: str, edges: np.ndarray, vals: np.ndarray, pvals: Any):
+    def enqueue(self, due: int, kind: str, edges: np.ndarray, vals: np.ndarray, pvals: Any) -> None:
         """Hold messages until round ``due``."""
         self._queue.setdefault(due, []).append((self._sent, kind, edges, vals, pvals))
         self._sent += 1

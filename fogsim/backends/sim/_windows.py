@@ -96,7 +96,9 @@ class SimWindowOps(WindowPart):
             )
         return raw
 
-    def _edges(self, win: SimWindow, obj: Any, argname: str, op: str, by_sender: bool):
+    def _edges(
+        self, win: SimWindow, obj: Any, argname: str, op: str, by_sender: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Return the buffers (ascending edge ids) a weight argument names, and its weights.
 
         ``obj``: None (every edge, weight 1), n per-agent dicts or rank lists (rows of the
@@ -159,7 +161,14 @@ class SimWindowOps(WindowPart):
         for win in self._windows.values():
             win.deliver_due(self._round)
 
-    def _send(self, win: SimWindow, kind: str, edges, vals, pvals) -> None:
+    def _send(
+        self,
+        win: SimWindow,
+        kind: str,
+        edges: np.ndarray,
+        vals: np.ndarray,
+        pvals: np.ndarray | None,
+    ) -> None:
         """Send one message per edge: land it now, later (delayed) or never (lost)."""
         delays = self._asynchrony.draw_delays(edges.size)
         lost = self._asynchrony.draw_lost(edges.size)
@@ -293,11 +302,12 @@ class SimWindowOps(WindowPart):
         require_mutex: bool,
     ) -> Any:
         win = self._win(name, "win_update")
-        sw: np.ndarray | None
         if not check_update_args(self_weight, neighbor_weights, reset, clone, require_mutex):
             sw, edges, w = win.self_weight, win.all_edges, win.weights
         else:
-            sw = self_weights(self_weight, self._n)
+            given = self_weights(self_weight, self._n)
+            assert given is not None  # self_weight was given
+            sw = given
             edges, w = self._edges(
                 win, neighbor_weights, "neighbor_weights", "win_update", by_sender=False
             )
@@ -309,7 +319,15 @@ class SimWindowOps(WindowPart):
         edges = win.all_edges
         return self._update(win, np.ones(self._n), edges, np.ones(edges.size), True, False)
 
-    def _update(self, win: SimWindow, sw, edges, w, reset: bool, clone: bool) -> Any:
+    def _update(
+        self,
+        win: SimWindow,
+        sw: np.ndarray,
+        edges: np.ndarray,
+        w: np.ndarray,
+        reset: bool,
+        clone: bool,
+    ) -> Any:
         """``x_i <- sw_i x_i + sum_j w_ij b[i<-j]`` for the active i; then end the round."""
         n = self._n
         rows = self._active_ranks()
