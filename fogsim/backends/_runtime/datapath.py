@@ -191,7 +191,7 @@ class DataPath:
     def repair(self) -> None:
         """Take part, with :attr:`agreed` bytes of no meaning, in the static transfer that
         other ranks started beside an agreement this rank failed (only where
-        :attr:`overlaps`; see ``agree.REPAIRS``)."""
+        :attr:`overlaps`; see ``Transport.repair``)."""
 
     def close(self) -> None:
         """Release what the path holds."""

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._stall import Guard
 from .._wire import dumps, loads
 
 __all__ = ["InProcessWorld", "InProcessTransport"]
@@ -120,6 +121,8 @@ class InProcessTransport:
 
     def __init__(self, world: InProcessWorld, rank: int) -> None:
         self.world, self.rank, self.size = world, rank, world.size
+        self.guard: Guard | None = None  # set by the world (see Transport)
+        self.repair: Callable[[], None] | None = None
         self._seq: dict[str, int] = defaultdict(int)  # collective calls made, by kind
 
     def _peer(self, rank: int, what: str) -> None:

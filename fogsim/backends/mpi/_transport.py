@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._stall import Guard
 from .._wire import mpi_allgather_json
 
 __all__ = ["MpiTransport"]
@@ -45,6 +46,8 @@ class MpiTransport:
     def __init__(self, comm: Any, mpi: Any) -> None:
         self.comm, self._mpi = comm, mpi
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self.guard: Guard | None = None  # set by the world (see Transport)
+        self.repair: Callable[[], None] | None = None
 
     def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> _MpiRequest:
         return _MpiRequest(self.comm.Isend(buf, dest=dest, tag=tag))

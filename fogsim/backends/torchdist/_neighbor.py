@@ -13,7 +13,7 @@ of hanging.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -57,7 +57,7 @@ class _Transfer:
 
     def __init__(self, req: Request, waiter: ThreadPoolExecutor | None = None) -> None:
         self._req = req
-        self._future: Future | None = None if waiter is None else waiter.submit(req.wait)
+        self._future: Future[None] | None = None if waiter is None else waiter.submit(req.wait)
 
     def wait(self) -> None:
         if self._future is not None:
@@ -96,11 +96,16 @@ def _wire(buf: Any) -> Any:
 class TorchDataPath(DataPath):
     """CPU values over ``transport`` (the gloo group's), CUDA tensors over the NCCL group's.
 
-    ``to_value(x, op, averaging)`` is the backend's conversion to a
+    ``to_value(x, op, averaging)`` is the runtime's conversion to a
     :class:`~fogsim.backends.torchdist._values.Value`.
     """
 
-    def __init__(self, transport: TorchTransport, nccl_group: Any, to_value: Any) -> None:
+    def __init__(
+        self,
+        transport: TorchTransport,
+        nccl_group: Any,
+        to_value: Callable[[Any, str, bool], Value],
+    ) -> None:
         super().__init__(transport, None, None)
         self._to_value = to_value
         self.nccl = (
@@ -113,8 +118,7 @@ class TorchDataPath(DataPath):
         self._waiter: ThreadPoolExecutor | None = None
 
     def value(self, x: Any, op: str, averaging: bool) -> Value:
-        value: Value = self._to_value(x, op, averaging)
-        return value
+        return self._to_value(x, op, averaging)
 
     def start(
         self,
@@ -143,7 +147,7 @@ class TorchDataPath(DataPath):
     ) -> Any:
         return _combine_cuda(value, plan, recv, weights, select)
 
-    def p2p_ops(self, ops: list, cuda: bool, blocking: bool) -> _Transfer:
+    def p2p_ops(self, ops: list[Any], cuda: bool, blocking: bool) -> _Transfer:
         """Start the ``dist.P2POp`` list ``ops`` as one batch (every rank calls this, even
         with no ops)."""
         if cuda:

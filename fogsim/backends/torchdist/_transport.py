@@ -8,13 +8,14 @@ through ``dist.isend``/``dist.irecv`` on the group given. Nothing received is un
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
+from ..._stall import Guard
 from .._wire import dumps, loads
 
 __all__ = ["TorchTransport"]
@@ -103,6 +104,8 @@ class TorchTransport:
 
     def __init__(self, group: Any, size: int, rank: int) -> None:
         self.group, self.size, self.rank = group, size, rank
+        self.guard: Guard | None = None  # set by the world (see Transport)
+        self.repair: Callable[[], None] | None = None
 
     def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> _TorchRequest:
         return _TorchRequest(
