@@ -14,8 +14,9 @@ from typing import Any
 from ..._handles import Handle, HandleTable
 from .._base import OneAgentEach
 from .collectives import RuntimeCollectives
-from .machines import MachineOps
+from .machines import MachineLink, MachineOps
 from .neighbor import NeighborOps
+from .transport import Transport
 
 __all__ = ["DistributedBackend"]
 
@@ -23,10 +24,23 @@ __all__ = ["DistributedBackend"]
 class DistributedBackend(OneAgentEach):
     """A backend of one agent per process whose ops are run by its parts."""
 
+    transport: Transport
     collectives: RuntimeCollectives[Any]
     neighbors: NeighborOps
     machines: MachineOps[Any]
     handles: HandleTable
+
+    def machine_ops(self, link: MachineLink[Any]) -> MachineOps[Any]:
+        """Return the machines part over ``link``, once ``collectives`` and ``neighbors`` are
+        built (collective: the machine layout is checked on every rank)."""
+        return MachineOps(
+            self.transport,
+            link,
+            self.collectives.checked,
+            self.neighbors.flush,
+            self.load_machine_topology,
+            self.is_machine_topology_weighted,
+        )
 
     def bytes_sent(self, reset: bool = False) -> int:
         """Return the bytes of values this rank handed to the transport in the neighbor

@@ -34,6 +34,10 @@ def _same(shape: tuple[int, ...]) -> tuple[int, ...]:
     return shape
 
 
+def _trailing(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return shape[1:]  # the allgather's rows may differ
+
+
 class RuntimeCollectives(Collectives, abc.ABC, Generic[V]):
     """The base of a runtime's collectives part (see the module docstring).
 
@@ -66,16 +70,47 @@ class RuntimeCollectives(Collectives, abc.ABC, Generic[V]):
     def broadcast(self, x: Any, root_rank: int, name: str | None = None) -> Any:
         return self.broadcast_nonblocking(x, root_rank, name).wait()
 
-    @abc.abstractmethod
+    # -- the nonblocking ops: agreed here, then started by the runtime ------------------------
     def allreduce_nonblocking(
         self, x: Any, average: bool = True, name: str | None = None
-    ) -> Handle: ...
+    ) -> Handle:
+        self.begin(name, average)
+        value = self.checked("allreduce", x, averaging=average, adds=True, name=name)
+        return self.start_allreduce(value, average, name)
+
+    def broadcast_nonblocking(self, x: Any, root_rank: int, name: str | None = None) -> Handle:
+        self.begin(name)
+        root, error = self.checked_root(root_rank)
+        value = self.checked(
+            "broadcast", x, False, extra=(root,), error=error, name=name, said=f" from root {root}"
+        )
+        return self.start_broadcast(value, root, name)
+
+    def allgather_nonblocking(self, x: Any, name: str | None = None) -> Handle:
+        self.begin(name)
+        value = self.checked("allgather", x, False, shape_of=_trailing, name=name)
+        return self.start_allgather(value, name)
+
+    def barrier(self) -> None:
+        self.flush()
+        test, wait = self.start_barrier()
+        self.stall.wait(test, wait)
 
     @abc.abstractmethod
-    def allgather_nonblocking(self, x: Any, name: str | None = None) -> Handle: ...
+    def start_allreduce(self, value: V, average: bool, name: str | None) -> Handle:
+        """Start the sum of every rank's agreed ``value`` (``average``: divided by the size)."""
 
     @abc.abstractmethod
-    def broadcast_nonblocking(self, x: Any, root_rank: int, name: str | None = None) -> Handle: ...
+    def start_broadcast(self, value: V, root: int, name: str | None) -> Handle:
+        """Start sending rank ``root``'s agreed ``value`` to every rank."""
+
+    @abc.abstractmethod
+    def start_allgather(self, value: V, name: str | None) -> Handle:
+        """Start gathering every rank's agreed ``value`` (0-d: as 1-d), rows in rank order."""
+
+    @abc.abstractmethod
+    def start_barrier(self) -> tuple[Callable[[], bool], Callable[[], Any]]:
+        """Start a barrier; return its (test, wait)."""
 
     # -- before data moves ------------------------------------------------------------------
     def begin(self, name: Any, average: Any = True) -> None:

@@ -15,7 +15,10 @@ import numpy as np
 
 from ..._stall import Guard
 
-__all__ = ["Request", "RmaWindow", "Transport", "WindowTransport"]
+__all__ = ["Messages", "Request", "RmaWindow", "Transport", "WindowTransport"]
+
+#: Point-to-point messages of one batch: ``(buffer, peer rank)`` each.
+Messages = Sequence[tuple[Any, int]]
 
 
 @runtime_checkable
@@ -65,12 +68,7 @@ class Transport(Protocol):
         """Start receiving a message from rank ``source`` into ``buf`` (same byte size)."""
         ...
 
-    def exchange(
-        self,
-        sends: Sequence[tuple[Any, int]],
-        recvs: Sequence[tuple[Any, int]],
-        tag: int = 0,
-    ) -> Request:
+    def exchange(self, sends: Messages, recvs: Messages, tag: int = 0) -> Request:
         """Start one batch of point-to-point messages: each ``(buf, dest)`` of ``sends``
         goes to rank ``dest``, each ``(buf, source)`` of ``recvs`` is filled from rank
         ``source``; return one request for the whole batch (the neighbor ops' data path).

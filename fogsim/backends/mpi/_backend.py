@@ -20,7 +20,6 @@ from ..._stall import Guard
 from .._base import launched_size
 from .._parts import Capabilities
 from .._runtime.backend import DistributedBackend
-from .._runtime.machines import MachineOps
 from .._runtime.neighbor import NeighborOps
 from .._runtime.windows import WindowOps
 from ._collectives import MpiCollectives, mpi_array
@@ -43,6 +42,8 @@ class MPIBackend(DistributedBackend):
 
     name = "mpi"
     capabilities = Capabilities(stacked=False, windows=True, overlaps=True)
+    transport: MpiTransport
+    collectives: MpiCollectives
 
     def __init__(
         self,
@@ -78,14 +79,8 @@ class MPIBackend(DistributedBackend):
             self.comm, MPI, self.transport, self.handles, self.neighbors.flush, self.stall
         )
         try:  # refused on every rank alike (a machine layout that cannot be)
-            self.machines = MachineOps(
-                self.transport,
-                MpiMachineLink(self.comm, MPI, local_size, self.stall, self._new_machine_world),
-                self.collectives.checked,
-                self.neighbors.flush,
-                self.load_machine_topology,
-                self.is_machine_topology_weighted,
-            )
+            link = MpiMachineLink(self.comm, MPI, local_size, self.stall, self._new_machine_world)
+            self.machines = self.machine_ops(link)
         except BaseException:
             self.neighbors.close()
             self._free_world()

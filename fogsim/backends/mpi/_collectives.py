@@ -3,6 +3,7 @@ communicator, each after the agreement of :class:`~.._runtime.collectives.Runtim
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -52,7 +53,7 @@ class MpiCollectives(RuntimeCollectives[ArrayValue]):
         mpi: Any,
         transport: Transport,
         handles: HandleTable,
-        flush: Any,
+        flush: Callable[[], None],
         stall: Guard,
     ) -> None:
         super().__init__(transport, handles, flush, stall, mpi_value)
@@ -69,12 +70,8 @@ class MpiCollectives(RuntimeCollectives[ArrayValue]):
 
         return self.handles.start(op, finish, req.Test, name)
 
-    def allreduce_nonblocking(
-        self, x: Any, average: bool = True, name: str | None = None
-    ) -> Handle:
-        self.begin(name, average)
-        value = self.checked("allreduce", x, averaging=average, adds=True, name=name)
-        arr, n = value.data, self.size
+    def start_allreduce(self, value: ArrayValue, average: bool, name: str | None) -> Handle:
+        arr, n = value.arr, self.size
         out = np.empty_like(arr)
         req = self.comm.Iallreduce(arr, out, op=self._mpi.SUM)
 
@@ -85,21 +82,13 @@ class MpiCollectives(RuntimeCollectives[ArrayValue]):
 
         return self._finish("allreduce", req, result, name)
 
-    def broadcast_nonblocking(self, x: Any, root_rank: int, name: str | None = None) -> Handle:
-        self.begin(name)
-        root, error = self.checked_root(root_rank)
-        value = self.checked(
-            "broadcast", x, False, extra=(root,), error=error, name=name, said=f" from root {root}"
-        )
-        out = value.data.copy()
+    def start_broadcast(self, value: ArrayValue, root: int, name: str | None) -> Handle:
+        out = value.arr.copy()
         req = self.comm.Ibcast(out, root=root)
         return self._finish("broadcast", req, partial(value.wrap, out), name)
 
-    def allgather_nonblocking(self, x: Any, name: str | None = None) -> Handle:
-        self.begin(name)
-        value = self.checked("allgather", x, averaging=False, shape_of=lambda s: s[1:], name=name)
-        arr: np.ndarray = value.data
-        arr = arr.reshape(1) if arr.ndim == 0 else arr
+    def start_allgather(self, value: ArrayValue, name: str | None) -> Handle:
+        arr = value.arr.reshape(1) if value.arr.ndim == 0 else value.arr
         rows = np.empty(self.size, dtype=np.int64)
         req = self.comm.Iallgather(np.array([arr.shape[0]], dtype=np.int64), rows)
         self.stall.wait(req.Test, req.Wait)
@@ -109,10 +98,9 @@ class MpiCollectives(RuntimeCollectives[ArrayValue]):
         req = self.comm.Iallgatherv(arr, [out, (counts, displs)])
         return self._finish("allgather", req, partial(value.wrap, out), name)
 
-    def barrier(self) -> None:
-        self.flush()
+    def start_barrier(self) -> tuple[Callable[[], bool], Callable[[], Any]]:
         req = self.comm.Ibarrier()
-        self.stall.wait(req.Test, req.Wait)
+        return req.Test, req.Wait
 
     def barrier_nonblocking(self) -> Handle:
         self.flush()

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ..._stall import Guard
+from .._runtime.transport import Messages
 from .._wire import mpi_allgather_json
 
 __all__ = ["MpiTransport"]
@@ -55,12 +56,7 @@ class MpiTransport:
     def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> _MpiRequest:
         return _MpiRequest(self.comm.Irecv(buf, source=source, tag=tag))
 
-    def exchange(
-        self,
-        sends: Sequence[tuple[np.ndarray, int]],
-        recvs: Sequence[tuple[np.ndarray, int]],
-        tag: int = 0,
-    ) -> _MpiBatch:
+    def exchange(self, sends: Messages, recvs: Messages, tag: int = 0) -> _MpiBatch:
         comm = self.comm
         reqs = [comm.Irecv(buf, source=source, tag=tag) for buf, source in recvs]
         reqs += [comm.Isend(buf, dest=dest, tag=tag) for buf, dest in sends]

@@ -24,7 +24,6 @@ from ..._stall import Guard, Held, State, where
 from .._base import launched_size
 from .._parts import Capabilities
 from .._runtime.backend import DistributedBackend
-from .._runtime.machines import MachineOps
 from .._runtime.neighbor import NeighborOps
 from . import _world
 from ._collectives import TorchCollectives, TorchValues
@@ -106,6 +105,8 @@ class TorchBackend(DistributedBackend):
 
     name = "torch"
     capabilities = Capabilities(stacked=False, windows=False, cuda=True, overlaps=True)
+    transport: TorchTransport
+    collectives: TorchCollectives
 
     def __init__(
         self,
@@ -132,38 +133,33 @@ class TorchBackend(DistributedBackend):
                 from ...run._liveness import record
 
                 record(self._settings.rank_dir, self._rank)
-        self._transport = TorchTransport(self.group, self._n, self._rank)
+        self.transport = TorchTransport(self.group, self._n, self._rank)
         self.stall = self._stall_guard(world=groups is None)
         self.handles = HandleTable()
         values = TorchValues(self.nccl_group is not None)
-        path = TorchDataPath(self._transport, self.nccl_group, values)
+        path = TorchDataPath(self.transport, self.nccl_group, values)
         self.neighbors = NeighborOps(
-            self._transport, path, self.handles, self.stall, self._settings.fusion_threshold
+            self.transport, path, self.handles, self.stall, self._settings.fusion_threshold
         )
         self.collectives = TorchCollectives(
             self.group,
             self.nccl_group,
-            self._transport,
+            self.transport,
             self.handles,
             self.neighbors.flush,
             self.stall,
             values,
         )
-        try:
-            self.machines = MachineOps(
-                self._transport,
+        try:  # refused on every rank alike (a machine layout that cannot be)
+            self.machines = self.machine_ops(
                 TorchMachineLink(
-                    self._transport,
+                    self.transport,
                     local_size,
                     self.group,
                     self.nccl_group,
                     path.p2p_ops,
                     self._new_machine_world,
-                ),
-                self.collectives.checked,
-                self.neighbors.flush,
-                self.load_machine_topology,
-                self.is_machine_topology_weighted,
+                )
             )
         except BaseException:
             self.neighbors.close()
@@ -209,17 +205,17 @@ class TorchBackend(DistributedBackend):
         )
         guard = _WorkGuard(self._rank, self._n, timeout, self._settings.stall_warn_only, peers)
         if timeout is not None:  # the agreements wait under it
-            self._transport.guard = guard
+            self.transport.guard = guard
         return guard
 
     def _destroy_groups(self) -> None:
-        self._transport.guard = None
+        self.transport.guard = None
         # Local: gloo's sends completed when their bytes were handed over, so no peer
         # loses data; the default group stays for the next world (see _world).
         # Once nothing names a group (the parts let theirs go on close), torch ends its
         # threads and closes its sockets now, not at the next garbage collection.
         _world.destroy_groups(self.nccl_group)
-        self._transport.free()  # self.group
+        self.transport.free()  # self.group
         self.group = self.nccl_group = None
 
     # -- topology -------------------------------------------------------------------------

@@ -76,11 +76,7 @@ class TorchCollectives(RuntimeCollectives[Value]):
 
         return self.handles.start(op, complete, work.is_completed, name)
 
-    def allreduce_nonblocking(
-        self, x: Any, average: bool = True, name: str | None = None
-    ) -> Handle:
-        self.begin(name, average)
-        value: Value = self.checked("allreduce", x, averaging=average, adds=True, name=name)
+    def start_allreduce(self, value: Value, average: bool, name: str | None) -> Handle:
         out, out_arr = value.empty(value.shape)
         out.copy_(value.tensor)
         work = None
@@ -100,12 +96,7 @@ class TorchCollectives(RuntimeCollectives[Value]):
 
         return self._start("allreduce", work, finish, name)
 
-    def broadcast_nonblocking(self, x: Any, root_rank: int, name: str | None = None) -> Handle:
-        self.begin(name)
-        root, error = self.checked_root(root_rank)
-        value: Value = self.checked(
-            "broadcast", x, False, extra=(root,), error=error, name=name, said=f" from root {root}"
-        )
+    def start_broadcast(self, value: Value, root: int, name: str | None) -> Handle:
         out, out_arr = value.empty(value.shape)
         out.copy_(value.tensor)
         work = None
@@ -116,11 +107,7 @@ class TorchCollectives(RuntimeCollectives[Value]):
         result = out if out_arr is None else out_arr
         return self._start("broadcast", work, lambda: value.wrap(result), name)
 
-    def allgather_nonblocking(self, x: Any, name: str | None = None) -> Handle:
-        self.begin(name)
-        value: Value = self.checked(
-            "allgather", x, averaging=False, shape_of=lambda s: s[1:], name=name
-        )
+    def start_allgather(self, value: Value, name: str | None) -> Handle:
         if value.shape == ():
             value = value.reshaped((1,))
         n = self.size
@@ -162,10 +149,9 @@ class TorchCollectives(RuntimeCollectives[Value]):
         out: np.ndarray = rows.numpy()
         return out
 
-    def barrier(self) -> None:
-        self.flush()
+    def start_barrier(self) -> tuple[Callable[[], bool], Callable[[], Any]]:
         work = dist.barrier(group=self.group, async_op=True)
-        self.stall.wait(work.is_completed, work.wait)
+        return work.is_completed, work.wait
 
     def barrier_nonblocking(self) -> Handle:
         self.flush()

@@ -13,7 +13,7 @@ of hanging.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from .._runtime.datapath import DataPath, Value
 from .._runtime.plan import RankPlan
-from .._runtime.transport import Request
+from .._runtime.transport import Messages, Request
 from ._transport import TorchTransport, _TorchBatch
 
 __all__ = ["TorchDataPath", "as_bytes", "p2p"]
@@ -120,13 +120,7 @@ class TorchDataPath(DataPath):
     def value(self, x: Any, op: str, averaging: bool) -> Value:
         return self._to_value(x, op, averaging)
 
-    def start(
-        self,
-        sends: Sequence[tuple[Any, int]],
-        recvs: Sequence[tuple[Any, int]],
-        device: bool,
-        blocking: bool,
-    ) -> _Transfer:
+    def start(self, sends: Messages, recvs: Messages, device: bool, blocking: bool) -> _Transfer:
         """Start one batch (every rank calls this, even with nothing to move: every rank
         knows what moves, since the sizes agree, and empty buffers stay home)."""
         if device:
@@ -137,15 +131,8 @@ class TorchDataPath(DataPath):
         req = transport.exchange(sent, received)
         return self._transfer(req, device, blocking or not (sent or received))
 
-    def combine_device(
-        self,
-        value: Value,
-        plan: RankPlan,
-        recv: Any,
-        weights: np.ndarray,
-        select: np.ndarray | None,
-    ) -> Any:
-        return _combine_cuda(value, plan, recv, weights, select)
+    #: CUDA tensors combine in torch, in ``combine_rows``' order and roundings.
+    combine_device = staticmethod(_combine_cuda)
 
     def p2p_ops(self, ops: list[Any], cuda: bool, blocking: bool) -> _Transfer:
         """Start the ``dist.P2POp`` list ``ops`` as one batch (every rank calls this, even

@@ -8,7 +8,7 @@ through ``dist.isend``/``dist.irecv`` on the group given. Nothing received is un
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from ..._stall import Guard
+from .._runtime.transport import Messages
 from .._wire import dumps, loads
 
 __all__ = ["TorchTransport"]
@@ -117,12 +118,7 @@ class TorchTransport:
             dist.irecv(_bytes(buf), group=self.group, tag=tag, group_src=int(source))
         )
 
-    def exchange(
-        self,
-        sends: Sequence[tuple[Any, int]],
-        recvs: Sequence[tuple[Any, int]],
-        tag: int = 0,
-    ) -> _TorchBatch:
+    def exchange(self, sends: Messages, recvs: Messages, tag: int = 0) -> _TorchBatch:
         """One ``batch_isend_irecv`` (NCCL groups it; gloo runs the pairs as they come).
 
         Tensors travel as they are, on their device; numpy arrays as their bytes.
