@@ -137,8 +137,9 @@ def check_update_args(
 class WindowPart(abc.ABC):
     """The part of a backend that runs the one-sided window ops (see :func:`fogsim.win_create`).
 
-    Each runtime has its own (``SimWindowOps``, ``MpiWindowOps``, ``SpmdWindowOps``), built
-    in the backend's constructor from what it needs; :class:`Backend` forwards the public
+    Each runtime has its own (``SimWindowOps``, ``SpmdWindowOps``, and ``WindowOps`` of the
+    distributed runtime over its one-sided transport), built in the backend's constructor
+    from what it needs; :class:`Backend` forwards the public
     window ops to it, with the public functions' arguments (the ``*_nonblocking`` twins
     run the blocking op and return a completed handle).
     """

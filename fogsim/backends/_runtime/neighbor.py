@@ -23,6 +23,7 @@ from ... import timeline as _timeline
 from ..._handles import Handle, HandleTable
 from ..._stall import Guard
 from ...topology import Topology
+from .._parts import Neighbors
 from .._weights import is_matrix
 from .agree import LocalError, agree, fingerprint, named
 from .datapath import DataPath, Value
@@ -51,7 +52,7 @@ def _plain(x: Any, self_weight: Any, src_weights: Any, dst_weights: Any, name: A
     )
 
 
-class NeighborOps:
+class NeighborOps(Neighbors):
     """``neighbor_allreduce`` and ``neighbor_allgather`` of one world (see the module doc).
 
     ``transport`` carries the agreements and small exchanges, ``path`` the data;
