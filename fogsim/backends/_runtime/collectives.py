@@ -6,8 +6,9 @@ library's collectives (``mpi._collectives.MpiCollectives``,
 It holds the steps every collective takes before data moves, written once: the argument
 checks, the flush of the queued neighbor calls (a collective must not pass them), and the
 agreement on the value's shape, dtype, device and name, so that a call that differs
-raises the same error on every rank instead of hanging. The blocking ops wait on their
-nonblocking twins.
+raises the same error on every rank instead of hanging. A runtime then only starts the
+transfer (``start_allreduce`` and the rest); the blocking ops wait on their nonblocking
+twins.
 """
 
 from __future__ import annotations

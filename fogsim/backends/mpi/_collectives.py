@@ -104,5 +104,5 @@ class MpiCollectives(RuntimeCollectives[ArrayValue]):
 
     def barrier_nonblocking(self) -> Handle:
         self.flush()
-        req = self.comm.Ibarrier()
-        return self.handles.start("barrier", partial(self.stall.wait, req.Test, req.Wait), req.Test)
+        test, wait = self.start_barrier()
+        return self.handles.start("barrier", partial(self.stall.wait, test, wait), test)
