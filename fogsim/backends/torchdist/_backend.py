@@ -4,7 +4,7 @@ Collectives map to their torch.distributed namesakes on this world's groups (see
 ``_world``); neighbor ops are point-to-point transfers grouped per call with
 ``batch_isend_irecv`` (``_neighbor``). Before data moves, ranks agree on shapes, dtypes,
 devices and (dynamic calls) who sends to whom, in one small gloo collective, so a bad call
-raises the same error on every rank instead of hanging (see ``_agree``). Results are those
+raises the same error on every rank instead of hanging (see ``_runtime.agree``). Results are those
 of the simulator and the MPI runtime: the same plans, the same combine order.
 """
 
