@@ -147,8 +147,8 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         "mpi-mutex-released-early",
-        "MPI windows: a mutex is released as soon as it is taken, before the guarded block",
-        "fogsim/backends/mpi/_windows.py",
+        "runtime windows (MPI): a mutex is released as soon as it is taken, before the block",
+        "fogsim/backends/_runtime/windows.py",
         "        self.acquire(ranks)\n        try:\n            yield\n        finally:\n"
         "            self.release(ranks)\n",
         "        self.acquire(ranks)\n        self.release(ranks)\n        yield\n",
@@ -164,8 +164,8 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         "mpi-push-sum-p-not-sent",
-        "MPI windows: push-sum's associated weight p is not put to the neighbor",
-        "fogsim/backends/mpi/_windows.py",
+        "runtime windows (MPI): push-sum's associated weight p is not put to the neighbor",
+        "fogsim/backends/_runtime/windows.py",
         "                    win.pwin.accumulate(pbuf, j, 1 + slot, replace)\n",
         "                    pass\n",
         (DUAL, "-k", "test_mpi and push_sum and 2]"),
@@ -180,8 +180,8 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         "mpi-hierarchical-skips-machine-step",
-        "MPI: hierarchical_neighbor_allreduce skips the exchange between machines",
-        "fogsim/backends/mpi/_machines.py",
+        "runtime (MPI): hierarchical_neighbor_allreduce skips the exchange between machines",
+        "fogsim/backends/_runtime/machines.py",
         "            out, error = exchange_between_machines(\n"
         "                self._machine_world(),\n"
         "                mean,\n"
@@ -195,10 +195,10 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         "mpi-decomposed-drops-a-stage",
-        "MPI: the decomposed all-reduce skips the all-gather of its first stage",
-        "fogsim/backends/mpi/_machines.py",
-        "        for comm, bounds in zip(reversed(comms), reversed(stages), strict=True):",
-        "        for comm, bounds in zip(reversed(comms[1:]), reversed(stages[1:]), strict=True):",
+        "runtime (MPI): the decomposed all-reduce skips the all-gather of its first stage",
+        "fogsim/backends/_runtime/machines.py",
+        "        for stage, bounds, d in reversed(done):  # all-gather\n",
+        "        for stage, bounds, d in reversed(done[1:]):  # all-gather\n",
         ("tests/test_hierarchy_mpi.py",),
     ),
     Mutation(
@@ -212,17 +212,17 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "mpi-allreduce-average-by-n-minus-1",
         "MPI: allreduce(average=True) divides by n - 1",
-        "fogsim/backends/mpi/_backend.py",
-        "                np.divide(out, self._n, out=out)\n",
-        "                np.divide(out, max(self._n - 1, 1), out=out)\n",
+        "fogsim/backends/mpi/_collectives.py",
+        "                np.divide(out, n, out=out)\n",
+        "                np.divide(out, max(n - 1, 1), out=out)\n",
         (DUAL, "-k", "test_mpi and collectives and 2]"),
     ),
     Mutation(
         "mpi-broadcast-wrong-root",
         "MPI: broadcast sends the value of the rank after root_rank",
-        "fogsim/backends/mpi/_backend.py",
+        "fogsim/backends/mpi/_collectives.py",
         "        req = self.comm.Ibcast(out, root=root)\n",
-        "        req = self.comm.Ibcast(out, root=(root + 1) % self._n)\n",
+        "        req = self.comm.Ibcast(out, root=(root + 1) % self.size)\n",
         (DUAL, "-k", "test_mpi and collectives and 2]"),
     ),
     Mutation(
@@ -337,14 +337,14 @@ MUTATIONS: list[Mutation] = [
         "torch-world-keeps-its-group",
         "torch: the transport still names the world's destroyed gloo group (threads linger)",
         "fogsim/backends/torchdist/_backend.py",
-        "        self._transport.free()  # self.group\n",
+        "        self.transport.free()  # self.group\n",
         "        _world.destroy_groups(self.group)\n",
         ("tests/test_lifecycle.py", "-k", "torch"),
     ),
     Mutation(
         "mpi-mutex-wait-unguarded",
-        "MPI windows: a rank waits for a held mutex without the stall guard (forever)",
-        "fogsim/backends/mpi/_windows.py",
+        "runtime windows (MPI): a rank waits for a held mutex without the stall guard (forever)",
+        "fogsim/backends/_runtime/windows.py",
         "        self.guard.wait(free, block, held)\n",
         "        block()\n",
         ("tests/test_stall.py", "-k", "window_mutex"),

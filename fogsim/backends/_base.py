@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from .. import _weightcheck
-from .._arrays import check_name
 from .._jit import check_axes, compiled
 from ..topology import Topology, as_topology
 from ._parts import Capabilities, Collectives, Machines, Neighbors
@@ -145,7 +144,7 @@ class Backend(abc.ABC):
         self,
         op: str,
         topo: Topology,
-        old: tuple,
+        old: tuple[Topology | None, bool],
         topology_attr: str,
         weighted_attr: str,
         on_change: Callable[[], None],
@@ -253,28 +252,6 @@ class Backend(abc.ABC):
         """Return the machines this agent's machine sends to (per agent in simulation)."""
         return self.load_machine_topology().out_neighbors(int(self.machine_rank()))
 
-    def _start_machine_op(
-        self, op: str, name: Any, enable_topo_check: Any = True, average: Any = True
-    ) -> None:
-        """The checks a machine-level op starts with (the same outcome on every rank)."""
-        check_name(name)
-        if not isinstance(enable_topo_check, bool):
-            raise TypeError("enable_topo_check must be a bool")
-        if not isinstance(average, bool):
-            raise TypeError(f"average must be a bool, got {type(average).__name__}")
-        self.check_machines(op)
-
-    def _decomposition(self, factors: Any) -> tuple[tuple[int, ...] | None, Exception | None]:
-        """Return (factors, None) for the decomposed allreduce, or (None, the error)."""
-        from ..hierarchy._decomposed import check_factors, default_factors
-
-        try:
-            if factors is None:
-                self.check_machines("allreduce(algorithm='decomposed')")
-                return default_factors(self.size_int, self.local_size()), None
-            return check_factors(factors, self.size_int), None
-        except (TypeError, ValueError) as exc:
-            return None, exc
 
     # -- agent-local data -----------------------------------------------------------------
     @abc.abstractmethod

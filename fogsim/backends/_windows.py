@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -66,7 +66,8 @@ class WindowFormat:
         if self.kind.half == "bfloat16":
             torch = sys.modules["torch"]
             rounded = torch.from_numpy(np.ascontiguousarray(values, _FLOAT32)).to(torch.bfloat16)
-            return rounded.view(torch.int16).numpy()
+            out: np.ndarray = rounded.view(torch.int16).numpy()
+            return out
         if self.kind.half == "float16":
             return values.astype(np.float16)  # numpy rounds, as wrap_like does
         return values
@@ -136,8 +137,9 @@ def check_update_args(
 class WindowPart(abc.ABC):
     """The part of a backend that runs the one-sided window ops (see :func:`fogsim.win_create`).
 
-    Each runtime has its own (``SimWindowOps``, ``MpiWindowOps``, ``SpmdWindowOps``), built
-    in the backend's constructor from what it needs; :class:`Backend` forwards the public
+    Each runtime has its own (``SimWindowOps``, ``SpmdWindowOps``, and ``WindowOps`` of the
+    distributed runtime over its one-sided transport), built in the backend's constructor
+    from what it needs; :class:`Backend` forwards the public
     window ops to it, with the public functions' arguments (the ``*_nonblocking`` twins
     run the blocking op and return a completed handle).
     """
@@ -189,7 +191,7 @@ class NoWindows(WindowPart):
     def __init__(self, backend: str) -> None:
         self._backend = backend
 
-    def _refuse(self, op: str) -> Any:
+    def _refuse(self, op: str) -> NoReturn:
         raise ValueError(f"{op}: the {self._backend} backend has no window ops")
 
     def win_names(self) -> list[str]:

@@ -23,8 +23,6 @@ from ... import timeline as _timeline
 from .transport import Request, Transport
 
 __all__ = [
-    "GUARDS",
-    "REPAIRS",
     "fingerprint",
     "agree",
     "named",
@@ -34,14 +32,6 @@ __all__ = [
     "start_agree",
     "fused_terms",
 ]
-
-#: Stall guards of the worlds' transports, by ``id(transport)`` (see `fogsim._stall`).
-GUARDS: dict[int, Any] = {}
-
-#: By ``id(transport)``: completes, from a rank that did not start it, the data transfer that
-#: calls overlapping their agreement (``start_agree(..., posted=True)``) start beside it.
-#: Their ranks wait for it before they see that the agreement failed.
-REPAIRS: dict[int, Callable[[], None]] = {}
 
 
 class LocalError(Exception):
@@ -124,7 +114,7 @@ def _agree(
     # that overlaps it with its data (start_agree), and blocking and nonblocking
     # collectives do not match each other.
     flags, req = start_agree(transport, fp, error)
-    guard = GUARDS.get(id(transport))
+    guard = transport.guard
     if guard is None:
         req.wait()
     else:  # a rank that never comes is reported, not waited for forever
@@ -147,7 +137,7 @@ def start_agree(
     complete, :func:`settle` raises what :func:`agree` would (on every rank).
 
     ``posted``: this rank has already started the data transfer of a call that overlaps
-    its agreement (see :data:`REPAIRS`).
+    its agreement (see :attr:`~.transport.Transport.repair`).
     """
     flags = _flags(fp, error, posted)
     return flags, transport.iallreduce_max(flags)
@@ -166,7 +156,9 @@ def settle(
     if flags[3] and flags[4] and not posted:
         # Some ranks already sent their data in an overlapped call: complete the transfer
         # they wait for, so that they too get to the error.
-        REPAIRS[id(transport)]()
+        repair = transport.repair
+        assert repair is not None  # set by the neighbor ops of a path that overlaps
+        repair()
     reports = transport.allgather_json([error.kind, error.message] if error else None)
     for rank, report in enumerate(reports):
         if report is not None:

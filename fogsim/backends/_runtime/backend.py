@@ -1,80 +1,97 @@
 """The base class of the distributed runtimes' backends (MPI, torch.distributed).
 
-Both are one agent per process and hold a :class:`~.neighbor.NeighborOps` part
-(``self.neighbors``, built in their constructors over their transport);
-:class:`DistributedBackend` answers the public neighbor ops with it, written once, with the
-flush and drain their other ops need before a collective, and the machine-level ops with
-its ``machines`` part.
+Both are one agent per process, composed of parts built in their constructors over their
+transport: ``collectives`` (a :class:`~.collectives.RuntimeCollectives`), ``neighbors``
+(:class:`~.neighbor.NeighborOps`), ``machines`` (:class:`~.machines.MachineOps`) and
+``windows``. :class:`DistributedBackend` holds what the two share beside them: the world
+answers read from the parts, and the public ops forwarded to them.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 from ..._handles import Handle, HandleTable
 from .._base import OneAgentEach
-from .._parts import Machines
-from .agree import LocalError
+from .collectives import RuntimeCollectives
+from .machines import MachineLink, MachineOps
 from .neighbor import NeighborOps
+from .transport import Transport
 
-__all__ = ["DistributedBackend", "MachineOps"]
-
-
-class MachineOps(Machines, Protocol):
-    """The part that runs a runtime's machine-level ops (``MpiMachineOps``,
-    ``TorchMachineOps``), with the public functions' arguments."""
-
-    local_size: int  # processes on this rank's machine
-    local_rank: int  # this rank's place among them
-
-    def check(self, op: str) -> None: ...
-
-    def close(self) -> None: ...
-
-    def bytes_sent(self, reset: bool) -> int:
-        """The bytes this rank sent among machines (as its machine's local rank 0)."""
-        ...
-
-    def hierarchical_neighbor_allreduce(
-        self,
-        x: Any,
-        self_weight: Any,
-        src_machine_weights: Any,
-        dst_machine_weights: Any,
-        enable_topo_check: bool,
-        name: str | None,
-    ) -> Any: ...
-
-    def local_allreduce(self, x: Any, average: bool, name: str | None) -> Any: ...
-
-    def decomposed_allreduce(
-        self, x: Any, average: bool, name: str | None, factors: tuple[int, ...] | None
-    ) -> Any: ...
+__all__ = ["DistributedBackend"]
 
 
 class DistributedBackend(OneAgentEach):
-    """A backend of one agent per process whose neighbor ops are its ``neighbors`` part."""
+    """A backend of one agent per process whose ops are run by its parts."""
 
+    transport: Transport
+    collectives: RuntimeCollectives[Any]
     neighbors: NeighborOps
-    machines: MachineOps
+    machines: MachineOps[Any]
     handles: HandleTable
 
-    def _flush(self) -> None:
-        """Send the queued nonblocking calls now (collective: all ranks flush alike)."""
-        self.neighbors.flush()
+    def machine_ops(self, link: MachineLink[Any]) -> MachineOps[Any]:
+        """Return the machines part over ``link``, once ``collectives`` and ``neighbors`` are
+        built (collective: the machine layout is checked on every rank)."""
+        return MachineOps(
+            self.transport,
+            link,
+            self.collectives.checked,
+            self.neighbors.flush,
+            self.load_machine_topology,
+            self.is_machine_topology_weighted,
+        )
 
-    def _drain(self) -> None:
-        """Send the queue and complete every handle in flight."""
-        self.neighbors.drain()
+    def bytes_sent(self, reset: bool = False) -> int:
+        """Return the bytes of values this rank handed to the transport in the neighbor
+        ops, once per destination, hierarchical steps' exchanges among machines included."""
+        path = self.neighbors.path
+        sent = path.sent + self.machines.bytes_sent(reset)
+        if reset:
+            path.sent = 0
+        return sent
 
-    def checked_root(self, root_rank: Any) -> tuple[int, LocalError | None]:
-        """Return ``root_rank`` as a rank, or -1 and the problem with it (which the op's
-        agreement raises on every rank: a root that is bad on one rank only must not
-        leave the others waiting)."""
-        try:
-            return self.check_rank(root_rank, "root_rank"), None
-        except (TypeError, ValueError) as exc:
-            return -1, LocalError(exc)
+    def in_neighbor_ranks(self) -> list[int]:
+        return self.load_topology().in_neighbors(self.neighbors.rank)
+
+    def out_neighbor_ranks(self) -> list[int]:
+        return self.load_topology().out_neighbors(self.neighbors.rank)
+
+    def local_size(self) -> int:
+        return self.machines.local_size
+
+    def local_rank(self) -> int:
+        return self.machines.local_rank
+
+    def check_machines(self, op: str) -> None:
+        self.machines.check(op)
+
+    # -- the public ops, forwarded to the parts ---------------------------------------------
+    def allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
+        return self.collectives.allreduce(x, average, name)
+
+    def allreduce_nonblocking(
+        self, x: Any, average: bool = True, name: str | None = None
+    ) -> Handle:
+        return self.collectives.allreduce_nonblocking(x, average, name)
+
+    def allgather(self, x: Any, name: str | None = None) -> Any:
+        return self.collectives.allgather(x, name)
+
+    def allgather_nonblocking(self, x: Any, name: str | None = None) -> Handle:
+        return self.collectives.allgather_nonblocking(x, name)
+
+    def broadcast(self, x: Any, root_rank: int, name: str | None = None) -> Any:
+        return self.collectives.broadcast(x, root_rank, name)
+
+    def broadcast_nonblocking(self, x: Any, root_rank: int, name: str | None = None) -> Handle:
+        return self.collectives.broadcast_nonblocking(x, root_rank, name)
+
+    def barrier(self) -> None:
+        self.collectives.barrier()
+
+    def barrier_nonblocking(self) -> Handle:
+        return self.collectives.barrier_nonblocking()
 
     def neighbor_allreduce(
         self,
@@ -111,31 +128,6 @@ class DistributedBackend(OneAgentEach):
         self, x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
     ) -> Handle:
         return self.neighbors.neighbor_allgather_nonblocking(x, src_ranks, dst_ranks, name)
-
-    def bytes_sent(self, reset: bool = False) -> int:
-        """Return the bytes of values this rank handed to the transport in the neighbor
-        ops, once per destination, hierarchical steps' exchanges among machines included."""
-        path = self.neighbors.path
-        sent = path.sent + self.machines.bytes_sent(reset)
-        if reset:
-            path.sent = 0
-        return sent
-
-    def in_neighbor_ranks(self) -> list[int]:
-        return self.load_topology().in_neighbors(self.neighbors.rank)
-
-    def out_neighbor_ranks(self) -> list[int]:
-        return self.load_topology().out_neighbors(self.neighbors.rank)
-
-    # -- machine level: run by the ``machines`` part --------------------------------------
-    def local_size(self) -> int:
-        return self.machines.local_size
-
-    def local_rank(self) -> int:
-        return self.machines.local_rank
-
-    def check_machines(self, op: str) -> None:
-        self.machines.check(op)
 
     def hierarchical_neighbor_allreduce(
         self,

@@ -9,7 +9,7 @@ the static topology's neighbor collective; torch: tensors on their device, NCCL)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import partial
 from typing import Any, Protocol
 
@@ -18,7 +18,7 @@ import numpy as np
 from ..._arrays import Kind, wrap_like
 from ...topology import Topology
 from .plan import RankPlan
-from .transport import Request, Transport
+from .transport import Messages, Request, Transport
 
 __all__ = ["ArrayValue", "DataPath", "Value"]
 
@@ -154,13 +154,7 @@ class DataPath:
         self.srcs, self.dsts = srcs, dsts
         self.agreed = -1
 
-    def start(
-        self,
-        sends: Sequence[tuple[Any, int]],
-        recvs: Sequence[tuple[Any, int]],
-        device: bool,
-        blocking: bool,
-    ) -> Request:
+    def start(self, sends: Messages, recvs: Messages, device: bool, blocking: bool) -> Request:
         """Start one call's messages (``device``: its buffers live on a device)."""
         return self.p2p.exchange(sends, recvs)
 
@@ -191,7 +185,7 @@ class DataPath:
     def repair(self) -> None:
         """Take part, with :attr:`agreed` bytes of no meaning, in the static transfer that
         other ranks started beside an agreement this rank failed (only where
-        :attr:`overlaps`; see ``agree.REPAIRS``)."""
+        :attr:`overlaps`; see ``Transport.repair``)."""
 
     def close(self) -> None:
         """Release what the path holds."""

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from ..._stall import Guard
 from .._wire import dumps, loads
+from .transport import Messages
 
 __all__ = ["InProcessWorld", "InProcessTransport"]
 
@@ -120,6 +122,8 @@ class InProcessTransport:
 
     def __init__(self, world: InProcessWorld, rank: int) -> None:
         self.world, self.rank, self.size = world, rank, world.size
+        self.guard: Guard | None = None  # set by the world (see Transport)
+        self.repair: Callable[[], None] | None = None
         self._seq: dict[str, int] = defaultdict(int)  # collective calls made, by kind
 
     def _peer(self, rank: int, what: str) -> None:
@@ -137,12 +141,7 @@ class InProcessTransport:
             raise ValueError("irecv needs a C-contiguous buffer to write into")
         return _Pending(self.world, lambda: self.world.take(int(source), self.rank, tag, buf))
 
-    def exchange(
-        self,
-        sends: Sequence[tuple[np.ndarray, int]],
-        recvs: Sequence[tuple[np.ndarray, int]],
-        tag: int = 0,
-    ) -> _Pending:
+    def exchange(self, sends: Messages, recvs: Messages, tag: int = 0) -> _Pending:
         for buf, dest in sends:
             self.isend(buf, dest, tag)
         pending = [self.irecv(buf, source, tag) for buf, source in recvs]

@@ -23,8 +23,9 @@ from ... import timeline as _timeline
 from ..._handles import Handle, HandleTable
 from ..._stall import Guard
 from ...topology import Topology
+from .._parts import Neighbors
 from .._weights import is_matrix
-from .agree import REPAIRS, LocalError, agree, fingerprint, named
+from .agree import LocalError, agree, fingerprint, named
 from .datapath import DataPath, Value
 from .exchange import check_pairs, exchange_send_tables, neighbor_rows
 from .plan import RankPlan, rank_plan, rank_weights, static_rank_plan
@@ -51,7 +52,7 @@ def _plain(x: Any, self_weight: Any, src_weights: Any, dst_weights: Any, name: A
     )
 
 
-class NeighborOps:
+class NeighborOps(Neighbors):
     """``neighbor_allreduce`` and ``neighbor_allgather`` of one world (see the module doc).
 
     ``transport`` carries the agreements and small exchanges, ``path`` the data;
@@ -76,7 +77,7 @@ class NeighborOps:
         self._fingerprints: dict[tuple[Any, ...], int] = {}
         self._fuses, self._overlaps = path.fuses, path.overlaps  # read on every call
         if path.overlaps:
-            REPAIRS[id(transport)] = path.repair
+            transport.repair = path.repair
 
     def on_topology(self, topology: Topology, is_weighted: bool) -> None:
         """Agree on ``topology`` with every rank (else raise on all), complete what is in
@@ -102,7 +103,7 @@ class NeighborOps:
         self.handles.drain()
 
     def close(self) -> None:
-        REPAIRS.pop(id(self.transport), None)
+        self.transport.repair = None
         self.path.close()
 
     # -- neighbor_allreduce ---------------------------------------------------------------

@@ -13,7 +13,7 @@ before the agreement then have a size and type (raw bytes) that no disagreement 
 change. A call of any other size is agreed first, as on a path that does not overlap, so
 a dtype or shape that differs is refused before any byte of it moves. When the
 agreement fails, a rank that did not start the transfer takes part in it with as many
-bytes of its own (``agree.REPAIRS``), what arrived is discarded, and every rank raises
+bytes of its own (``Transport.repair``), what arrived is discarded, and every rank raises
 the agreed error.
 """
 
@@ -98,7 +98,7 @@ class StaticTransfers:
         :attr:`~.datapath.DataPath.overlaps` and ``arr`` has the byte size agreed last;
         else the agreement comes first (see the module doc). A rank that meets this call
         with another op takes part in the transfer once the agreement failed
-        (``agree.REPAIRS``). On a running timeline: COMMUNICATE (the agreement and the
+        (``Transport.repair``). On a running timeline: COMMUNICATE (the agreement and the
         data travel together), NEGOTIATE (the agreement's outcome), COMPUTE_AVERAGE."""
         if arr.nbytes != self.path.agreed:
             agree(self.transport, fp, None, partial(describe_array, arr, name))

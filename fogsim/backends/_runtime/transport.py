@@ -8,12 +8,17 @@ streams) stays in the backend that has it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Request", "RmaWindow", "Transport", "WindowTransport"]
+from ..._stall import Guard
+
+__all__ = ["Messages", "Request", "RmaWindow", "Transport", "WindowTransport"]
+
+#: Point-to-point messages of one batch: ``(buffer, peer rank)`` each.
+Messages = Sequence[tuple[Any, int]]
 
 
 @runtime_checkable
@@ -39,10 +44,21 @@ class Transport(Protocol):
     :meth:`barrier`) are called by every rank in the same order. Nothing received is
     ever unpickled: buffers are raw bytes of a known dtype, and the one exchange of
     structured values (:meth:`allgather_json`) is JSON text.
+
+    Two attributes belong to the world the transport serves, which sets them (an
+    implementation starts them at None): :attr:`guard` and :attr:`repair`.
     """
 
     rank: int
     size: int
+    #: The world's stall guard (see `fogsim._stall`), under which the agreements wait, so
+    #: that a rank that never comes is reported; None: they block.
+    guard: Guard | None
+    #: Completes, from a rank that did not start it, the data transfer that calls
+    #: overlapping their agreement (``agree.start_agree(..., posted=True)``) start beside
+    #: it: their ranks wait for it before they see that the agreement failed. Set by the
+    #: neighbor ops of a data path that overlaps; None otherwise.
+    repair: Callable[[], None] | None
 
     def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> Request:
         """Start sending ``buf``'s bytes to rank ``dest``; ``buf`` must live until done."""
@@ -52,12 +68,7 @@ class Transport(Protocol):
         """Start receiving a message from rank ``source`` into ``buf`` (same byte size)."""
         ...
 
-    def exchange(
-        self,
-        sends: Sequence[tuple[Any, int]],
-        recvs: Sequence[tuple[Any, int]],
-        tag: int = 0,
-    ) -> Request:
+    def exchange(self, sends: Messages, recvs: Messages, tag: int = 0) -> Request:
         """Start one batch of point-to-point messages: each ``(buf, dest)`` of ``sends``
         goes to rank ``dest``, each ``(buf, source)`` of ``recvs`` is filled from rank
         ``source``; return one request for the whole batch (the neighbor ops' data path).
@@ -150,7 +161,7 @@ class RmaWindow(Protocol):
 class WindowTransport(Protocol):
     """The one-sided capability (windows), apart: a transport may lack it.
 
-    The window ops of a runtime (e.g. ``backends/mpi/_windows.py``) run over it; see
+    The window ops of a runtime (:mod:`.windows`) run over it; see
     :class:`RmaWindow` for what a window does and the completion rules.
     """
 

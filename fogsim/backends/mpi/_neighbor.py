@@ -73,7 +73,7 @@ class MpiDataPath(DataPath):
     def repair(self) -> None:
         """Take part, with :attr:`agreed` bytes of no meaning, in the graph collective that
         the other ranks started beside an agreement this rank failed (see
-        ``_runtime.agree.REPAIRS``): every message has the size the receivers posted."""
+        ``Transport.repair``): every message has the size the receivers posted."""
         send = np.zeros(self.agreed, np.uint8)
         recv = np.empty((len(self.srcs), self.agreed), np.uint8)
         req = self.graph_comm.Ineighbor_allgather(_raw(send), _raw(recv))

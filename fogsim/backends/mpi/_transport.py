@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from ..._stall import Guard
+from .._runtime.transport import Messages
 from .._wire import mpi_allgather_json
 
 __all__ = ["MpiTransport"]
@@ -45,6 +47,8 @@ class MpiTransport:
     def __init__(self, comm: Any, mpi: Any) -> None:
         self.comm, self._mpi = comm, mpi
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self.guard: Guard | None = None  # set by the world (see Transport)
+        self.repair: Callable[[], None] | None = None
 
     def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> _MpiRequest:
         return _MpiRequest(self.comm.Isend(buf, dest=dest, tag=tag))
@@ -52,12 +56,7 @@ class MpiTransport:
     def irecv(self, buf: np.ndarray, source: int, tag: int = 0) -> _MpiRequest:
         return _MpiRequest(self.comm.Irecv(buf, source=source, tag=tag))
 
-    def exchange(
-        self,
-        sends: Sequence[tuple[np.ndarray, int]],
-        recvs: Sequence[tuple[np.ndarray, int]],
-        tag: int = 0,
-    ) -> _MpiBatch:
+    def exchange(self, sends: Messages, recvs: Messages, tag: int = 0) -> _MpiBatch:
         comm = self.comm
         reqs = [comm.Irecv(buf, source=source, tag=tag) for buf, source in recvs]
         reqs += [comm.Isend(buf, dest=dest, tag=tag) for buf, dest in sends]

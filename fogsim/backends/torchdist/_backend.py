@@ -4,7 +4,7 @@ Collectives map to their torch.distributed namesakes on this world's groups (see
 ``_world``); neighbor ops are point-to-point transfers grouped per call with
 ``batch_isend_irecv`` (``_neighbor``). Before data moves, ranks agree on shapes, dtypes,
 devices and (dynamic calls) who sends to whom, in one small gloo collective, so a bad call
-raises the same error on every rank instead of hanging (see ``_agree``). Results are those
+raises the same error on every rank instead of hanging (see ``_runtime.agree``). Results are those
 of the simulator and the MPI runtime: the same plans, the same combine order.
 """
 
@@ -15,24 +15,22 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
 from ... import _arrays, _settings
-from ... import timeline as _timeline
-from ..._handles import Handle, HandleTable
+from ..._handles import HandleTable
 from ..._stall import Guard, Held, State, where
 from .._base import launched_size
-from .._runtime.agree import GUARDS, LocalError, agree, fingerprint, named, purpose
+from .._parts import Capabilities
 from .._runtime.backend import DistributedBackend
 from .._runtime.neighbor import NeighborOps
 from . import _world
-from ._machines import TorchMachineOps
-from ._neighbor import TorchDataPath, _Transfer, as_bytes
+from ._collectives import TorchCollectives, TorchValues
+from ._machines import TorchMachineLink
+from ._neighbor import TorchDataPath
 from ._peers import StorePeers, default_store
 from ._transport import TorchTransport, _TorchRequest
-from ._values import Value, as_value
 
 __all__ = ["TorchBackend"]
 
@@ -97,9 +95,18 @@ class _WorkGuard(Guard):
 
 
 class TorchBackend(DistributedBackend):
-    """One agent per process over torch.distributed (see the module docstring)."""
+    """One agent per process over torch.distributed (see the module docstring).
+
+    Its parts: ``collectives`` (:class:`TorchCollectives` on the world's groups),
+    ``neighbors`` (the runtime's, over :class:`TorchDataPath`) and ``machines`` (the
+    runtime's, over :class:`TorchMachineLink`); it has no one-sided windows. CUDA tensors
+    are combined on their device when every rank has CUDA and NCCL (else a TypeError).
+    """
 
     name = "torch"
+    capabilities = Capabilities(stacked=False, windows=False, cuda=True, overlaps=True)
+    transport: TorchTransport
+    collectives: TorchCollectives
 
     def __init__(
         self,
@@ -113,7 +120,7 @@ class TorchBackend(DistributedBackend):
         None: a world of the whole job, on groups of its own.
         """
         super().__init__()
-        self._agreed: tuple | None = None  # the last topology every rank agreed on
+        self._agreed: tuple[Any, bool] | None = None  # the last topology all ranks agreed on
         self._settings = settings or _settings.Settings()
         if groups is not None:
             self._rank, self._n, self.group, self.nccl_group = groups
@@ -126,34 +133,40 @@ class TorchBackend(DistributedBackend):
                 from ...run._liveness import record
 
                 record(self._settings.rank_dir, self._rank)
-        self._transport = TorchTransport(self.group, self._n, self._rank)
+        self.transport = TorchTransport(self.group, self._n, self._rank)
         self.stall = self._stall_guard(world=groups is None)
-        try:
-            self.machines = TorchMachineOps(
-                self._transport,
-                local_size,
-                self.group,
-                self.nccl_group,
-                self._checked,
-                self._flush,
-                self._p2p,
-                self._data_group,
-                self._start_machine_op,
-                self._decomposition,
-                self.load_machine_topology,
-                self.is_machine_topology_weighted,
-                self._new_machine_world,
+        self.handles = HandleTable()
+        values = TorchValues(self.nccl_group is not None)
+        path = TorchDataPath(self.transport, self.nccl_group, values)
+        self.neighbors = NeighborOps(
+            self.transport, path, self.handles, self.stall, self._settings.fusion_threshold
+        )
+        self.collectives = TorchCollectives(
+            self.group,
+            self.nccl_group,
+            self.transport,
+            self.handles,
+            self.neighbors.flush,
+            self.stall,
+            values,
+        )
+        try:  # refused on every rank alike (a machine layout that cannot be)
+            self.machines = self.machine_ops(
+                TorchMachineLink(
+                    self.transport,
+                    local_size,
+                    self.group,
+                    self.nccl_group,
+                    path.p2p_ops,
+                    self._new_machine_world,
+                )
             )
         except BaseException:
+            self.neighbors.close()
             self._destroy_groups()
             raise
         if self.nccl_group is not None and groups is None:
             torch.cuda.set_device(self.machines.local_rank % torch.cuda.device_count())
-        self.handles = HandleTable()
-        self._path = TorchDataPath(self._transport, self.nccl_group, self._value)
-        self.neighbors = NeighborOps(
-            self._transport, self._path, self.handles, self.stall, self._settings.fusion_threshold
-        )
 
     def _new_machine_world(self, groups: tuple[int, int, Any, Any]) -> TorchBackend:
         """The machines' world: one agent per local rank 0, on ``groups``, which it owns."""
@@ -173,6 +186,7 @@ class TorchBackend(DistributedBackend):
                 error = error or exc
         self.neighbors.close()
         self.machines.close()
+        self.collectives.close()
         self._destroy_groups()
         if error is not None:
             raise error
@@ -190,19 +204,18 @@ class TorchBackend(DistributedBackend):
             else StorePeers(store, self._rank, self._n, f"fogsim/stall/{_worlds}/")
         )
         guard = _WorkGuard(self._rank, self._n, timeout, self._settings.stall_warn_only, peers)
-        if timeout is not None:
-            GUARDS[id(self._transport)] = guard
+        if timeout is not None:  # the agreements wait under it
+            self.transport.guard = guard
         return guard
 
     def _destroy_groups(self) -> None:
-        GUARDS.pop(id(self._transport), None)
+        self.transport.guard = None
         # Local: gloo's sends completed when their bytes were handed over, so no peer
         # loses data; the default group stays for the next world (see _world).
-        # The parts hold the backend's bound methods (a reference cycle), and the gloo
-        # group through the transport: once nothing names a group, torch ends its threads
-        # and closes its sockets now, not at the next garbage collection.
+        # Once nothing names a group (the parts let theirs go on close), torch ends its
+        # threads and closes its sockets now, not at the next garbage collection.
         _world.destroy_groups(self.nccl_group)
-        self._transport.free()  # self.group
+        self.transport.free()  # self.group
         self.group = self.nccl_group = None
 
     # -- topology -------------------------------------------------------------------------
@@ -217,177 +230,8 @@ class TorchBackend(DistributedBackend):
             raise
         self._agreed = (topo, self._is_weighted)
 
-    def _p2p(self, ops: list, cuda: bool, blocking: bool) -> _Transfer:
-        """Start the ``dist.P2POp`` list ``ops`` as one batch (every rank calls this)."""
-        return self._path.p2p_ops(ops, cuda, blocking)
-
     # -- agent-local data -----------------------------------------------------------------
     def global_view(self, x: Any) -> Any:
         if not _arrays.is_tensor(x):
             x, _ = _arrays.to_numpy(x)
-        return self.allgather(x[None])
-
-    # -- helpers --------------------------------------------------------------------------
-    def _value(self, x: Any, op: str, averaging: bool, summing: bool = False) -> Value:
-        """Return this rank's ``x`` as a :class:`Value` (checked for dtype and device)."""
-        value = as_value(x, op, averaging, summing)
-        if value.cuda and self.nccl_group is None:
-            raise TypeError(
-                f"{op}: x is a CUDA tensor, but not every rank has CUDA and NCCL; pass CPU "
-                "tensors or numpy arrays, or run every rank on a GPU"
-            )
-        return value
-
-    def _checked(
-        self,
-        op,
-        x,
-        averaging,
-        summing=False,
-        shape_of=lambda s: s,
-        extra=(),
-        error=None,
-        name=None,
-        said="",
-    ) -> Value:
-        """Convert ``x`` and agree with every rank on shape, dtype, device, ``name`` and
-        ``extra`` (``said``: how ``extra`` reads in a disagreement's message).
-
-        ``error`` is a problem already found on this rank (it is raised everywhere too).
-        Nothing moves before the agreement, so a call that differs never starts a transfer.
-        """
-        value, fp, describe = None, 0, "an invalid argument"
-        try:
-            value = self._value(x, op, averaging, summing)
-            if error is None:
-                shape = shape_of(value.shape)
-                fp = fingerprint(
-                    op, value.dtype.str, shape, value.cuda, averaging, repr(name), *extra
-                )
-                describe = f"{value.dtype} {shape}" + (" on cuda" if value.cuda else "")
-                describe += named(name) + purpose(op, averaging)
-        except (TypeError, ValueError) as exc:
-            error = error or LocalError(exc)
-        agree(self._transport, fp, error, f"{describe} in {op}{said}")
-        assert value is not None  # agree raised on every rank otherwise
-        return value
-
-    def _data_group(self, value: Value) -> Any:
-        return self.nccl_group if value.cuda else self.group
-
-    def _start(self, op: str, work: Any, finish: Callable[[], Any], name: str | None):
-        """Return a handle completing ``work`` (None: nothing moved) with ``finish``."""
-        if work is None:
-            return Handle.completed(op, finish(), name)
-
-        def complete() -> Any:
-            with _timeline.phase("COMMUNICATE"):
-                work.wait()
-            return finish()
-
-        return self.handles.start(op, complete, work.is_completed, name)
-
-    # -- collectives ----------------------------------------------------------------------
-    def allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
-        return self.allreduce_nonblocking(x, average, name).wait()
-
-    def allreduce_nonblocking(self, x: Any, average: bool = True, name: str | None = None):
-        _arrays.check_name(name)
-        if not isinstance(average, bool):
-            raise TypeError(f"average must be a bool, got {type(average).__name__}")
-        self._flush()
-        value = self._checked("allreduce", x, averaging=average, summing=True, name=name)
-        out, out_arr = value.empty(value.shape)
-        out.copy_(value.tensor)
-        work = None
-        if out.numel():
-            work = dist.all_reduce(
-                out, op=dist.ReduceOp.SUM, group=self._data_group(value), async_op=True
-            )
-
-        def finish() -> Any:
-            if average:
-                if out_arr is not None:
-                    np.divide(out_arr, self._n, out=out_arr)
-                else:
-                    out.div_(self._n)
-            return value.wrap(out if out_arr is None else out_arr)
-
-        return self._start("allreduce", work, finish, name)
-
-    def broadcast(self, x: Any, root_rank: int, name: str | None = None) -> Any:
-        return self.broadcast_nonblocking(x, root_rank, name).wait()
-
-    def broadcast_nonblocking(self, x: Any, root_rank: int, name: str | None = None) -> Handle:
-        _arrays.check_name(name)
-        root, error = self.checked_root(root_rank)
-        self._flush()
-        value = self._checked(
-            "broadcast", x, False, extra=(root,), error=error, name=name, said=f" from root {root}"
-        )
-        out, out_arr = value.empty(value.shape)
-        out.copy_(value.tensor)
-        work = None
-        if out.numel():
-            work = dist.broadcast(
-                as_bytes(out), group=self._data_group(value), async_op=True, group_src=root
-            )
-        result = out if out_arr is None else out_arr
-        return self._start("broadcast", work, lambda: value.wrap(result), name)
-
-    def allgather(self, x: Any, name: str | None = None) -> Any:
-        return self.allgather_nonblocking(x, name).wait()
-
-    def allgather_nonblocking(self, x: Any, name: str | None = None) -> Handle:
-        _arrays.check_name(name)
-        self._flush()
-        value = self._checked("allgather", x, averaging=False, shape_of=lambda s: s[1:], name=name)
-        if value.shape == ():
-            value = value.reshaped((1,))
-        rows = self._all_rows(value.shape[0])
-        most, trailing = int(rows.max()), value.shape[1:]
-        # gloo gathers equal sizes only: every rank sends `most` rows, padded if shorter.
-        buf, buf_arr = value.empty((self._n, most, *trailing))
-        send = value.tensor
-        if rows[self._rank] < most:
-            send = buf[self._rank].clone()
-            send[: value.shape[0]] = value.tensor
-        work = None
-        if buf.numel():
-            outs = [as_bytes(part) for part in buf.unbind(0)]
-            work = dist.all_gather(
-                outs, as_bytes(send), group=self._data_group(value), async_op=True
-            )
-
-        def finish() -> Any:
-            if np.all(rows == most):
-                out = (
-                    buf.reshape(-1, *trailing)
-                    if buf_arr is None
-                    else buf_arr.reshape(-1, *trailing)
-                )
-            elif buf_arr is not None:
-                out = np.concatenate([buf_arr[r, : rows[r]] for r in range(self._n)])
-            else:
-                out = torch.cat([buf[r, : rows[r]] for r in range(self._n)])
-            return value.wrap(out)
-
-        return self._start("allgather", work, finish, name)
-
-    def _all_rows(self, mine: int) -> np.ndarray:
-        """Return every rank's first-dimension length (blocking, on the gloo group)."""
-        rows = torch.empty(self._n, dtype=torch.int64)
-        dist.all_gather(
-            list(rows.split(1)), torch.tensor([mine], dtype=torch.int64), group=self.group
-        )
-        return rows.numpy()
-
-    def barrier(self) -> None:
-        self._flush()
-        work = dist.barrier(group=self.group, async_op=True)
-        self.stall.wait(work.is_completed, work.wait)
-
-    def barrier_nonblocking(self) -> Handle:
-        self._flush()
-        work = dist.barrier(group=self.group, async_op=True)
-        return self._start("barrier", work, lambda: None, None)
+        return self.collectives.allgather(x[None])

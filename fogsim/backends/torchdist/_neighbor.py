@@ -13,7 +13,7 @@ of hanging.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from .._runtime.datapath import DataPath, Value
 from .._runtime.plan import RankPlan
-from .._runtime.transport import Request
+from .._runtime.transport import Messages, Request
 from ._transport import TorchTransport, _TorchBatch
 
 __all__ = ["TorchDataPath", "as_bytes", "p2p"]
@@ -57,7 +57,7 @@ class _Transfer:
 
     def __init__(self, req: Request, waiter: ThreadPoolExecutor | None = None) -> None:
         self._req = req
-        self._future: Future | None = None if waiter is None else waiter.submit(req.wait)
+        self._future: Future[None] | None = None if waiter is None else waiter.submit(req.wait)
 
     def wait(self) -> None:
         if self._future is not None:
@@ -96,11 +96,16 @@ def _wire(buf: Any) -> Any:
 class TorchDataPath(DataPath):
     """CPU values over ``transport`` (the gloo group's), CUDA tensors over the NCCL group's.
 
-    ``to_value(x, op, averaging)`` is the backend's conversion to a
+    ``to_value(x, op, averaging)`` is the runtime's conversion to a
     :class:`~fogsim.backends.torchdist._values.Value`.
     """
 
-    def __init__(self, transport: TorchTransport, nccl_group: Any, to_value: Any) -> None:
+    def __init__(
+        self,
+        transport: TorchTransport,
+        nccl_group: Any,
+        to_value: Callable[[Any, str, bool], Value],
+    ) -> None:
         super().__init__(transport, None, None)
         self._to_value = to_value
         self.nccl = (
@@ -113,16 +118,9 @@ class TorchDataPath(DataPath):
         self._waiter: ThreadPoolExecutor | None = None
 
     def value(self, x: Any, op: str, averaging: bool) -> Value:
-        value: Value = self._to_value(x, op, averaging)
-        return value
+        return self._to_value(x, op, averaging)
 
-    def start(
-        self,
-        sends: Sequence[tuple[Any, int]],
-        recvs: Sequence[tuple[Any, int]],
-        device: bool,
-        blocking: bool,
-    ) -> _Transfer:
+    def start(self, sends: Messages, recvs: Messages, device: bool, blocking: bool) -> _Transfer:
         """Start one batch (every rank calls this, even with nothing to move: every rank
         knows what moves, since the sizes agree, and empty buffers stay home)."""
         if device:
@@ -133,17 +131,10 @@ class TorchDataPath(DataPath):
         req = transport.exchange(sent, received)
         return self._transfer(req, device, blocking or not (sent or received))
 
-    def combine_device(
-        self,
-        value: Value,
-        plan: RankPlan,
-        recv: Any,
-        weights: np.ndarray,
-        select: np.ndarray | None,
-    ) -> Any:
-        return _combine_cuda(value, plan, recv, weights, select)
+    #: CUDA tensors combine in torch, in ``combine_rows``' order and roundings.
+    combine_device = staticmethod(_combine_cuda)
 
-    def p2p_ops(self, ops: list, cuda: bool, blocking: bool) -> _Transfer:
+    def p2p_ops(self, ops: list[Any], cuda: bool, blocking: bool) -> _Transfer:
         """Start the ``dist.P2POp`` list ``ops`` as one batch (every rank calls this, even
         with no ops)."""
         if cuda:

@@ -8,13 +8,15 @@ through ``dist.isend``/``dist.irecv`` on the group given. Nothing received is un
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
+from ..._stall import Guard
+from .._runtime.transport import Messages
 from .._wire import dumps, loads
 
 __all__ = ["TorchTransport"]
@@ -103,6 +105,8 @@ class TorchTransport:
 
     def __init__(self, group: Any, size: int, rank: int) -> None:
         self.group, self.size, self.rank = group, size, rank
+        self.guard: Guard | None = None  # set by the world (see Transport)
+        self.repair: Callable[[], None] | None = None
 
     def isend(self, buf: np.ndarray, dest: int, tag: int = 0) -> _TorchRequest:
         return _TorchRequest(
@@ -114,12 +118,7 @@ class TorchTransport:
             dist.irecv(_bytes(buf), group=self.group, tag=tag, group_src=int(source))
         )
 
-    def exchange(
-        self,
-        sends: Sequence[tuple[Any, int]],
-        recvs: Sequence[tuple[Any, int]],
-        tag: int = 0,
-    ) -> _TorchBatch:
+    def exchange(self, sends: Messages, recvs: Messages, tag: int = 0) -> _TorchBatch:
         """One ``batch_isend_irecv`` (NCCL groups it; gloo runs the pairs as they come).
 
         Tensors travel as they are, on their device; numpy arrays as their bytes.

@@ -72,7 +72,7 @@ class Value:
 
     @property
     def nbytes(self) -> int:
-        return self.tensor.numel() * self.tensor.element_size()
+        return int(self.tensor.numel() * self.tensor.element_size())
 
     def describe(self, shape: tuple[int, ...] | None = None) -> str:
         where = " on cuda" if self.cuda else ""

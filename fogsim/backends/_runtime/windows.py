@@ -1,9 +1,9 @@
-"""One-sided window ops of the MPI runtime: MPI-3 RMA with passive-target synchronization.
+"""One-sided window ops of a distributed runtime, with passive-target synchronization.
 
-Each named window owns four RMA windows over the backend's communicator, made by the
-one-sided transport (:class:`~fogsim.backends._runtime.WindowTransport`; over MPI
-``_rma.MpiRma``) and all kept in one ``Lock_all`` epoch from creation to ``win_free`` (no
-target ever takes part in a transfer):
+Written once over the one-sided transport (:class:`~.transport.WindowTransport`, whose
+model is MPI-3 RMA's; the MPI runtime's is ``mpi._rma.MpiRma``). Each named window owns
+four RMA windows of the world, all kept in one passive-target epoch (MPI's ``Lock_all``)
+from creation to ``win_free`` (no target ever takes part in a transfer):
 
 * ``data``: ``1 + d`` slots of the registered value's size. Slot 0 is this agent's
   *exposed* value (its registered ``x`` after its own last window op; what ``win_get``
@@ -11,7 +11,7 @@ target ever takes part in a transfer):
 * ``p``: the same slots for the push-sum weight ``p`` (float64);
 * ``version``: one int64 counter per buffer, incremented atomically by every write;
 * ``mutex``: one int64 lock word, 0 when free, else ``1 + `` the holder's rank.
-  ``Compare_and_swap`` takes it (0 -> ``1 + rank``; a failed swap returns who holds it)
+  A compare-and-swap takes it (0 -> ``1 + rank``; a failed swap returns who holds it)
   and gives it back (``1 + rank`` -> 0: only its holder finds that value). A rank waits
   for a held mutex under the stall guard (`fogsim._stall`): polling with a back-off, and
   after ``FOGSIM_STALL_TIMEOUT`` seconds reporting which rank holds it and what that rank
@@ -26,7 +26,8 @@ semantics), by these rules of MPI-3 RMA in the unified memory model:
 * completion: every write, data and ``p`` first and then the version count (an atomic
   ``SUM`` of 1), is flushed (``Flush(target)``: complete at origin *and* target) before the
   op returns, and each origin buffer is kept alive until its ``Flush`` (RMA calls are
-  nonblocking: MPI may read the buffer until then, so a temporary must not be freed first);
+  nonblocking: the transport may read the buffer until then, so a temporary must not be
+  freed first);
 * remote writes, then local loads: an agent reads its own window memory (versions in
   ``get_win_version``, buffers and ``p`` in ``win_update``) only after ``Win.Sync`` at the
   time of the read, i.e. after the process synchronization (``fogsim.barrier``) that orders
@@ -49,13 +50,12 @@ import numpy as np
 from ... import _core
 from ..._stall import Guard
 from ...topology import Topology
-from .._base import WindowPart
-from .._runtime.agree import LocalError, agree, fingerprint
-from .._runtime.plan import RankPlan, rank_weights, scalar_weight, static_rank_plan
-from .._runtime.transport import RmaWindow, Transport, WindowTransport
-from .._windows import WindowFormat, check_flag, check_update_args, window_view
+from .._windows import WindowFormat, WindowPart, check_flag, check_update_args, window_view
+from .agree import LocalError, agree, fingerprint
+from .plan import RankPlan, rank_weights, scalar_weight, static_rank_plan
+from .transport import RmaWindow, Transport, WindowTransport
 
-__all__ = ["MpiWindowOps"]
+__all__ = ["WindowOps"]
 
 _BACKOFF_START, _BACKOFF_MAX = 1e-6, 1e-3  # seconds between attempts to take a mutex
 _INT64 = np.dtype(np.int64)
@@ -197,8 +197,8 @@ class _Window:
         self.version.flush(rank)
 
 
-class MpiWindowOps(WindowPart):
-    """The window part of :class:`MPIBackend` (see the module docstring).
+class WindowOps(WindowPart):
+    """The window part of a runtime with a one-sided transport (see the module docstring).
 
     Built from what it needs: ``transport`` agrees on collective calls among the ranks,
     ``rma`` allocates the windows, ``topology`` and ``weighted`` read the topology in use
