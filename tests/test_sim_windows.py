@@ -423,7 +423,7 @@ def test_shutdown_frees_windows():
     W.win_create(np.zeros((4, 2)), "w")
     backend = ctx.backend
     fs.shutdown()
-    assert backend.win_names() == []
+    assert backend.windows.win_names() == []
 
 
 def test_nonblocking_twins_and_mutex(world):

@@ -268,8 +268,9 @@ def allreduce(
     ``is_hierarchical_local=True``: over the agents of the same machine only. Averaging an
     integer tensor raises ``AverageOfIntegers`` (BlueFog asserts floats).
     """
+    _errors.check_tensor(call.op, tensor)  # BlueFog's tensor types first, then averaging
     _errors.check_average(call.op, tensor, average)
-    return call(tensor, name, tensor, average, name, is_hierarchical_local=is_hierarchical_local)
+    return call(None, name, tensor, average, name, is_hierarchical_local=is_hierarchical_local)
 
 
 allreduce_nonblocking = allreduce.nonblocking

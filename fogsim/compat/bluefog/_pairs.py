@@ -42,8 +42,8 @@ class Call(Protocol):
     op: str
 
     def __call__(self, tensor: Any, name: str | None, *args: Any, **kwargs: Any) -> Any:
-        """Check ``tensor`` and ``name`` (None: nothing to check) for this op, then call
-        fogsim's op (or start its twin) with ``args`` and ``kwargs``."""
+        """Check ``tensor`` (None: checked already, or no tensor) and ``name`` for this op,
+        then call fogsim's op (or start its twin) with ``args`` and ``kwargs``."""
         ...
 
 
