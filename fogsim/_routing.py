@@ -45,7 +45,7 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any, Generic, NamedTuple, ParamSpec, Protocol, TypeVar, cast
 
-from . import _context
+from . import _context, _stall
 from . import timeline as _timeline
 from ._handles import Handle
 
@@ -298,3 +298,4 @@ def _run(
 
 _ROUTED_CODE = _route(lambda: None, "", None, "", nonblocking=False).__code__
 _COMPILED: dict[CodeType, str] = {}  # compiled public functions' code -> their op
+_stall.set_op_reader(routed_call)  # a stalled wait names the routed op it waits in

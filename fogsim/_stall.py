@@ -25,9 +25,10 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from types import FrameType
 from typing import Any, Protocol
 
-__all__ = ["Guard", "Held", "Peers", "Stall", "StallError", "State", "where"]
+__all__ = ["Guard", "Held", "Peers", "Stall", "StallError", "State", "set_op_reader", "where"]
 
 #: What a rank says about itself: (op, name or None, seconds it has waited).
 State = tuple[str, str | None, float]
@@ -48,7 +49,22 @@ _PUBLIC = (
     os.path.join(_PACKAGE, "_api_windows.py"),
     os.path.join(_PACKAGE, "compat"),
 )
-_LAUNCHER = os.path.join(_PACKAGE, "run", "")  # fogrun's bootstrap runs the program: no op
+# What runs the program names no op: fogrun's bootstrap, and the BlueFog layer's entry point
+# (where the ranks of fogrun --bluefog start).
+_LAUNCHER = (
+    os.path.join(_PACKAGE, "run", ""),
+    os.path.join(_PACKAGE, "compat", "bluefog", "__main__.py"),
+)
+#: Reads a frame: ``(op, name)`` when it runs a routed op, else None.
+OpReader = Callable[[FrameType], tuple[str, str | None] | None]
+
+
+def _no_routed_op(frame: FrameType) -> None:
+    return None
+
+
+#: `fogsim._routing`'s reader, set when that module is imported (no routed op runs before).
+_op_reader: OpReader = _no_routed_op
 
 
 class StallError(RuntimeError):
@@ -88,16 +104,26 @@ class Peers(Protocol):
         """Ask every other rank; return the answers that came within ``seconds``."""
 
 
+def set_op_reader(reader: OpReader) -> None:
+    """Read the routed ops' frames with ``reader`` (`fogsim._routing`'s, set at its import).
+
+    The router sits above the backends whose waits this module guards, so it registers
+    itself here instead of being imported from here.
+    """
+    global _op_reader
+    _op_reader = reader
+
+
 def where() -> tuple[str, str | None]:
     """Return the fogsim op the calling thread is in and its ``name=`` (from the stack).
 
     The outermost frame of fogsim's public functions (`fogsim._api`,
     `fogsim._api_windows`, `fogsim.compat`, and the ops routed by `fogsim._routing`) names
     the op; without one, the outermost frame inside the package does (but fogrun's
-    bootstrap in `fogsim.run`, which runs the program).
+    bootstrap in `fogsim.run` and `fogsim.compat.bluefog`'s ``__main__``, which run the
+    program).
     """
-    from ._routing import routed_call
-
+    routed = _op_reader
     frame: Any = sys._getframe(1)
     public: tuple[str, str | None] | None = None
     inner = None
@@ -109,7 +135,7 @@ def where() -> tuple[str, str | None]:
                 name = frame.f_locals.get("name")
                 public = frame.f_code.co_name, name if isinstance(name, str) else None
             else:  # an op declared once and routed (fogsim._routing) is public too
-                public = routed_call(frame) or public
+                public = routed(frame) or public
         frame = frame.f_back
     if public is not None:
         return public

@@ -21,6 +21,7 @@ import numpy as np
 from .. import _arrays, _context, _settings
 from .._arrays import wrap_like
 from ..backends._base import OneAgentEach, launched_size
+from ..backends._parts import Capabilities
 from ..backends.sim import SimBackend
 from ..topology import Topology
 from ._collect import (
@@ -60,6 +61,7 @@ class SpmdBackend(OneAgentEach):
     """
 
     name = "spmd"
+    capabilities = Capabilities(stacked=False, windows=True)
     windows: SpmdWindowOps
 
     def __init__(

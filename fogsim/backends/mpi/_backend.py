@@ -21,6 +21,7 @@ from ..._arrays import Kind, to_numpy, wrap_like
 from ..._handles import Handle, HandleTable
 from ..._stall import Guard
 from .._base import launched_size
+from .._parts import Capabilities
 from .._runtime.agree import GUARDS, LocalError, agree, fingerprint, named, purpose
 from .._runtime.backend import DistributedBackend
 from .._runtime.neighbor import NeighborOps
@@ -38,6 +39,7 @@ class MPIBackend(DistributedBackend):
     """One agent per MPI process (see the module docstring)."""
 
     name = "mpi"
+    capabilities = Capabilities(stacked=False, windows=True, overlaps=True)
 
     def __init__(
         self,

@@ -20,6 +20,7 @@ from ..._jit import check_axes, compiled
 from ...hierarchy._decomposed import check_factors, default_factors, staged_sum
 from ...topology import Topology
 from .._base import Backend
+from .._parts import Capabilities
 from .._weights import is_matrix, machine_words
 from . import _torchops
 from ._plan import (
@@ -64,6 +65,7 @@ class SimBackend(Backend):
     """
 
     name = "sim"
+    capabilities = Capabilities(stacked=True, windows=True, cuda=True)
     windows: SimWindowOps
     #: Whether tensors on other devices may be copied to the host (the sharded simulator's
     #: collective ops); here they are combined on their device or refused.

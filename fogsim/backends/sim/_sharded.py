@@ -49,6 +49,7 @@ from ... import _arrays, _settings
 from ... import timeline as _timeline
 from ..._arrays import wrap_like
 from ...hierarchy._decomposed import check_factors, default_factors
+from .._parts import Capabilities
 from .._weights import is_matrix
 from .._windows import NoWindows
 from . import _torchops
@@ -124,6 +125,7 @@ class ShardedSimBackend(ShardedMachines, SimBackend):
     #: Tensors on other devices go through host memory in the ops other than
     #: ``neighbor_allreduce`` (which combines them on their device).
     _host_staging = True
+    capabilities = Capabilities(stacked=True, windows=False)
 
     def __init__(
         self,

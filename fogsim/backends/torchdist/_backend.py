@@ -24,6 +24,7 @@ from ... import timeline as _timeline
 from ..._handles import Handle, HandleTable
 from ..._stall import Guard, Held, State, where
 from .._base import launched_size
+from .._parts import Capabilities
 from .._runtime.agree import GUARDS, LocalError, agree, fingerprint, named, purpose
 from .._runtime.backend import DistributedBackend
 from .._runtime.neighbor import NeighborOps
@@ -100,6 +101,7 @@ class TorchBackend(DistributedBackend):
     """One agent per process over torch.distributed (see the module docstring)."""
 
     name = "torch"
+    capabilities = Capabilities(stacked=False, windows=False, overlaps=True)
 
     def __init__(
         self,
