@@ -49,12 +49,7 @@ _PUBLIC = (
     os.path.join(_PACKAGE, "_api_windows.py"),
     os.path.join(_PACKAGE, "compat"),
 )
-# What runs the program names no op: fogrun's bootstrap, and the BlueFog layer's entry point
-# (where the ranks of fogrun --bluefog start).
-_LAUNCHER = (
-    os.path.join(_PACKAGE, "run", ""),
-    os.path.join(_PACKAGE, "compat", "bluefog", "__main__.py"),
-)
+_LAUNCHER = os.path.join(_PACKAGE, "run", "")  # fogrun's bootstrap runs the program: no op
 #: Reads a frame: ``(op, name)`` when it runs a routed op, else None.
 OpReader = Callable[[FrameType], tuple[str, str | None] | None]
 
@@ -120,8 +115,7 @@ def where() -> tuple[str, str | None]:
     The outermost frame of fogsim's public functions (`fogsim._api`,
     `fogsim._api_windows`, `fogsim.compat`, and the ops routed by `fogsim._routing`) names
     the op; without one, the outermost frame inside the package does (but fogrun's
-    bootstrap in `fogsim.run` and `fogsim.compat.bluefog`'s ``__main__``, which run the
-    program).
+    bootstrap in `fogsim.run`, which runs the program).
     """
     routed = _op_reader
     frame: Any = sys._getframe(1)

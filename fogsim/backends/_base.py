@@ -295,7 +295,7 @@ class Backend(abc.ABC):
 
     def _decomposition(self, factors: Any) -> tuple[tuple[int, ...] | None, Exception | None]:
         """Return (factors, None) for the decomposed allreduce, or (None, the error)."""
-        from ..hierarchy._decomposed import check_factors, default_factors
+        from ._decomposed import check_factors, default_factors
 
         try:
             if factors is None:

@@ -55,11 +55,6 @@ _PLAIN_PYTHON = ("python", "python3")
 _FLAGS = frozenset("bBdEhiIOPqsSuvVxR")
 _FLAGS_WITH_VALUE = frozenset("WX")
 _LONG_WITH_VALUE = frozenset({"--check-hash-based-pycs"})
-# What a rank starts in: fogrun's bootstrap, which reports to fogrun and runs the program;
-# under --bluefog the BlueFog layer's entry point, which first installs BlueFog's module
-# aliases, then runs the same bootstrap. Named, not imported: the launcher imports neither.
-_BOOTSTRAP = "fogsim.run._rank"
-_BLUEFOG_BOOTSTRAP = "fogsim.compat.bluefog"
 
 
 class LaunchError(RuntimeError):
@@ -86,9 +81,7 @@ def _split_cluster(arg: str) -> tuple[list[str], list[str], bool]:
     return [arg], [], False
 
 
-def with_mpi4py(
-    command: Sequence[str], *, reporting: bool = False, bluefog: bool = False
-) -> list[str]:
+def with_mpi4py(command: Sequence[str], *, reporting: bool = False) -> list[str]:
     """Return the Python command ``command`` run through ``python -m mpi4py``.
 
     ``-m mpi4py`` goes after the interpreter's own options (``-u``, ``-X dev``) and
@@ -96,23 +89,21 @@ def with_mpi4py(
     exception on one rank calls ``MPI_Abort`` instead of leaving the others waiting.
     ``reporting`` (what fogrun uses) also runs the program through ``-m fogsim.run._rank``,
     which makes each rank report an uncaught exception to fogrun from the program's first
-    line; with ``bluefog`` through ``-m fogsim.compat.bluefog``, which installs BlueFog's
-    module aliases first. A command already run through mpi4py is returned unchanged.
+    line. A command already run through mpi4py is returned unchanged.
     """
     interpreter, program = _split_python(command)
     if program[:2] in (["-m", "mpi4py"], ["-m", "mpi4py.run"]):
         return [*interpreter, *program]
     if reporting:
-        program = ["-m", _BLUEFOG_BOOTSTRAP if bluefog else _BOOTSTRAP, *program]
+        program = ["-m", "fogsim.run._rank", *program]
     return [*interpreter, "-m", "mpi4py", *program]
 
 
 def with_bootstrap(command: Sequence[str]) -> list[str]:
-    """Return the Python command ``command`` run through ``-m fogsim.compat.bluefog`` (no
-    MPI): what ``fogrun --sim --bluefog`` runs, so the BlueFog aliases exist before the
-    program (and it reports to fogrun as under MPI)."""
+    """Return the Python command ``command`` run through ``-m fogsim.run._rank`` (no MPI):
+    what ``fogrun --sim --bluefog`` runs, so the BlueFog aliases exist before the program."""
     interpreter, program = _split_python(command)
-    return [*interpreter, "-m", _BLUEFOG_BOOTSTRAP, *program]
+    return [*interpreter, "-m", "fogsim.run._rank", *program]
 
 
 def _split_python(command: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -246,9 +237,7 @@ def build_command(
         command[0] = _interpreter(command[0])
         if not options.one_process:
             # the bootstrap needs fogsim: only where the ranks run fogrun's own interpreter
-            command = with_mpi4py(
-                command, reporting=command[0] == sys.executable, bluefog=options.bluefog
-            )
+            command = with_mpi4py(command, reporting=command[0] == sys.executable)
         elif options.bluefog:
             command = with_bootstrap(command)
     changes = env_changes(options, environ, mpi)

@@ -41,14 +41,9 @@ VERBOSE_NAME = "verbose"
 #: SIGINT on: the ``KeyboardInterrupt`` that follows is fogrun's to tell.
 INTERRUPTED_NAME = "interrupted"
 _PREFIX = "error-"
-# Frames of the machinery that runs the script, left out of a report: runpy, mpi4py,
-# fogsim.run._rank and the BlueFog layer's entry point (fogrun --bluefog's ranks start there).
-_RUNNER_FILES = (
-    "<frozen runpy>",
-    os.sep + "runpy.py",
-    os.path.join("fogsim", "run", "_rank.py"),
-    os.path.join("fogsim", "compat", "bluefog", "__main__.py"),
-)
+# Frames of the machinery that runs the script, left out of a report: runpy, mpi4py and
+# fogsim.run._rank.
+_RUNNER_FILES = ("<frozen runpy>", os.sep + "runpy.py", os.path.join("fogsim", "run", "_rank.py"))
 _RUNNER_DIR = os.sep + "mpi4py" + os.sep
 _installed: dict[str, Any] = {}
 

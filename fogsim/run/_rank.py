@@ -7,9 +7,8 @@ all ranks, and then runs ``PROGRAM`` as Python would have: ``script.py [args]`` 
 folder first on ``sys.path``), ``-m module [args]``, ``-c code [args]`` or ``-`` (standard
 input). The status the program ends with (``sys.exit(n)``, an exception, Ctrl-C) is recorded
 for fogrun (`fogsim.run._status`) on its way out. Only the standard library and the light
-`fogsim.run._hooks` are imported before the program. Under ``fogrun --bluefog`` a rank starts
-in ``python -m fogsim.compat.bluefog`` instead, which hands :func:`main` the step that
-installs fogsim's BlueFog module aliases (`fogsim.compat.bluefog.install`) before the program.
+`fogsim.run._hooks` are imported before the program, and, under ``fogrun --bluefog``
+(``FOGSIM_BLUEFOG`` set), fogsim's BlueFog module aliases (`fogsim.run._bluefog`).
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from __future__ import annotations
 import os
 import runpy
 import sys
-from collections.abc import Callable
 
 from .. import _settings
 from . import _hooks, _status
@@ -27,15 +25,10 @@ __all__ = ["main"]
 USAGE = "usage: python -m fogsim.run._rank (script.py | -m module | -c code | -) [args]"
 
 
-def main(argv: list[str], prepare: Callable[[], object] | None = None) -> None:
-    """Run the program ``argv`` (``sys.argv[1:]`` of this module) as ``__main__``.
-
-    ``prepare``: called once the rank reports to fogrun, before the program's first line.
-    """
+def main(argv: list[str]) -> None:
+    """Run the program ``argv`` (``sys.argv[1:]`` of this module) as ``__main__``."""
     _hooks.install_from_environ(_settings.environ())
     try:
-        if prepare is not None:
-            prepare()
         _run(argv)
     except BaseException as exc:  # SystemExit and KeyboardInterrupt too: how the rank ends
         _status.record(exc)
@@ -43,6 +36,10 @@ def main(argv: list[str], prepare: Callable[[], object] | None = None) -> None:
 
 
 def _run(argv: list[str]) -> None:
+    if _settings.environ().get("FOGSIM_BLUEFOG", "").strip():  # fogrun --bluefog
+        from . import _bluefog
+
+        _bluefog.install_from_environ()
     if not argv:
         raise SystemExit(USAGE)
     first, rest = argv[0], argv[1:]

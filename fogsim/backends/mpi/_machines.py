@@ -18,10 +18,10 @@ import numpy as np
 
 from ..._arrays import Kind, check_name, wrap_like
 from ..._stall import Guard
-from ...hierarchy._decomposed import digits, piece_bounds
-from ...hierarchy._machines import layout_error
 from ...topology import Topology
 from .._base import Backend
+from .._decomposed import digits, piece_bounds
+from .._layout import layout_error
 from .._runtime.agree import LocalError
 from .._runtime.backend import MachineOps
 from .._weights import exchange_between_machines

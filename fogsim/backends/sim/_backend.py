@@ -17,9 +17,9 @@ from ... import _arrays, _settings, _weightcheck
 from ... import timeline as _timeline
 from ..._arrays import NUMPY, Kind, to_numpy, wrap_like
 from ..._jit import check_axes, compiled
-from ...hierarchy._decomposed import check_factors, default_factors, staged_sum
 from ...topology import Topology
 from .._base import Backend
+from .._decomposed import check_factors, default_factors, staged_sum
 from .._parts import Capabilities
 from .._weights import is_matrix, machine_words
 from . import _torchops

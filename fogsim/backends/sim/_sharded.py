@@ -48,7 +48,7 @@ import numpy as np
 from ... import _arrays, _settings
 from ... import timeline as _timeline
 from ..._arrays import wrap_like
-from ...hierarchy._decomposed import check_factors, default_factors
+from .._decomposed import check_factors, default_factors
 from .._parts import Capabilities
 from .._weights import is_matrix
 from .._windows import NoWindows

@@ -21,10 +21,10 @@ import torch
 import torch.distributed as dist
 
 from ... import _arrays
-from ...hierarchy._decomposed import digits, piece_bounds
-from ...hierarchy._machines import layout_error
 from ...topology import Topology
 from .._base import Backend
+from .._decomposed import digits, piece_bounds
+from .._layout import layout_error
 from .._runtime.agree import LocalError
 from .._runtime.backend import MachineOps
 from .._runtime.transport import Transport
