@@ -48,16 +48,17 @@ class SchoolHistory:
     @property
     def n(self) -> int:
         """Return the number of fish."""
-        return self.positions.shape[1]
+        return int(self.positions.shape[1])
 
     @property
     def steps(self) -> int:
         """Return the number of steps run."""
-        return self.positions.shape[0] - 1
+        return int(self.positions.shape[0]) - 1
 
     def predator_distance(self) -> np.ndarray:
         """Return the mean distance of the fish to the true predator at every step."""
-        return length(self.positions - self.predator[:, None, :])[..., 0].mean(axis=1)
+        mean: np.ndarray = length(self.positions - self.predator[:, None, :])[..., 0].mean(axis=1)
+        return mean
 
     def trajectories(self) -> np.ndarray:
         """Return positions, velocities and estimates side by side, ``(steps + 1, n, 6)``."""
@@ -66,7 +67,8 @@ class SchoolHistory:
 
 def length(a: np.ndarray) -> np.ndarray:
     """Return ``|a|`` over the last axis (of length 2), keeping it: correctly rounded ops only."""
-    return np.sqrt(a[..., 0:1] * a[..., 0:1] + a[..., 1:2] * a[..., 1:2])
+    out: np.ndarray = np.sqrt(a[..., 0:1] * a[..., 0:1] + a[..., 1:2] * a[..., 1:2])
+    return out
 
 
 def animate(
@@ -116,7 +118,7 @@ def animate(
     fig.legend(loc="lower center", ncol=3, fontsize=8, frameon=False)
     fig.subplots_adjust(left=0.02, right=0.98, top=0.93, bottom=0.08)
 
-    def draw(k: int):
+    def draw(k: int) -> tuple[Any, ...]:
         heading = V[k] / _norm(V[k])
         fish.set_offsets(P[k])
         fish.set_UVC(heading[:, 0], heading[:, 1])
@@ -167,4 +169,5 @@ def plot_error(history: SchoolHistory, path: str | Path | None = None, ax: Any =
 
 def _norm(v: np.ndarray) -> np.ndarray:
     """Return the lengths of the rows of ``v``, ``(n, 1)``, at least a tiny positive number."""
-    return np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12)
+    lengths: np.ndarray = np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12)
+    return lengths

@@ -33,7 +33,7 @@ Fish ``r`` draws its start and its sensor noise from its own generator
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -321,7 +321,8 @@ def _run(params: _Params, track: np.ndarray, seed: int, progress: bool) -> Schoo
     E[steps], A[steps] = last[:, :2], last[:, 2:]
 
     def error(estimates: np.ndarray) -> np.ndarray:
-        return length(estimates - track[:, None, :])[..., 0].mean(axis=1)
+        mean: np.ndarray = length(estimates - track[:, None, :])[..., 0].mean(axis=1)
+        return mean
 
     return SchoolHistory(
         positions=P,
@@ -355,7 +356,8 @@ def _measure(p: np.ndarray, q: np.ndarray, eps: np.ndarray, noise: float) -> np.
     u = offset / np.maximum(d, _TINY)
     across = _perp(u) * (noise * eps[..., 1:2] / np.maximum(d, _TINY))
     seen = u + across
-    return p + (d + noise * eps[..., 0:1]) * seen / length(seen)
+    fix: np.ndarray = p + (d + noise * eps[..., 0:1]) * seen / length(seen)
+    return fix
 
 
 def _estimates(mine: np.ndarray, alone: np.ndarray) -> np.ndarray:
@@ -387,7 +389,17 @@ def _mode(params: _Params, k: int) -> str:
     return MODES[1 - MODES.index(params.mode)]
 
 
-def _move(me, p, v, e, P, V, hood: _Neighborhood, params: _Params, mode: str):
+def _move(
+    me: Any,
+    p: np.ndarray,
+    v: np.ndarray,
+    e: np.ndarray,
+    P: np.ndarray,  # noqa: N803 - every fish's positions, as in the module docstring
+    V: np.ndarray,  # noqa: N803
+    hood: _Neighborhood,
+    params: _Params,
+    mode: str,
+) -> tuple[np.ndarray, np.ndarray]:
     """Return this process's fish's next position and velocity (boids + predator reaction).
 
     Only the rows of ``me`` are computed (one under MPI), from the shared ``P``, ``V``.
@@ -443,12 +455,12 @@ def _points(positions: Any) -> np.ndarray:
 
 
 def _positive(value: Any, name: str, allow_zero: bool = False) -> float:
-    value = float(value)
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+    number = float(value)
+    if not math.isfinite(number) or number < 0 or (number == 0 and not allow_zero):
         raise ValueError(
-            f"{name} must be finite and {'>= 0' if allow_zero else '> 0'}, got {value}"
+            f"{name} must be finite and {'>= 0' if allow_zero else '> 0'}, got {number}"
         )
-    return value
+    return number
 
 
 def _count(value: Any, name: str, minimum: int) -> int:
@@ -459,9 +471,10 @@ def _count(value: Any, name: str, minimum: int) -> int:
     return int(value)
 
 
-def _progress(steps: range, show: bool):
+def _progress(steps: range, show: bool) -> Iterable[int]:
     if not (show and fs.is_main_process()):
         return steps
     from tqdm.auto import tqdm
 
-    return tqdm(steps, desc="fish school", unit="step")
+    bar: Iterable[int] = tqdm(steps, desc="fish school", unit="step")
+    return bar

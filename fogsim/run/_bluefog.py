@@ -31,6 +31,7 @@ import importlib.util
 import sys
 import types
 from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["install", "install_from_environ", "installed", "uninstall"]
 
@@ -106,7 +107,7 @@ def _add_to_numpy_matrix() -> None:
     if hasattr(nx, "to_numpy_matrix"):
         return
 
-    def to_numpy_matrix(G, *args, **kwargs):  # noqa: N803 - networkx's spelling
+    def to_numpy_matrix(G: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N803 - nx's name
         """networkx 2's ``to_numpy_matrix``: ``numpy.asmatrix(to_numpy_array(G, ...))``."""
         return np.asmatrix(nx.to_numpy_array(G, *args, **kwargs))
 
