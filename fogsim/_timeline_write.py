@@ -1,4 +1,4 @@
-"""Writing one process's timeline: :class:`Timeline`, the trace file (see :mod:`fogsim.timeline`).
+"""One process's timeline file: :class:`Timeline` (see :mod:`fogsim.timeline`).
 
 Recording appends to the compiled recorder (`fogsim._core`); batches of events are
 formatted and written by a writer thread, and the file is valid JSON after every write.
@@ -25,7 +25,7 @@ _FLUSH_NS = 2_000_000_000  # ... or after this long (at the end of an op)
 
 
 class Timeline:
-    """One process's trace file (see the module docstring).
+    """One process's trace file (see :mod:`fogsim.timeline`).
 
     ``pids``: the process tracks this process writes for (its rank, or the simulated
     agents shown); every span is recorded on each of them. Recording an event appends a
