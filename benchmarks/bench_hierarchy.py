@@ -38,7 +38,7 @@ def child(factors: tuple[int, ...] | None) -> None:
 
     import fogsim as fs
     from fogsim import topology as T
-    from fogsim.hierarchy._decomposed import default_factors
+    from fogsim.backends._decomposed import default_factors
 
     fs.init(topology=T.exponential_two_graph)
     comm = MPI.COMM_WORLD

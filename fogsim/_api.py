@@ -69,6 +69,16 @@ __all__ = [
     "poll",
 ]
 
+#: ``neighbor_allreduce(x, compressor=...)``'s implementation, set by :mod:`fogsim.compress`
+#: when it is imported (it is built on this API, and every compressor comes from it).
+_compressed_gossip: Callable[..., Any] | None = None
+
+
+def set_compressed_gossip(fn: Callable[..., Any]) -> None:
+    """Run ``neighbor_allreduce(x, compressor=...)`` with ``fn`` (`fogsim.compress`'s)."""
+    global _compressed_gossip
+    _compressed_gossip = fn
+
 
 def _backend() -> Backend:
     return _context.current().backend
@@ -465,8 +475,12 @@ def neighbor_allreduce(
                 "as src_weights (one n x n matrix or Topology, or per-agent dicts with "
                 "self_weight)"
             )
-        from .compress._gossip import compressed_neighbor_allreduce
-
+        compressed_neighbor_allreduce = _compressed_gossip
+        if compressed_neighbor_allreduce is None:  # fogsim.compress was never imported
+            raise TypeError(
+                "compressor must be a fogsim.compress.Compressor (e.g. "
+                f"fogsim.compress.top_k(0.1)), got {type(compressor).__name__}"
+            )
         with _weightcheck.checks(check_weights):
             return run.plain(
                 compressed_neighbor_allreduce,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from . import _settings, _weightcheck
+from . import timeline as _timeline
 from .backends import Backend, create_backend
 
 if TYPE_CHECKING:
@@ -94,10 +95,8 @@ class Context:
             "settings": self.settings,
         }
         parts = self._shards(name.lower(), shards)
-        if parts > 1:
-            from .backends.sim._sharded import ShardedSimBackend
-
-            self.backend: Backend = ShardedSimBackend(shards=parts, **options)
+        if parts > 1:  # the simulator split over processes: a backend of its own
+            self.backend: Backend = create_backend("sim-sharded", shards=parts, **options)
         else:
             self.backend = create_backend(name.lower(), **options)
         try:  # a topology refused on every rank: the world it would have had goes too
@@ -141,10 +140,8 @@ class Context:
     @property
     def is_simulated(self) -> bool:
         """Whether this world is the simulator (agents stacked in this process: all of them,
-        or one block of them when sharded)."""
-        from .backends.sim._world import StackedWorld
-
-        return isinstance(self.backend, StackedWorld)
+        or one block of them when sharded), as its backend declares."""
+        return self.backend.capabilities.stacked
 
     def simulator(self, feature: str) -> Any:
         """Return this world's simulator backend, for the simulator-only ``feature``.
@@ -221,3 +218,12 @@ def set_current(ctx: Context | None) -> None:
     """Make ``ctx`` the process-wide current context (``None`` clears it)."""
     global _current
     _current = ctx
+
+
+def _timeline_world() -> tuple[Any, int | None]:
+    """What :func:`fogsim.timeline.start` records for: this process's ranks, and its shard."""
+    backend = current().backend
+    return backend.rank(), backend.shard_index()
+
+
+_timeline.set_world_reader(_timeline_world)

@@ -59,7 +59,7 @@ from typing import (
     TypeVar,
 )
 
-from . import _context
+from . import _context, _stall
 from . import timeline as _timeline
 from ._handles import Handle
 
@@ -290,3 +290,4 @@ def routed_call(frame: FrameType) -> tuple[str, str | None] | None:
 
 
 _DECLARED: set[Any] = set()  # the code of the declared functions (and of their twins)
+_stall.set_op_reader(routed_call)  # a stalled wait names the routed op it waits in

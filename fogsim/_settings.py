@@ -39,7 +39,7 @@ is listed here with its meaning:
 ``FOGSIM_BLUEFOG``
     Set by ``fogrun --bluefog``: ``1`` registers fogsim's BlueFog layer as the modules
     ``bluefog``, ``bluefog.torch`` and ``bluefog.common`` before the script runs (``force``:
-    even where a real BlueFog is installed; see :mod:`fogsim.compat.bluefog._alias`).
+    even where a real BlueFog is installed; see :mod:`fogsim.run._bluefog`).
 ``FOGSIM_CHECK_MODES``
     Set by the mode checker (``fogrun --check-modes``) in the runs it records: the
     optimizer wrappers of :mod:`fogsim.optim` then communicate as they do in one process

@@ -25,9 +25,10 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from types import FrameType
 from typing import Any, Protocol
 
-__all__ = ["Guard", "Held", "Peers", "Stall", "StallError", "State", "where"]
+__all__ = ["Guard", "Held", "Peers", "Stall", "StallError", "State", "set_op_reader", "where"]
 
 #: What a rank says about itself: (op, name or None, seconds it has waited).
 State = tuple[str, str | None, float]
@@ -49,6 +50,16 @@ _PUBLIC = (
     os.path.join(_PACKAGE, "compat"),
 )
 _LAUNCHER = os.path.join(_PACKAGE, "run", "")  # fogrun's bootstrap runs the program: no op
+#: Reads a frame: ``(op, name)`` when it runs a routed op, else None.
+OpReader = Callable[[FrameType], tuple[str, str | None] | None]
+
+
+def _no_routed_op(frame: FrameType) -> None:
+    return None
+
+
+#: `fogsim._routing`'s reader, set when that module is imported (no routed op runs before).
+_op_reader: OpReader = _no_routed_op
 
 
 class StallError(RuntimeError):
@@ -88,6 +99,16 @@ class Peers(Protocol):
         """Ask every other rank; return the answers that came within ``seconds``."""
 
 
+def set_op_reader(reader: OpReader) -> None:
+    """Read the routed ops' frames with ``reader`` (`fogsim._routing`'s, set at its import).
+
+    The router sits above the backends whose waits this module guards, so it registers
+    itself here instead of being imported from here.
+    """
+    global _op_reader
+    _op_reader = reader
+
+
 def where() -> tuple[str, str | None]:
     """Return the fogsim op the calling thread is in and its ``name=`` (from the stack).
 
@@ -96,8 +117,7 @@ def where() -> tuple[str, str | None]:
     the op; without one, the outermost frame inside the package does (but fogrun's
     bootstrap in `fogsim.run`, which runs the program).
     """
-    from ._routing import routed_call
-
+    routed = _op_reader
     frame: Any = sys._getframe(1)
     public: tuple[str, str | None] | None = None
     inner = None
@@ -109,7 +129,7 @@ def where() -> tuple[str, str | None]:
                 name = frame.f_locals.get("name")
                 public = frame.f_code.co_name, name if isinstance(name, str) else None
             else:  # an op declared once and routed (fogsim._routing) is public too
-                public = routed_call(frame) or public
+                public = routed(frame) or public
         frame = frame.f_back
     if public is not None:
         return public

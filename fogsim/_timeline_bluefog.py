@@ -22,7 +22,7 @@ import json
 import threading
 from typing import Any, Literal
 
-from .timeline import Timeline
+from ._timeline_write import Timeline
 
 __all__ = ["BlueFogTimeline"]
 

@@ -245,7 +245,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "timeline-activity-never-closed",
         "timeline: end() of a user activity writes no end event",
-        "fogsim/timeline.py",
+        "fogsim/_timeline_write.py",
         '        t = self._ns(ts)\n        self._rec.append("E", tid, t, None, None)\n',
         "        t = self._ns(ts)\n",
         ("tests/test_timeline.py",),

@@ -102,8 +102,8 @@ def test_env_sets_the_variables_for_the_block_and_restores_them(monkeypatch):
 
 
 def test_bluefog_common_util_is_an_alias_with_env():
-    from fogsim.compat.bluefog import _alias
     from fogsim.compat.bluefog.common import util
+    from fogsim.run import _bluefog as _alias
 
     assert _alias.ALIASES["bluefog.common.util"] == util.__name__
     util.check_extension("torch", __file__, "torch", "mpi_lib")  # fogsim builds none

@@ -12,14 +12,14 @@ import pytest
 
 import fogsim as fs
 from fogsim import topology as T
-from fogsim.hierarchy._decomposed import (
+from fogsim.backends._decomposed import (
     check_factors,
     default_factors,
     digits,
     piece_bounds,
     staged_sum,
 )
-from fogsim.hierarchy._machines import layout_error
+from fogsim.backends._layout import layout_error
 
 
 @pytest.fixture

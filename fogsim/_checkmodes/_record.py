@@ -170,9 +170,9 @@ def child(mode: str, size: int, out_path: str, script: str, argv: list[str]) -> 
 
         recorder = Recorder(SimBackend)
     recorder.install()
-    from ..compat.bluefog import _alias
+    from ..run import _bluefog
 
-    _alias.install_from_environ()  # fogrun --check-modes --bluefog
+    _bluefog.install_from_environ()  # fogrun --check-modes --bluefog
     error = None
     sys.argv = [script, *argv]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))

@@ -29,6 +29,7 @@ __all__ = [
 # mpi4py nor torch) or an already imported factory.
 _REGISTRY: dict[str, str | Callable[..., Backend]] = {
     "sim": "fogsim.backends.sim:SimBackend",
+    "sim-sharded": "fogsim.backends.sim._sharded:ShardedSimBackend",  # init(shards=P), P > 1
     "mpi": "fogsim.backends.mpi:MPIBackend",
     "torch": "fogsim.backends.torchdist:TorchBackend",
     "spmd": "fogsim.spmd._backend:SpmdBackend",  # the agent threads of fogsim.spmd.run

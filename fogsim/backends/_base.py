@@ -102,6 +102,10 @@ class Backend(abc.ABC):
     def local_rank(self) -> Any:
         """Return the rank within the machine (stacked in simulation)."""
 
+    def shard_index(self) -> int | None:
+        """This process's shard of a world split over processes (None: not split)."""
+        return None
+
     def check_rank(self, value: Any, argname: str) -> int:
         """Return ``value`` as a rank in range, or raise naming ``argname``."""
         return check_rank(value, self.size_int, argname)
@@ -251,7 +255,6 @@ class Backend(abc.ABC):
     def out_neighbor_machine_ranks(self) -> Any:
         """Return the machines this agent's machine sends to (per agent in simulation)."""
         return self.load_machine_topology().out_neighbors(int(self.machine_rank()))
-
 
     # -- agent-local data -----------------------------------------------------------------
     @abc.abstractmethod

@@ -19,6 +19,7 @@ import numpy as np
 
 import fogsim as fs
 
+from .. import _api
 from .._arrays import wrap_like
 from ._base import Compressor, _to_host, _values, _wrap, pack, unpack
 from ._mixing import MixWeights
@@ -215,3 +216,6 @@ def _check_compressor(compressor: Any) -> None:
             "compressor must be a fogsim.compress.Compressor (e.g. fogsim.compress.top_k(0.1)), "
             f"got {type(compressor).__name__}"
         )
+
+
+_api.set_compressed_gossip(compressed_neighbor_allreduce)  # neighbor_allreduce(compressor=)

@@ -1,21 +1,74 @@
-"""Pictures of a fish-school run: the animated GIF and the estimation-error plot.
+"""What a fish-school run gives back: its :class:`SchoolHistory`, and pictures of it (the
+animated GIF and the estimation-error plot).
 
-Private to :mod:`fogsim.demos.fish_school`, which re-exports :func:`animate` and
-:func:`plot_error`. matplotlib is imported only when drawing, and only its object-oriented
-API (no pyplot): nothing here changes the caller's backend or leaves figures open.
+Private to :mod:`fogsim.demos.fish_school`, which re-exports :class:`SchoolHistory`,
+:func:`animate` and :func:`plot_error`. matplotlib is imported only when drawing, and only its
+object-oriented API (no pyplot): nothing here changes the caller's backend or leaves figures
+open.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .fish_school import SchoolHistory
+__all__ = ["SchoolHistory", "animate", "length", "plot_error"]
 
-__all__ = ["animate", "plot_error"]
+
+@dataclass
+class SchoolHistory:
+    """One run of the school: every fish's trajectory and estimates, step by step.
+
+    Index ``k`` of each array is step ``k`` (0 is the start, ``steps`` the end).
+
+    Attributes: ``positions``, ``velocities``, ``estimates`` (diffusion) and
+    ``estimates_alone`` (each fish filtering only its own fixes), all ``(steps + 1, n, 2)``;
+    ``predator`` ``(steps + 1, 2)``; ``errors``, ``errors_alone`` and ``errors_central``
+    ``(steps + 1,)``: the mean distance of the fish's estimates to the true predator, for
+    diffusion, for lone fish, and for a fusion center tracking the average of every fish's
+    fix (what diffusion would reach if every fish heard every other); ``modes`` the mode at
+    each step; ``params`` the run's parameters. At step 0 every estimate is the fish's first
+    fix.
+    """
+
+    positions: np.ndarray
+    velocities: np.ndarray
+    estimates: np.ndarray
+    estimates_alone: np.ndarray
+    predator: np.ndarray
+    errors: np.ndarray
+    errors_alone: np.ndarray
+    errors_central: np.ndarray
+    modes: list[str]
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        """Return the number of fish."""
+        return int(self.positions.shape[1])
+
+    @property
+    def steps(self) -> int:
+        """Return the number of steps run."""
+        return int(self.positions.shape[0]) - 1
+
+    def predator_distance(self) -> np.ndarray:
+        """Return the mean distance of the fish to the true predator at every step."""
+        mean: np.ndarray = length(self.positions - self.predator[:, None, :])[..., 0].mean(axis=1)
+        return mean
+
+    def trajectories(self) -> np.ndarray:
+        """Return positions, velocities and estimates side by side, ``(steps + 1, n, 6)``."""
+        return np.concatenate([self.positions, self.velocities, self.estimates], axis=-1)
+
+
+def length(a: np.ndarray) -> np.ndarray:
+    """Return ``|a|`` over the last axis (of length 2), keeping it: correctly rounded ops only."""
+    out: np.ndarray = np.sqrt(a[..., 0:1] * a[..., 0:1] + a[..., 1:2] * a[..., 1:2])
+    return out
 
 
 def animate(
@@ -65,7 +118,7 @@ def animate(
     fig.legend(loc="lower center", ncol=3, fontsize=8, frameon=False)
     fig.subplots_adjust(left=0.02, right=0.98, top=0.93, bottom=0.08)
 
-    def draw(k: int):
+    def draw(k: int) -> tuple[Any, ...]:
         heading = V[k] / _norm(V[k])
         fish.set_offsets(P[k])
         fish.set_UVC(heading[:, 0], heading[:, 1])
@@ -116,4 +169,5 @@ def plot_error(history: SchoolHistory, path: str | Path | None = None, ax: Any =
 
 def _norm(v: np.ndarray) -> np.ndarray:
     """Return the lengths of the rows of ``v``, ``(n, 1)``, at least a tiny positive number."""
-    return np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12)
+    lengths: np.ndarray = np.maximum(np.linalg.norm(v, axis=-1, keepdims=True), 1e-12)
+    return lengths

@@ -33,8 +33,8 @@ Fish ``r`` draws its start and its sensor noise from its own generator
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -46,7 +46,7 @@ from fogsim._rng import StackedGenerator
 from fogsim.topology import Topology, as_topology
 from fogsim.topology._exact import exact_rows
 
-from ._school_output import animate, plot_error
+from ._school_output import SchoolHistory, animate, length, plot_error
 
 __all__ = [
     "MODES",
@@ -90,52 +90,6 @@ class _Params:
     home: float = 0.3
 
 
-@dataclass
-class SchoolHistory:
-    """One run of the school: every fish's trajectory and estimates, step by step.
-
-    Index ``k`` of each array is step ``k`` (0 is the start, ``steps`` the end).
-
-    Attributes: ``positions``, ``velocities``, ``estimates`` (diffusion) and
-    ``estimates_alone`` (each fish filtering only its own fixes), all ``(steps + 1, n, 2)``;
-    ``predator`` ``(steps + 1, 2)``; ``errors``, ``errors_alone`` and ``errors_central``
-    ``(steps + 1,)``: the mean distance of the fish's estimates to the true predator, for
-    diffusion, for lone fish, and for a fusion center tracking the average of every fish's
-    fix (what diffusion would reach if every fish heard every other); ``modes`` the mode at
-    each step; ``params`` the run's parameters. At step 0 every estimate is the fish's first
-    fix.
-    """
-
-    positions: np.ndarray
-    velocities: np.ndarray
-    estimates: np.ndarray
-    estimates_alone: np.ndarray
-    predator: np.ndarray
-    errors: np.ndarray
-    errors_alone: np.ndarray
-    errors_central: np.ndarray
-    modes: list[str]
-    params: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def n(self) -> int:
-        """Return the number of fish."""
-        return self.positions.shape[1]
-
-    @property
-    def steps(self) -> int:
-        """Return the number of steps run."""
-        return self.positions.shape[0] - 1
-
-    def predator_distance(self) -> np.ndarray:
-        """Return the mean distance of the fish to the true predator at every step."""
-        return _length(self.positions - self.predator[:, None, :])[..., 0].mean(axis=1)
-
-    def trajectories(self) -> np.ndarray:
-        """Return positions, velocities and estimates side by side, ``(steps + 1, n, 6)``."""
-        return np.concatenate([self.positions, self.velocities, self.estimates], axis=-1)
-
-
 # -- the proximity graph ----------------------------------------------------------------
 def proximity_pairs(positions: Any, radius: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Return the pairs of fish within ``radius``: ``(i, j, distance)`` with ``i < j``.
@@ -148,7 +102,7 @@ def proximity_pairs(positions: Any, radius: float) -> tuple[np.ndarray, np.ndarr
     pairs = cKDTree(points).query_pairs(radius, output_type="ndarray").reshape(-1, 2)
     pairs = pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))].astype(np.int64)
     i, j = pairs[:, 0], pairs[:, 1]
-    return i, j, _length(points[i] - points[j])[:, 0]
+    return i, j, length(points[i] - points[j])[:, 0]
 
 
 def metropolis_hastings(n: int, i: np.ndarray, j: np.ndarray) -> Topology:
@@ -367,7 +321,8 @@ def _run(params: _Params, track: np.ndarray, seed: int, progress: bool) -> Schoo
     E[steps], A[steps] = last[:, :2], last[:, 2:]
 
     def error(estimates: np.ndarray) -> np.ndarray:
-        return _length(estimates - track[:, None, :])[..., 0].mean(axis=1)
+        mean: np.ndarray = length(estimates - track[:, None, :])[..., 0].mean(axis=1)
+        return mean
 
     return SchoolHistory(
         positions=P,
@@ -377,7 +332,7 @@ def _run(params: _Params, track: np.ndarray, seed: int, progress: bool) -> Schoo
         predator=track,
         errors=error(E),
         errors_alone=error(A),
-        errors_central=_length(central - track)[:, 0],
+        errors_central=length(central - track)[:, 0],
         modes=modes,
     )
 
@@ -397,11 +352,12 @@ def _measure(p: np.ndarray, q: np.ndarray, eps: np.ndarray, noise: float) -> np.
     so the fix is off by ``noise eps_0`` along ``u`` and ``noise eps_1`` across it.
     """
     offset = q - p
-    d = _length(offset)
+    d = length(offset)
     u = offset / np.maximum(d, _TINY)
     across = _perp(u) * (noise * eps[..., 1:2] / np.maximum(d, _TINY))
     seen = u + across
-    return p + (d + noise * eps[..., 0:1]) * seen / _length(seen)
+    fix: np.ndarray = p + (d + noise * eps[..., 0:1]) * seen / length(seen)
+    return fix
 
 
 def _estimates(mine: np.ndarray, alone: np.ndarray) -> np.ndarray:
@@ -433,7 +389,17 @@ def _mode(params: _Params, k: int) -> str:
     return MODES[1 - MODES.index(params.mode)]
 
 
-def _move(me, p, v, e, P, V, hood: _Neighborhood, params: _Params, mode: str):
+def _move(
+    me: Any,
+    p: np.ndarray,
+    v: np.ndarray,
+    e: np.ndarray,
+    P: np.ndarray,  # noqa: N803 - every fish's positions, as in the module docstring
+    V: np.ndarray,  # noqa: N803
+    hood: _Neighborhood,
+    params: _Params,
+    mode: str,
+) -> tuple[np.ndarray, np.ndarray]:
     """Return this process's fish's next position and velocity (boids + predator reaction).
 
     Only the rows of ``me`` are computed (one under MPI), from the shared ``P``, ``V``.
@@ -450,7 +416,7 @@ def _move(me, p, v, e, P, V, hood: _Neighborhood, params: _Params, mode: str):
     separate = p * near[:, 2:3] - near[:, 0:2]  # sum_j (p_i - p_j) / d_ij^2
 
     to_predator = e - p
-    d = _length(to_predator)
+    d = length(to_predator)
     u = to_predator / np.maximum(d, _TINY)
     if mode == "escape":  # flee at full strength inside alarm / 2, fading out at alarm
         react = -u * np.clip(2.0 - 2.0 * d / params.alarm_radius, 0.0, 1.0)
@@ -458,7 +424,7 @@ def _move(me, p, v, e, P, V, hood: _Neighborhood, params: _Params, mode: str):
         ring = params.ring_radius
         react = u * np.clip((d - ring) / ring * 4.0, -1.0, 1.0) + 0.5 * _perp(u)
     # The reef: fish that stray beyond reef_radius from the origin turn back towards it.
-    out = _length(p)
+    out = length(p)
     home = -p / np.maximum(out, _TINY) * np.clip(out / params.reef_radius - 1.0, 0.0, 1.0)
     steer = (
         params.align * align
@@ -468,17 +434,12 @@ def _move(me, p, v, e, P, V, hood: _Neighborhood, params: _Params, mode: str):
         + params.home * home
     )
     v = v + steer
-    s = _length(v)
+    s = length(v)
     v = v * (np.clip(s, params.speed, params.max_speed) / np.maximum(s, _TINY))
     return np.reshape(p + v, shape), np.reshape(v, shape)
 
 
 # -- helpers ------------------------------------------------------------------------------
-def _length(a: np.ndarray) -> np.ndarray:
-    """Return ``|a|`` over the last axis (of length 2), keeping it: correctly rounded ops only."""
-    return np.sqrt(a[..., 0:1] * a[..., 0:1] + a[..., 1:2] * a[..., 1:2])
-
-
 def _perp(u: np.ndarray) -> np.ndarray:
     """Return ``u`` turned by +90 degrees."""
     return np.concatenate([-u[..., 1:2], u[..., 0:1]], axis=-1)
@@ -494,12 +455,12 @@ def _points(positions: Any) -> np.ndarray:
 
 
 def _positive(value: Any, name: str, allow_zero: bool = False) -> float:
-    value = float(value)
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+    number = float(value)
+    if not math.isfinite(number) or number < 0 or (number == 0 and not allow_zero):
         raise ValueError(
-            f"{name} must be finite and {'>= 0' if allow_zero else '> 0'}, got {value}"
+            f"{name} must be finite and {'>= 0' if allow_zero else '> 0'}, got {number}"
         )
-    return value
+    return number
 
 
 def _count(value: Any, name: str, minimum: int) -> int:
@@ -510,9 +471,10 @@ def _count(value: Any, name: str, minimum: int) -> int:
     return int(value)
 
 
-def _progress(steps: range, show: bool):
+def _progress(steps: range, show: bool) -> Iterable[int]:
     if not (show and fs.is_main_process()):
         return steps
     from tqdm.auto import tqdm
 
-    return tqdm(steps, desc="fish school", unit="step")
+    bar: Iterable[int] = tqdm(steps, desc="fish school", unit="step")
+    return bar

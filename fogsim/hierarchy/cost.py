@@ -289,7 +289,7 @@ def two_level_allreduce_time(network: Network, n: float) -> float:
 
 
 def _check_factors(network: Network, factors: Any) -> tuple[int, ...]:
-    from ._decomposed import check_factors  # the runtimes' rule, so both refuse alike
+    from ..backends._decomposed import check_factors  # the runtimes' rule: both refuse alike
 
     return network.sizes if factors is None else check_factors(factors, network.size)
 

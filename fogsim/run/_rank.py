@@ -8,7 +8,7 @@ folder first on ``sys.path``), ``-m module [args]``, ``-c code [args]`` or ``-``
 input). The status the program ends with (``sys.exit(n)``, an exception, Ctrl-C) is recorded
 for fogrun (`fogsim.run._status`) on its way out. Only the standard library and the light
 `fogsim.run._hooks` are imported before the program, and, under ``fogrun --bluefog``
-(``FOGSIM_BLUEFOG`` set), fogsim's BlueFog module aliases (`fogsim.compat.bluefog.install`).
+(``FOGSIM_BLUEFOG`` set), fogsim's BlueFog module aliases (`fogsim.run._bluefog`).
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ def main(argv: list[str]) -> None:
 
 def _run(argv: list[str]) -> None:
     if _settings.environ().get("FOGSIM_BLUEFOG", "").strip():  # fogrun --bluefog
-        from ..compat.bluefog import _alias
+        from . import _bluefog
 
-        _alias.install_from_environ()
+        _bluefog.install_from_environ()
     if not argv:
         raise SystemExit(USAGE)
     first, rest = argv[0], argv[1:]

@@ -36,9 +36,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = parser.parse_args(argv)
     if ns.np < 1:
         parser.error(f"-np must be >= 1, got {ns.np}")
-    from ..compat.bluefog import _alias
+    from ..run import _bluefog
 
-    _alias.install_from_environ()  # fogrun --spmd --bluefog
+    _bluefog.install_from_environ()  # fogrun --spmd --bluefog
     try:
         run_path(ns.script, size=ns.np, argv=ns.args, local_size=ns.local_size, timeout=ns.timeout)
     except SpmdError as exc:

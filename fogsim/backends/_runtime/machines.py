@@ -12,7 +12,7 @@ Machine m holds ranks ``m * local_size .. (m + 1) * local_size - 1``. The ops:
 * the machine-local allreduce (``allreduce(is_hierarchical_local=True)``);
 * the decomposed allreduce: reduce-scatter stages, then all-gather stages in reverse
   order, stage ``s`` among the ranks that differ only in digit ``s`` of their rank written
-  in the factors' mixed radix (see :mod:`fogsim.hierarchy._decomposed`).
+  in the factors' mixed radix (see :mod:`fogsim.backends._decomposed`).
 
 The additions are those of the simulator, in the same order (rows ``0 .. k-1`` one at a
 time, then one division), so every runtime gives the simulator's bits. How values move
@@ -27,10 +27,10 @@ from typing import Any, Generic, Protocol, TypeVar
 import numpy as np
 
 from ..._arrays import check_name
-from ...hierarchy._decomposed import check_factors, default_factors, digits, piece_bounds
-from ...hierarchy._machines import layout_error
 from ...topology import Topology
 from .._base import Backend
+from .._decomposed import check_factors, default_factors, digits, piece_bounds
+from .._layout import layout_error
 from .._parts import Machines
 from .._weights import exchange_between_machines
 from .agree import LocalError

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from ..._stall import Guard
-from ...hierarchy._decomposed import digits
 from .._base import Backend
+from .._decomposed import digits
 from .._runtime.datapath import Value
 from .._runtime.machines import Report
 from .._wire import mpi_bcast_json

@@ -13,7 +13,7 @@ import numpy as np
 
 from ... import _arrays
 from ..._arrays import wrap_like
-from ...hierarchy._decomposed import check_factors, default_factors, staged_sum
+from .._decomposed import check_factors, default_factors, staged_sum
 from .._parts import Machines
 from . import _torchops
 from ._plan import apply_plan, plan_messages

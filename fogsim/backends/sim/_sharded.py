@@ -143,6 +143,9 @@ class ShardedSimBackend(StackedWorld):
         """This process's index among the :attr:`shards` (0: the main process)."""
         return self._comm.me
 
+    def shard_index(self) -> int | None:
+        return self._comm.me
+
     @property
     def block(self) -> tuple[int, int]:
         """This process's agents ``[lo, hi)``."""

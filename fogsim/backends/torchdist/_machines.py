@@ -19,8 +19,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ...hierarchy._decomposed import digits
 from .._base import Backend
+from .._decomposed import digits
 from .._runtime.machines import Report, sum_rows
 from .._runtime.transport import Transport
 from . import _world

@@ -50,9 +50,9 @@ unknown window, a name still in flight), this layer raises what BlueFog's caller
 on every rank before any communication; ``_errors`` has the table.
 """
 
+from ...run._bluefog import install as install  # fogsim's, not BlueFog's
+from ...run._bluefog import uninstall as uninstall
 from . import _extra, topology_util
-from ._alias import install as install  # fogsim's, not BlueFog's
-from ._alias import uninstall as uninstall
 from ._api import (
     allgather,
     allgather_nonblocking,

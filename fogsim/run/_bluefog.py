@@ -14,9 +14,13 @@ BlueFog module                     fogsim module
 ``bluefog.torch.topology_util``    :mod:`fogsim.compat.bluefog.topology_util`
 =================================  ===========================================
 
-A real BlueFog that Python can import is never shadowed unless ``force=True``. ``fogrun
---bluefog`` (which sets ``FOGSIM_BLUEFOG=1``) and ``python -m fogsim.compat.bluefog
-script.py`` call :func:`install` before the script's first line.
+A real BlueFog that Python can import is never shadowed unless ``force=True``. What runs a
+program under BlueFog's names calls :func:`install` before the program's first line: the
+ranks' bootstrap of ``fogrun --bluefog`` (which sets ``FOGSIM_BLUEFOG=1``), the runners of
+``fogrun --spmd`` and ``--check-modes``, and ``python -m fogsim.compat.bluefog script.py``;
+:mod:`fogsim.compat.bluefog` offers :func:`install` and :func:`uninstall` to its users. The
+layer's modules are named here, not imported: installing the aliases imports them, as the
+backend registry imports a backend on first use.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import importlib.util
 import sys
 import types
 from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["install", "install_from_environ", "installed", "uninstall"]
 
@@ -102,7 +107,7 @@ def _add_to_numpy_matrix() -> None:
     if hasattr(nx, "to_numpy_matrix"):
         return
 
-    def to_numpy_matrix(G, *args, **kwargs):  # noqa: N803 - networkx's spelling
+    def to_numpy_matrix(G: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N803 - nx's name
         """networkx 2's ``to_numpy_matrix``: ``numpy.asmatrix(to_numpy_array(G, ...))``."""
         return np.asmatrix(nx.to_numpy_array(G, *args, **kwargs))
 
@@ -119,7 +124,7 @@ def uninstall() -> None:
 
 def install_from_environ(environ: Mapping[str, str] | None = None) -> None:
     """:func:`install` when ``FOGSIM_BLUEFOG`` is ``1`` (or ``force``), as fogrun sets it."""
-    from ... import _settings
+    from .. import _settings
 
     value = (_settings.environ() if environ is None else environ).get("FOGSIM_BLUEFOG", "")
     value = value.strip()
