@@ -13,19 +13,16 @@ simulation every agent holds it. One value per agent is made with :func:`local`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import _context, _weightcheck
 from . import timeline as _timeline
 from ._context import Context
 from ._handles import Handle
 from ._routing import Runner, public_op
-from ._types import ArrayLike, Ranks, SelfWeight, TopologyLike, Value, Weights
+from ._types import ArrayLike, CompressorLike, Ranks, SelfWeight, TopologyLike, Value, Weights
 from .backends import Backend
 from .topology import Topology
-
-if TYPE_CHECKING:
-    from .compress import Compressor
 
 __all__ = [
     "init",
@@ -427,7 +424,7 @@ def neighbor_allreduce(
     name: str | None = None,
     *,
     check_weights: bool = True,
-    compressor: Compressor | None = None,
+    compressor: CompressorLike | None = None,
 ) -> Value:
     """Return the weighted average of own and in-neighbors' values.
 

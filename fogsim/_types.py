@@ -8,7 +8,7 @@ leading agent axis (one array or tensor for all agents); distributed it is this 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias, Union
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ArrayLike",
+    "CompressorLike",
     "Value",
     "SelfWeight",
     "Weights",
@@ -71,3 +72,12 @@ TopologyLike = Union[
     "scipy.sparse.spmatrix",
     Callable[[int], Any],
 ]
+
+
+class CompressorLike(Protocol):
+    """What ``neighbor_allreduce(compressor=...)`` takes: a :mod:`fogsim.compress` compressor
+    (its base class, :class:`fogsim.compress.Compressor`, has this and the rest)."""
+
+    def payload_bytes(self, shape: Any, dtype: Any = ...) -> int:
+        """The bytes one compressed value of ``shape`` and ``dtype`` sends."""
+        ...
