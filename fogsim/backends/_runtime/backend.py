@@ -3,15 +3,15 @@
 Both are one agent per process, composed of parts built in their constructors over their
 transport: ``collectives`` (a :class:`~.collectives.RuntimeCollectives`), ``neighbors``
 (:class:`~.neighbor.NeighborOps`), ``machines`` (:class:`~.machines.MachineOps`) and
-``windows``. :class:`DistributedBackend` holds what the two share beside them: the world
-answers read from the parts, and the public ops forwarded to them.
+``windows``. :class:`DistributedBackend` holds what the two share beside them: the world's
+answers read from the parts.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..._handles import Handle, HandleTable
+from ..._handles import HandleTable
 from .._base import OneAgentEach
 from .collectives import RuntimeCollectives
 from .machines import MachineLink, MachineOps
@@ -65,87 +65,3 @@ class DistributedBackend(OneAgentEach):
 
     def check_machines(self, op: str) -> None:
         self.machines.check(op)
-
-    # -- the public ops, forwarded to the parts ---------------------------------------------
-    def allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
-        return self.collectives.allreduce(x, average, name)
-
-    def allreduce_nonblocking(
-        self, x: Any, average: bool = True, name: str | None = None
-    ) -> Handle:
-        return self.collectives.allreduce_nonblocking(x, average, name)
-
-    def allgather(self, x: Any, name: str | None = None) -> Any:
-        return self.collectives.allgather(x, name)
-
-    def allgather_nonblocking(self, x: Any, name: str | None = None) -> Handle:
-        return self.collectives.allgather_nonblocking(x, name)
-
-    def broadcast(self, x: Any, root_rank: int, name: str | None = None) -> Any:
-        return self.collectives.broadcast(x, root_rank, name)
-
-    def broadcast_nonblocking(self, x: Any, root_rank: int, name: str | None = None) -> Handle:
-        return self.collectives.broadcast_nonblocking(x, root_rank, name)
-
-    def barrier(self) -> None:
-        self.collectives.barrier()
-
-    def barrier_nonblocking(self) -> Handle:
-        return self.collectives.barrier_nonblocking()
-
-    def neighbor_allreduce(
-        self,
-        x: Any,
-        self_weight: Any = None,
-        src_weights: Any = None,
-        dst_weights: Any = None,
-        enable_topo_check: bool = True,
-        name: str | None = None,
-    ) -> Any:
-        return self.neighbors.neighbor_allreduce(
-            x, self_weight, src_weights, dst_weights, enable_topo_check, name
-        )
-
-    def neighbor_allreduce_nonblocking(
-        self,
-        x: Any,
-        self_weight: Any = None,
-        src_weights: Any = None,
-        dst_weights: Any = None,
-        enable_topo_check: bool = True,
-        name: str | None = None,
-    ) -> Handle:
-        return self.neighbors.neighbor_allreduce_nonblocking(
-            x, self_weight, src_weights, dst_weights, enable_topo_check, name
-        )
-
-    def neighbor_allgather(
-        self, x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
-    ) -> Any:
-        return self.neighbors.neighbor_allgather(x, src_ranks, dst_ranks, name)
-
-    def neighbor_allgather_nonblocking(
-        self, x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
-    ) -> Handle:
-        return self.neighbors.neighbor_allgather_nonblocking(x, src_ranks, dst_ranks, name)
-
-    def hierarchical_neighbor_allreduce(
-        self,
-        x: Any,
-        self_weight: Any = None,
-        src_machine_weights: Any = None,
-        dst_machine_weights: Any = None,
-        enable_topo_check: bool = True,
-        name: str | None = None,
-    ) -> Any:
-        return self.machines.hierarchical_neighbor_allreduce(
-            x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
-        )
-
-    def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
-        return self.machines.local_allreduce(x, average, name)
-
-    def decomposed_allreduce(
-        self, x: Any, average: bool, name: str | None, factors: tuple[int, ...] | None
-    ) -> Any:
-        return self.machines.decomposed_allreduce(x, average, name, factors)
