@@ -5,13 +5,16 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from .._arrays import is_tensor
 from ..topology import Topology
+
+if TYPE_CHECKING:
+    from ._base import Backend
 
 __all__ = ["is_matrix", "check_partners", "machine_words", "exchange_between_machines"]
 
@@ -64,7 +67,7 @@ def machine_words() -> Iterator[None]:
 
 
 def exchange_between_machines(
-    world: Any,
+    world: Backend,
     mean: Any,
     self_weight: Any,
     src_machine_weights: Any,
@@ -81,7 +84,7 @@ def exchange_between_machines(
     static = self_weight is None and src_machine_weights is None and dst_machine_weights is None
     try:
         with machine_words():
-            out = world.neighbor_allreduce(
+            out = world.neighbors.neighbor_allreduce(
                 mean,
                 self_weight,
                 src_machine_weights,
