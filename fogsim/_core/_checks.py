@@ -279,9 +279,7 @@ def row_items(rows: Iterable[_Item], n: int, argname: str) -> Sequence[_Item]:
     return rows
 
 
-def row_item(
-    item: object, i: int, argname: str
-) -> dict[Any, Any] | list[Any] | tuple[Any, ...]:
+def row_item(item: object, i: int, argname: str) -> dict[Any, Any] | list[Any] | tuple[Any, ...]:
     """Return agent *i*'s item as a dict, a list or a tuple of ranks."""
     if isinstance(item, (dict, list, tuple)):
         return item

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import nn
 
 import fogsim as fs
 from fogsim import algorithms as A
@@ -44,10 +45,10 @@ class DistributedWinPutOptimizer(_ForwardCounted):
 
     def __init__(
         self,
-        optimizer,
-        model,
-        communication_type=None,
-        num_steps_per_communication=1,
+        optimizer: torch.optim.Optimizer,
+        model: nn.Module,
+        communication_type: CommunicationType | str | None = None,
+        num_steps_per_communication: int = 1,
         *,
         window_prefix: str = "fogsim.optim.win_put",
         require_mutex: bool = False,
@@ -128,12 +129,12 @@ class DistributedPushSumOptimizer(_BackwardHooked):
 
     def __init__(
         self,
-        optimizer,
-        model,
-        communication_type=None,
-        num_steps_per_communication=1,
+        optimizer: torch.optim.Optimizer,
+        model: nn.Module,
+        communication_type: CommunicationType | str | None = None,
+        num_steps_per_communication: int = 1,
         *,
-        overlap=None,
+        overlap: bool | None = None,
     ) -> None:
         super().__init__(
             optimizer, model, communication_type, num_steps_per_communication, overlap=overlap
