@@ -44,14 +44,17 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from ..topology import as_topology, exponential_two_graph, one_peer_exponential_two
+
+if TYPE_CHECKING:
+    from .._types import TopologyLike
 
 __all__ = [
     "INFINIBAND_100G",
@@ -185,8 +188,8 @@ class Network:
         cls,
         gpus_per_machine: int,
         machines: int,
-        intra: Any = None,
-        inter: Any = None,
+        intra: Mapping[str, float] | None = None,
+        inter: Mapping[str, float] | None = None,
         kind: str = "fat_tree",
     ) -> Network:
         """Return machines of ``gpus_per_machine`` processes joined by one switch level.
@@ -329,7 +332,7 @@ def allreduce_time(
 
 
 # -- neighbor ops ---------------------------------------------------------------------------
-def neighbor_allreduce_time(network: Network, n: float, topology: Any) -> float:
+def neighbor_allreduce_time(network: Network, n: float, topology: TopologyLike) -> float:
     """Return one exchange of n bytes to every out-neighbor of ``topology`` (module doc)."""
     return _exchange_time(
         network, _check_n(n), *_edges(topology, network.size, "topology", "processes")
@@ -349,7 +352,7 @@ def schedule_time(network: Network, n: float, steps: Iterable[Any]) -> float:
 
 
 def hierarchical_neighbor_allreduce_time(
-    network: Network, n: float, machine_topology: Any
+    network: Network, n: float, machine_topology: TopologyLike
 ) -> float:
     """Return a machine all-reduce, the exchange among local ranks 0, a machine broadcast.
 
@@ -402,8 +405,8 @@ class CostModel:
         nbytes: float,
         *,
         size: int,
-        topology: Any = None,
-        machine_topology: Any = None,
+        topology: TopologyLike | None = None,
+        machine_topology: TopologyLike | None = None,
         algorithm: str | None = None,
         factors: Sequence[int] | None = None,
     ) -> float:
@@ -528,8 +531,8 @@ def scaling_table(
     gpus_per_machine: int,
     machine_counts: Sequence[int],
     nbytes: float,
-    intra: Any = None,
-    inter: Any = None,
+    intra: Mapping[str, float] | None = None,
+    inter: Mapping[str, float] | None = None,
     kind: str = "fat_tree",
 ) -> list[dict[str, Any]]:
     """Return seconds per op on :meth:`Network.cluster` for each machine count.
@@ -564,8 +567,8 @@ def plot_allreduce_scaling(
     gpus_per_machine: int,
     machine_counts: Sequence[int],
     nbytes: float,
-    intra: Any = None,
-    inter: Any = None,
+    intra: Mapping[str, float] | None = None,
+    inter: Mapping[str, float] | None = None,
     kind: str = "fat_tree",
     ax: Any = None,
 ) -> Any:
