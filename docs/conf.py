@@ -124,7 +124,11 @@ _ABBREVIATIONS = {
     "nx.": "networkx.",
     "nn.": "torch.nn.",
 }
-_BARE = {"Path": "pathlib.Path", "StackedGenerator": "fogsim._rng.StackedGenerator"}
+_BARE = {
+    "Axes": "matplotlib.axes.Axes",
+    "Path": "pathlib.Path",
+    "StackedGenerator": "fogsim._rng.StackedGenerator",
+}
 # Classes that an evaluated annotation names by the private module defining them.
 _DEFINED_PRIVATELY = {
     "numpy.random._generator.Generator": "numpy.random.Generator",

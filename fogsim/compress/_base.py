@@ -85,7 +85,7 @@ class Compressor(abc.ABC):
 
     # -- what subclasses define -------------------------------------------------------------
     @abc.abstractmethod
-    def layout(self, shape: tuple[int, ...], dtype: Any) -> tuple[tuple[np.dtype, int], ...]:
+    def layout(self, shape: tuple[int, ...], dtype: np.dtype) -> tuple[tuple[np.dtype, int], ...]:
         """Return the payload's parts for one agent's value: ``(dtype, count)`` each."""
 
     @abc.abstractmethod

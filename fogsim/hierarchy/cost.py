@@ -54,6 +54,8 @@ import numpy as np
 from ..topology import as_topology, exponential_two_graph, one_peer_exponential_two
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
     from .._types import TopologyLike
 
 __all__ = [
@@ -570,8 +572,8 @@ def plot_allreduce_scaling(
     intra: Mapping[str, float] | None = None,
     inter: Mapping[str, float] | None = None,
     kind: str = "fat_tree",
-    ax: Any = None,
-) -> Any:
+    ax: Axes | None = None,
+) -> Axes:
     """Plot the modelled time of one op against the number of GPUs; return the axes.
 
     Ring, two-level and decomposed all-reduce, neighbor allreduce on the exponential-2
