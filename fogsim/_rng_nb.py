@@ -52,7 +52,7 @@ def bitgen_addresses(generators: Sequence[np.random.Generator]) -> np.ndarray:
     )
 
 
-def _next(field: int, result: types.Type) -> Any:  # numba types intrinsics by their use
+def _next(field: int, result: types.Type) -> Any:  # a numba intrinsic (untyped in numba)
     """Return an intrinsic calling field ``field`` of the ``bitgen_t`` at an address."""
 
     @intrinsic

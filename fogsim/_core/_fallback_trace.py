@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
@@ -122,7 +123,12 @@ class TraceOp:
     def __enter__(self) -> None:
         self.rec.open_span(self.ops, self.tid, self.name)
 
-    def __exit__(self, *exc_info: object) -> Literal[False]:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Literal[False]:
         self.rec.close_span(self.ops, self.tid)
         return False
 
@@ -138,7 +144,12 @@ class TracePhase:
     def __enter__(self) -> None:
         self.start = time.perf_counter_ns()
 
-    def __exit__(self, *exc_info: object) -> Literal[False]:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Literal[False]:
         end = time.perf_counter_ns()
         rec = self.rec
         rec.events.append(("X", self.tid, self.start + rec.offset, self.name, end - self.start))

@@ -1,4 +1,5 @@
 # Signatures of the compiled module; the implementations are in _trace.pyx.
+from types import TracebackType
 from typing import Any, Literal
 
 from fogsim.timeline import Timeline
@@ -33,9 +34,19 @@ class TraceRecorder:
 class TraceOp:
     def __init__(self, rec: TraceRecorder, ops: list[int], name: str, tid: int) -> None: ...
     def __enter__(self) -> None: ...
-    def __exit__(self, *exc_info: object) -> Literal[False]: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Literal[False]: ...
 
 class TracePhase:
     def __init__(self, rec: TraceRecorder, name: str, tid: int) -> None: ...
     def __enter__(self) -> None: ...
-    def __exit__(self, *exc_info: object) -> Literal[False]: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Literal[False]: ...

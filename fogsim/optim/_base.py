@@ -247,16 +247,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
         return self._communication_type
 
     @communication_type.setter
-    def communication_type(self, value: Any) -> None:
+    def communication_type(self, value: CommunicationType | str) -> None:
         self._communication_type = _communication_type(value, self._allowed)
 
     @property
-    def self_weights(self) -> Any:
+    def self_weights(self) -> SelfWeight:
         """BlueFog's spelling of ``self_weight`` (the paper's Listing 4 sets this one)."""
         return self.self_weight
 
     @self_weights.setter
-    def self_weights(self, value: Any) -> None:
+    def self_weights(self, value: SelfWeight) -> None:
         self.self_weight = value
 
     @property
@@ -265,7 +265,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         return self._num_steps_per_communication
 
     @num_steps_per_communication.setter
-    def num_steps_per_communication(self, value: Any) -> None:
+    def num_steps_per_communication(self, value: int) -> None:
         self._num_steps_per_communication = _positive_int(value, "num_steps_per_communication")
 
     @property
@@ -274,7 +274,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         return self._global_average_every
 
     @global_average_every.setter
-    def global_average_every(self, value: Any) -> None:
+    def global_average_every(self, value: int | None) -> None:
         self._global_average_every = (
             None if value is None else _positive_int(value, "global_average_every")
         )
@@ -330,7 +330,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         )
 
     # -- communication --------------------------------------------------------------------
-    def _weights(self) -> tuple[Any, Any, Any]:
+    def _weights(self) -> tuple[SelfWeight, Weights, Weights]:
         """Return ``(self_weight, src_weights, dst_weights)`` for this step's neighbor op."""
         return self.self_weight, self.src_weights, self.dst_weights
 

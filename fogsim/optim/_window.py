@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -13,6 +13,10 @@ from fogsim import algorithms as A
 from ._agents import is_simulated
 from ._base import CommunicationType
 from ._wrappers import _BackwardHooked, _ForwardCounted
+
+if TYPE_CHECKING:
+    from fogsim._types import SelfWeight, Weights
+    from fogsim.topology import Topology
 
 __all__ = ["DistributedPushSumOptimizer", "DistributedWinPutOptimizer"]
 
@@ -143,7 +147,7 @@ class DistributedPushSumOptimizer(_BackwardHooked):
         shape = (len(fs.rank()), 1) if is_simulated() else (1,)
         self._w = torch.ones(shape, dtype=first.dtype)
         self._half: dict[torch.Tensor, torch.Tensor] = {}
-        self._push_matrix: tuple[Any, Any] = (None, None)
+        self._push_matrix: tuple[Topology | None, Topology | None] = (None, None)
 
     @property
     def push_sum_weight(self) -> torch.Tensor:
@@ -151,7 +155,7 @@ class DistributedPushSumOptimizer(_BackwardHooked):
         every agent or a sharded process's block; else ``(1,)``)."""
         return self._w
 
-    def _weights(self) -> tuple[Any, Any, Any]:
+    def _weights(self) -> tuple[SelfWeight, Weights, Weights]:
         if self.self_weight is None and self.src_weights is None and self.dst_weights is None:
             topology = fs.load_topology()
             if self._push_matrix[0] is not topology:
