@@ -111,9 +111,8 @@ class SpmdWindowOps(WindowPart):
         return mine
 
     @property
-    def _sim(self) -> SimWindowOps:
-        sim: SimBackend = self._world.sim
-        return sim.windows
+    def _sim_windows(self) -> SimWindowOps:
+        return _windows(self._world)
 
     # -- create, free -----------------------------------------------------------------------
     def win_create(self, x: Any, name: str, zero_init: bool) -> bool:
@@ -123,7 +122,7 @@ class SpmdWindowOps(WindowPart):
         return self._meet(label("win_free", name), name, _win_free)
 
     def win_names(self) -> list[str]:
-        return self._sim.win_names()
+        return self._sim_windows.win_names()
 
     # -- put, accumulate, get ---------------------------------------------------------------
     def win_put(
@@ -165,14 +164,14 @@ class SpmdWindowOps(WindowPart):
     # -- mutexes, versions, p ---------------------------------------------------------------
     def win_mutex(self, name: str, for_self: bool, ranks: Any) -> Any:
         """Return a context manager that holds nothing: every op runs atomically for all."""
-        return self._sim.win_mutex(name, for_self, ranks)
+        return self._sim_windows.win_mutex(name, for_self, ranks)
 
     def get_win_version(self, name: str) -> dict[int, int]:
-        versions: list[dict[int, int]] = self._sim.get_win_version(name)
+        versions: list[dict[int, int]] = self._sim_windows.get_win_version(name)
         return versions[self._rank]
 
     def win_associated_p(self, name: str) -> float:
-        return float(self._sim.win_associated_p(name)[self._rank])
+        return float(self._sim_windows.win_associated_p(name)[self._rank])
 
     def set_win_ops_with_associated_p(self, enabled: bool) -> None:
         self._meet("set_win_ops_with_associated_p", enabled, _set_with_p)
