@@ -51,7 +51,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from ..topology import as_topology, exponential_two_graph, one_peer_exponential_two
+from ..topology import (
+    DynamicStep,
+    as_topology,
+    exponential_two_graph,
+    one_peer_exponential_two,
+)
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -341,7 +346,7 @@ def neighbor_allreduce_time(network: Network, n: float, topology: TopologyLike) 
     )
 
 
-def schedule_time(network: Network, n: float, steps: Iterable[Any]) -> float:
+def schedule_time(network: Network, n: float, steps: Iterable[DynamicStep | TopologyLike]) -> float:
     """Return the average neighbor exchange time over the steps of a dynamic schedule.
 
     ``steps``: topologies or schedule steps (with ``.weights``), e.g.
