@@ -366,7 +366,8 @@ class AgentModel(nn.Module):
     def _apply(
         self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True
     ) -> AgentModel:
-        super()._apply(fn, recurse)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+        # torch leaves Module._apply unannotated
+        super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
         stacked = self._stacked  # its own parameters and buffers may have been replaced
         for name in stacked._parameters:
             stacked._parameters[name] = self._parameters[name]

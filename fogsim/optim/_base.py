@@ -448,7 +448,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 and isinstance(output, torch.Tensor)
                 and (output.requires_grad)
             ):  # the gradient reaching the output starts the backward pass
-                output.register_hook(backward)  # type: ignore[no-untyped-call]  # torch's
+                # torch leaves Tensor.register_hook unannotated
+                output.register_hook(backward)  # type: ignore[no-untyped-call]
 
         def step(*_: Any) -> None:
             _timeline.end_activity(track, "BACKWARD")

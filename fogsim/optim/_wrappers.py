@@ -72,8 +72,9 @@ class _BackwardHooked(DistributedOptimizer):
         self._backward_seen = False
         for p in self._params():
             if p.requires_grad:
+                # torch leaves register_post_accumulate_grad_hook unannotated
                 hook = p.register_post_accumulate_grad_hook
-                self._hooks.append(hook(self._on_grad))  # type: ignore[no-untyped-call]  # torch's
+                self._hooks.append(hook(self._on_grad))  # type: ignore[no-untyped-call]
 
     def _on_grad(self, p: torch.Tensor) -> None:
         self._backward_seen = True
