@@ -154,14 +154,17 @@ def _expand_abbreviation(app: object, env: object, node: dict, contnode: object)
 
 
 def _private_unlinked(app: object, env: object, node: dict, contnode: object) -> object:
-    """Show a type of a private fogsim module (``fogsim._arrays.Kind``) or an alias of
-    :mod:`fogsim._types` (``ArrayLike``) as text, unlinked.
+    """Show a type of a private fogsim module (``fogsim._arrays.Kind``), an alias of
+    :mod:`fogsim._types` (``ArrayLike``) or a private module itself as text, unlinked.
 
-    Private helpers appear in the annotations of a few public signatures but have no page,
-    nor have the aliases; every other unresolved reference still fails the build.
+    Private helpers appear in the annotations of a few public signatures, and private
+    modules in a few public docstrings, but have no page, nor have the aliases; every
+    other unresolved reference still fails the build.
     """
-    target = node.get("reftarget", "")
-    if node.get("reftype") == "class" and (_PRIVATE.match(target) or target in _TYPE_ALIASES):
+    target, kind = node.get("reftarget", ""), node.get("reftype")
+    if kind == "class" and (_PRIVATE.match(target) or target in _TYPE_ALIASES):
+        return contnode
+    if kind == "mod" and _PRIVATE.match(target):
         return contnode
     return None
 
