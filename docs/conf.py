@@ -21,6 +21,7 @@ ROOT = DOCS.parent
 sys.path.insert(0, str(ROOT))  # the checkout's fogsim, also without an installed one
 
 import fogsim  # noqa: E402
+import fogsim._types  # noqa: E402
 
 project = "fogsim"
 author = "the fogsim developers"
@@ -63,6 +64,15 @@ autosummary_generate = True
 autosummary_imported_members = True
 autodoc_typehints = "signature"
 autodoc_preserve_defaults = True
+# Type aliases shown by name (``x0: ArrayLike``), not as the unions they stand for (whose
+# members would be numpy's private classes): fogsim's modules write annotations as strings,
+# which autodoc evaluates through this table. fogsim._types's names stay as written; see
+# _TYPE_ALIASES below for their references.
+autodoc_type_aliases = {
+    **{name: name for name in fogsim._types.__all__},
+    "npt.ArrayLike": "numpy.typing.ArrayLike",
+    "npt.DTypeLike": "numpy.typing.DTypeLike",
+}
 # Methods without a docstring of their own stay out (not torch.nn.Module's text on fogsim's
 # pages, whose references point into torch's own pages).
 autodoc_inherit_docstrings = False
@@ -112,29 +122,49 @@ _ABBREVIATIONS = {
     "npt.": "numpy.typing.",
     "sp.": "scipy.sparse.",
     "nx.": "networkx.",
+    "nn.": "torch.nn.",
 }
-_BARE = {"Path": "pathlib.Path"}
+_BARE = {
+    "Axes": "matplotlib.axes.Axes",
+    "Path": "pathlib.Path",
+    "StackedGenerator": "fogsim._rng.StackedGenerator",
+}
+# Classes that an evaluated annotation names by the private module defining them.
+_DEFINED_PRIVATELY = {
+    "numpy.random._generator.Generator": "numpy.random.Generator",
+    "scipy.sparse._base.sparray": "scipy.sparse.sparray",
+    "scipy.sparse._matrix.spmatrix": "scipy.sparse.spmatrix",
+}
+# fogsim._types's aliases, which have no page of their own: shown by name, as text.
+_TYPE_ALIASES = frozenset(fogsim._types.__all__)
 
 
 def _expand_abbreviation(app: object, env: object, node: dict, contnode: object) -> None:
     """Rewrite ``np.ndarray`` to ``numpy.ndarray`` (and so on) before intersphinx looks it up."""
     target = node.get("reftarget", "")
-    if target in _BARE:
-        node["reftarget"] = _BARE[target]
-        return
-    for short, full in _ABBREVIATIONS.items():
-        if target.startswith(short):
-            node["reftarget"] = full + target[len(short) :]
-            return
+    if target in _BARE or target in _DEFINED_PRIVATELY:
+        node["reftarget"] = _BARE.get(target) or _DEFINED_PRIVATELY[target]
+    else:
+        for short, full in _ABBREVIATIONS.items():
+            if target.startswith(short):
+                node["reftarget"] = full + target[len(short) :]
+                break
+    if node["reftarget"].startswith("numpy.typing.") and node.get("reftype") == "class":
+        node["reftype"] = "data"  # numpy's inventory has its type aliases as data
 
 
 def _private_unlinked(app: object, env: object, node: dict, contnode: object) -> object:
-    """Show a type of a private fogsim module (``fogsim._arrays.Kind``) as text, unlinked.
+    """Show a type of a private fogsim module (``fogsim._arrays.Kind``), an alias of
+    :mod:`fogsim._types` (``ArrayLike``) or a private module itself as text, unlinked.
 
-    Private helpers appear in the annotations of a few public signatures but have no page;
-    every other unresolved reference still fails the build.
+    Private helpers appear in the annotations of a few public signatures, and private
+    modules in a few public docstrings, but have no page, nor have the aliases; every
+    other unresolved reference still fails the build.
     """
-    if node.get("reftype") == "class" and _PRIVATE.match(node.get("reftarget", "")):
+    target, kind = node.get("reftarget", ""), node.get("reftype")
+    if kind == "class" and (_PRIVATE.match(target) or target in _TYPE_ALIASES):
+        return contnode
+    if kind == "mod" and _PRIVATE.match(target):
         return contnode
     return None
 
@@ -181,11 +211,36 @@ def _factory_default(
     return None
 
 
+def _alias_names(
+    app: object,
+    what: str,
+    name: str,
+    obj: object,
+    options: object,
+    signature: str | None,
+    return_annotation: str | None,
+) -> tuple[str | None, str | None] | None:
+    """Write a type alias inside a union (``ArrayLike | None``) by its name.
+
+    Sphinx gives it as the repr of its placeholder, ``TypeAliasForwardRef('ArrayLike')``.
+    """
+    if not _ALIAS_REPR.search(f"{signature} {return_annotation}"):
+        return None
+    return (
+        signature and _ALIAS_REPR.sub(r"\1", signature),
+        return_annotation and _ALIAS_REPR.sub(r"\1", return_annotation),
+    )
+
+
+_ALIAS_REPR = re.compile(r"TypeAliasForwardRef\('([\w.]+)'\)")
+
+
 def setup(app: Any) -> None:
     # before intersphinx's own missing-reference handler (priority 500)
     app.connect("missing-reference", _expand_abbreviation, priority=400)
     app.connect("missing-reference", _private_unlinked, priority=900)
     app.connect("autodoc-process-signature", _factory_default)
+    app.connect("autodoc-process-signature", _alias_names)
     app.connect("viewcode-follow-imported", _public_source)
 
 

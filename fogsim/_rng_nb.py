@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from llvmlite import ir
@@ -51,7 +52,7 @@ def bitgen_addresses(generators: Sequence[np.random.Generator]) -> np.ndarray:
     )
 
 
-def _next(field: int, result: types.Type):
+def _next(field: int, result: types.Type) -> Any:  # a numba intrinsic (untyped in numba)
     """Return an intrinsic calling field ``field`` of the ``bitgen_t`` at an address."""
 
     @intrinsic

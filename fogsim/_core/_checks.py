@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -30,8 +32,12 @@ MAX_AGENTS = 2**31
 
 __all__: list[str] = []
 
+_Item = TypeVar("_Item")
 
-def array(name, a, dtype, ndim):
+
+def array(
+    name: str, a: object, dtype: np.dtype[Any] | None, ndim: int | tuple[int, ...]
+) -> np.ndarray:
     """Check that *a* is a C-contiguous ndarray of *dtype* (None: float32/float64)."""
     if not isinstance(a, np.ndarray):
         raise TypeError(f"{name} must be a numpy.ndarray, got {type(a).__name__}")
@@ -49,7 +55,7 @@ def array(name, a, dtype, ndim):
     return a
 
 
-def count(name, v):
+def count(name: str, v: object) -> int:
     """Return the agent count *v* as an int in [1, MAX_AGENTS]."""
     if isinstance(v, bool) or not isinstance(v, numbers.Integral):
         raise TypeError(f"{name} must be an integer, got {type(v).__name__}")
@@ -58,14 +64,14 @@ def count(name, v):
     return int(v)
 
 
-def shape(name, a, *expected):
+def shape(name: str, a: np.ndarray, *expected: tuple[int, ...]) -> None:
     """Check that *a* has one of the *expected* shapes."""
     if a.shape not in expected:
         wanted = " or ".join(str(s) for s in expected)
         raise ValueError(f"{name} must have shape {wanted}, got {a.shape}")
 
 
-def output(out, x):
+def output(out: np.ndarray, x: np.ndarray) -> None:
     """Check that *out* can receive a result shaped like *x* without aliasing it."""
     array("out", out, x.dtype, x.ndim)
     shape("out", out, x.shape)
@@ -73,7 +79,7 @@ def output(out, x):
         raise ValueError("out is read-only")
 
 
-def real(name, v):
+def real(name: str, v: object) -> float:
     """Return the real number *v* as a finite float."""
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(v).__name__}")
@@ -83,7 +89,7 @@ def real(name, v):
     return w
 
 
-def finite(name, a):
+def finite(name: str, a: np.ndarray) -> None:
     """Check that every entry of the float64 array *a* is finite."""
     ok = np.isfinite(a)
     if not ok.all():
@@ -95,7 +101,9 @@ def finite(name, a):
 # --- per-kernel structural checks (types, shapes, aliasing) ---------------------------------
 
 
-def weighted_combine_args(out, self_weight, x, weights, ys):
+def weighted_combine_args(
+    out: np.ndarray, self_weight: float, x: np.ndarray, weights: np.ndarray, ys: np.ndarray
+) -> float:
     """Check the arguments of ``weighted_combine`` and return ``self_weight`` as a float."""
     array("x", x, None, 1)
     output(out, x)
@@ -113,7 +121,14 @@ def weighted_combine_args(out, self_weight, x, weights, ys):
     return sw
 
 
-def csr_combine_args(indptr, indices, data, self_weight, x, out):
+def csr_combine_args(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    data: np.ndarray,
+    self_weight: np.ndarray,
+    x: np.ndarray,
+    out: np.ndarray,
+) -> None:
     """Check the arguments of ``csr_combine``, except the values of indptr and indices."""
     array("x", x, None, 2)
     output(out, x)
@@ -129,7 +144,7 @@ def csr_combine_args(indptr, indices, data, self_weight, x, out):
     shape("self_weight", self_weight, (n,))
 
 
-def row_range(start, stop, n):
+def row_range(start: int, stop: int, n: int) -> tuple[int, int]:
     """Return ``start, stop`` as ints, checking that ``0 <= start <= stop <= n``."""
     for name, v in (("start", start), ("stop", stop)):
         if isinstance(v, bool) or not isinstance(v, numbers.Integral):
@@ -143,7 +158,13 @@ def row_range(start, stop, n):
     return start, stop
 
 
-def circulant_combine_args(offsets, weights, self_weight, x, out):
+def circulant_combine_args(
+    offsets: np.ndarray,
+    weights: np.ndarray,
+    self_weight: np.ndarray,
+    x: np.ndarray,
+    out: np.ndarray,
+) -> None:
     """Check the arguments of ``circulant_combine``, except the values of offsets."""
     array("x", x, None, 2)
     output(out, x)
@@ -161,7 +182,7 @@ def circulant_combine_args(offsets, weights, self_weight, x, out):
 # --- value scans -----------------------------------------------------------------------------
 
 
-def csr_structure(indptr, indices, n):
+def csr_structure(indptr: np.ndarray, indices: np.ndarray, n: int) -> None:
     """Check that indptr delimits len(indices) entries and that every index is in [0, n)."""
     nnz = indices.shape[0]
     if indptr[0] != 0:
@@ -181,7 +202,9 @@ def csr_structure(indptr, indices, n):
         raise ValueError(f"indices[{p}] = {indices[p]} is out of range for {n} agents")
 
 
-def csr_row_structure(indptr, indices, n, start, stop):
+def csr_row_structure(
+    indptr: np.ndarray, indices: np.ndarray, n: int, start: int, stop: int
+) -> None:
     """``csr_structure`` for what rows ``[start, stop)`` read: ``indptr[start..stop]``
     within ``[0, len(indices)]`` and non-decreasing, and their entries' indices in range."""
     nnz = indices.shape[0]
@@ -209,7 +232,7 @@ def csr_row_structure(indptr, indices, n, start, stop):
         raise ValueError(f"indices[{p}] = {indices[p]} is out of range for {n} agents")
 
 
-def offsets(offs, n):
+def offsets(offs: np.ndarray, n: int) -> None:
     """Check that the offsets are strictly ascending and each in [1, n - 1]."""
     bad = np.flatnonzero((offs < 1) | (offs > n - 1))
     if bad.size:
@@ -230,7 +253,7 @@ def offsets(offs, n):
 # --- assemble_csr ----------------------------------------------------------------------------
 
 
-def agent_count(n):
+def agent_count(n: object) -> int:
     """Return the agent count *n* as an int."""
     if isinstance(n, bool) or not isinstance(n, numbers.Integral):
         raise TypeError(f"n must be an integer, got {type(n).__name__}")
@@ -242,7 +265,7 @@ def agent_count(n):
     return n
 
 
-def row_items(rows, n, argname):
+def row_items(rows: Iterable[_Item], n: int, argname: str) -> Sequence[_Item]:
     """Return *rows* as a list or tuple of *n* items."""
     if not isinstance(rows, (list, tuple)):
         try:
@@ -256,7 +279,7 @@ def row_items(rows, n, argname):
     return rows
 
 
-def row_item(item, i, argname):
+def row_item(item: object, i: int, argname: str) -> dict[Any, Any] | list[Any] | tuple[Any, ...]:
     """Return agent *i*'s item as a dict, a list or a tuple of ranks."""
     if isinstance(item, (dict, list, tuple)):
         return item
@@ -268,14 +291,15 @@ def row_item(item, i, argname):
                 f"{argname}[{i}] must be 1-D when given as an array of ranks,"
                 f" got shape {item.shape}"
             )
-        return item.tolist()
+        ranks: list[Any] = item.tolist()
+        return ranks
     raise TypeError(
         f"{argname}[{i}] must be a dict {{rank: weight}}, a sequence of ranks or None,"
         f" got {type(item).__name__}"
     )
 
 
-def rank(key, n, i, argname, allow_self):
+def rank(key: object, n: int, i: int, argname: str, allow_self: bool) -> int:
     """Return *key* as a rank of agent *i*'s row."""
     if isinstance(key, bool) or not isinstance(key, numbers.Integral):
         raise TypeError(f"{argname}[{i}]: rank {key!r} is not an integer ({type(key).__name__})")
@@ -287,7 +311,7 @@ def rank(key, n, i, argname, allow_self):
     return r
 
 
-def weight(v, r, i, argname):
+def weight(v: object, r: int, i: int, argname: str) -> float:
     """Return *v* as the finite weight of rank *r* in agent *i*'s row."""
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         raise TypeError(
@@ -302,6 +326,6 @@ def weight(v, r, i, argname):
     return w
 
 
-def duplicate(r, i, argname):
+def duplicate(r: int, i: int, argname: str) -> ValueError:
     """Return the error for rank *r* given twice in agent *i*'s row."""
     return ValueError(f"{argname}[{i}]: rank {r} appears more than once")

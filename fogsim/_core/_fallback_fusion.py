@@ -160,13 +160,13 @@ class FusedBatch:
 
     def __init__(
         self,
-        entries: list,
+        entries: list[FusedEntry],
         send: Any,
         recv: Any,
         request: Any,
-        wait: Callable | None = None,
-        test: Callable | None = None,
-        trace: Callable | None = None,
+        wait: Callable[..., Any] | None = None,
+        test: Callable[[], bool] | None = None,
+        trace: Callable[[], Any] | None = None,
     ) -> None:
         self.entries, self.send, self.recv, self.request = entries, send, recv, request
         self._wait, self._test, self._trace = wait, test, trace
@@ -243,7 +243,10 @@ class FusionQueue:
     """Small nonblocking calls waiting to be sent together (see ``_fusion.FusionQueue``)."""
 
     def __init__(
-        self, threshold: int, flush_fn: Callable[[list, int, Any, Any], Any], table: HandleTable
+        self,
+        threshold: int,
+        flush_fn: Callable[[list[FusedEntry], int, int | None, Exception | None], Any],
+        table: HandleTable,
     ) -> None:
         self.threshold, self._flush_fn, self._table = threshold, flush_fn, table
         self.static_plan: Any = None
@@ -252,7 +255,8 @@ class FusionQueue:
     def _reset(self) -> None:
         self._entries: list[FusedEntry] = []
         self._nbytes = 0
-        self._layout, self._checked, self._error = _FNV_BASIS, False, None
+        self._layout, self._checked = _FNV_BASIS, False
+        self._error: Exception | None = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -272,7 +276,15 @@ class FusionQueue:
             return None
         return self.add(arr, self.static_plan)
 
-    def add(self, arr, plan, wrap=None, error=None, check=True, name=None) -> Handle:
+    def add(
+        self,
+        arr: Any,
+        plan: Any,
+        wrap: Callable[[Any], Any] | None = None,
+        error: Exception | None = None,
+        check: bool = True,
+        name: str | None = None,
+    ) -> Handle:
         """Queue ``arr`` combined by ``plan`` (self_weight, weights, select); return a handle."""
         size = 0 if arr is None else -(-arr.nbytes // _ALIGN) * _ALIGN
         if self._entries and self._nbytes + size > self.threshold:

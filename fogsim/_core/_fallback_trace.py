@@ -8,9 +8,17 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import Any, Literal
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from ..timeline import Timeline
 
 __all__ = ["TraceOp", "TracePhase", "TraceRecorder", "format_trace_events", "trace_now_ns"]
+
+#: A recorded event: phase ("B", "E", "X" or "J"), track id, time in ns, name, and the
+#: B event's args, the X event's duration or None.
+Event = tuple[str, int, int, Any, Any]
 
 
 def trace_now_ns() -> int:
@@ -22,12 +30,12 @@ class TraceRecorder:
     """The timeline's recorded events (see ``_trace.TraceRecorder``), in a list."""
 
     def __init__(self) -> None:
-        self.events: list[tuple] = []
+        self.events: list[Event] = []
         self.depths: dict[int, int] = {}
         self.stacks: dict[int, list[int]] = {}
         self.offset = 0
         self.last_flush = 0
-        self.timeline: Any = None
+        self.timeline: Timeline | None = None  # the owner, set right after
         self.tids: dict[str, int] = {}
 
     def __len__(self) -> int:
@@ -38,7 +46,10 @@ class TraceRecorder:
 
     def _tid(self, track: str) -> int:
         tid = self.tids.get(track)
-        return tid if tid is not None else self.timeline.tid(track)
+        if tid is not None:
+            return tid
+        assert self.timeline is not None
+        return self.timeline.tid(track)
 
     def op(self, name: str, track: str) -> TraceOp:
         return TraceOp(self, self._ops(), name, self._tid(track))
@@ -51,17 +62,18 @@ class TraceRecorder:
     def op_end(self, tid: int) -> None:
         self.close_span(self._ops(), tid)
 
-    def open_span(self, ops: list, tid: int, name: str) -> None:
+    def open_span(self, ops: list[int], tid: int, name: str) -> None:
         self.events.append(("B", tid, time.perf_counter_ns() + self.offset, name, None))
         self.move(tid, 1)
         ops.append(tid)
 
-    def close_span(self, ops: list, tid: int) -> None:
+    def close_span(self, ops: list[int], tid: int) -> None:
         ops.pop()
         t = time.perf_counter_ns() + self.offset
         self.events.append(("E", tid, t, None, None))
         self.move(tid, -1)
         if len(self.events) >= 100_000 or t - self.last_flush > 2_000_000_000:
+            assert self.timeline is not None
             self.timeline.flush_soon()
 
     def phase(self, name: str) -> TracePhase:
@@ -95,7 +107,7 @@ class TraceRecorder:
     def open_tracks(self) -> dict[int, int]:
         return {tid: d for tid, d in sorted(self.depths.items()) if d > 0}
 
-    def format(self, t0: int, pids: list, quoted: dict) -> bytes:
+    def format(self, t0: int, pids: list[int], quoted: dict[str, Any]) -> bytes:
         events, self.events = self.events, []
         return format_trace_events(events, t0, pids, quoted)
 
@@ -105,13 +117,18 @@ class TraceOp:
 
     __slots__ = ("rec", "ops", "name", "tid")
 
-    def __init__(self, rec: TraceRecorder, ops: list, name: str, tid: int) -> None:
+    def __init__(self, rec: TraceRecorder, ops: list[int], name: str, tid: int) -> None:
         self.rec, self.ops, self.name, self.tid = rec, ops, name, tid
 
     def __enter__(self) -> None:
         self.rec.open_span(self.ops, self.tid, self.name)
 
-    def __exit__(self, *exc_info: object) -> Literal[False]:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Literal[False]:
         self.rec.close_span(self.ops, self.tid)
         return False
 
@@ -127,14 +144,21 @@ class TracePhase:
     def __enter__(self) -> None:
         self.start = time.perf_counter_ns()
 
-    def __exit__(self, *exc_info: object) -> Literal[False]:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Literal[False]:
         end = time.perf_counter_ns()
         rec = self.rec
         rec.events.append(("X", self.tid, self.start + rec.offset, self.name, end - self.start))
         return False
 
 
-def format_trace_events(events: list, t0: int, pids: list, quoted: dict) -> bytes:
+def format_trace_events(
+    events: list[Event], t0: int, pids: list[int], quoted: dict[str, Any]
+) -> bytes:
     """The timeline's events as Chrome-trace JSON (see ``_trace.format_trace_events``)."""
     parts: list[str] = []
     for k, pid in enumerate(pids):

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 __all__ = ["Result"]
 
@@ -42,7 +46,7 @@ class Result:
         tracking, ``"p"`` of push-sum), to inspect or to continue from.
     """
 
-    x: Any
+    x: np.ndarray
     history: dict[str, np.ndarray] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)
 
@@ -53,8 +57,12 @@ class Result:
         return f"Result(x: shape {shape}, iters={iters}{', ' if last else ''}{last})"
 
     def plot(
-        self, ax: Any = None, keys: Any = None, logy: bool = True, against: str = "iteration"
-    ) -> Any:
+        self,
+        ax: Axes | None = None,
+        keys: str | Sequence[str] | None = None,
+        logy: bool = True,
+        against: str = "iteration",
+    ) -> Axes:
         """Plot the metrics against the iteration (or the bytes sent); return the axes.
 
         Parameters

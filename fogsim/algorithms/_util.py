@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 import fogsim as fs
 from fogsim import topology as T
+
+if TYPE_CHECKING:
+    from fogsim._types import TopologyLike
 
 __all__ = [
     "Agents",
@@ -160,7 +163,7 @@ def optimum(problem: Any, x_star: Any, agents: Agents) -> np.ndarray | None:
     return np.asarray(solution(), dtype=np.float64) if callable(solution) else None
 
 
-def push_weights(topology: Any) -> T.Topology:
+def push_weights(topology: TopologyLike) -> T.Topology:
     """Return column-stochastic weights on the pattern of ``topology``.
 
     Every agent keeps a share and sends one to each out-neighbor, all equal:

@@ -13,7 +13,7 @@ communication.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fogsim as fs
 
@@ -23,11 +23,14 @@ from ._result import Result
 from ._util import Agents, History, check_iters, check_step, show, steps
 from .optimization import _Run
 
+if TYPE_CHECKING:
+    from fogsim._types import ArrayLike
+
 __all__ = ["choco_gossip", "choco_sgd"]
 
 
 def choco_gossip(
-    x0: Any, compressor: Compressor, gamma: float, iters: int, progress: bool = False
+    x0: ArrayLike, compressor: Compressor, gamma: float, iters: int, progress: bool = False
 ) -> Result:
     """Run CHOCO-gossip: average consensus sending compressed differences only.
 
@@ -86,8 +89,8 @@ def choco_sgd(
     gamma: float,
     lr: float | Callable[[int], float],
     iters: int,
-    x0: Any = None,
-    x_star: Any = None,
+    x0: ArrayLike | None = None,
+    x_star: ArrayLike | None = None,
     progress: bool = False,
 ) -> Result:
     """Run CHOCO-SGD: a local (stochastic) gradient step, then one CHOCO-gossip step.

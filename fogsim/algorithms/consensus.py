@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -11,10 +12,18 @@ import fogsim as fs
 from ._result import Result
 from ._util import Agents, History, Mixer, check_iters, push_weights, show, steps
 
+if TYPE_CHECKING:
+    from fogsim._types import ArrayLike, TopologyLike
+
 __all__ = ["consensus", "push_sum", "push_sum_estimate", "push_weights"]
 
 
-def consensus(x0: Any, iters: int, schedule: Any = None, progress: bool = False) -> Result:
+def consensus(
+    x0: ArrayLike,
+    iters: int,
+    schedule: TopologyLike | Iterator[Any] | None = None,
+    progress: bool = False,
+) -> Result:
     """Run average consensus: every agent repeatedly averages with its in-neighbors.
 
     ``x_{k+1} = W_k x_k``, i.e. ``x_i <- sum_j w_ij x_j`` (one ``neighbor_allreduce``).
@@ -63,7 +72,10 @@ def consensus(x0: Any, iters: int, schedule: Any = None, progress: bool = False)
 
 
 def push_sum(
-    x0: Any, iters: int, topology_or_schedule: Any = None, progress: bool = False
+    x0: ArrayLike,
+    iters: int,
+    topology_or_schedule: TopologyLike | Iterator[Any] | None = None,
+    progress: bool = False,
 ) -> Result:
     """Run push-sum (ratio consensus), which averages exactly on directed graphs.
 

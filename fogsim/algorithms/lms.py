@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._result import Result
 from ._util import Agents, History, Mixer, check_form, check_iters, check_step, show, steps
+
+if TYPE_CHECKING:
+    from fogsim._types import ArrayLike, TopologyLike
 
 __all__ = ["MovingTarget", "diffusion_lms"]
 
@@ -21,8 +24,8 @@ def diffusion_lms(
     stream: Callable[[int], tuple[Any, ...]],
     mu: float,
     iters: int,
-    x0: Any = None,
-    schedule: Any = None,
+    x0: ArrayLike | None = None,
+    schedule: TopologyLike | Iterator[Any] | None = None,
     form: str = "atc",
     progress: bool = False,
 ) -> Result:

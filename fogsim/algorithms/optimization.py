@@ -16,8 +16,8 @@ and ``"bytes"``, each agent's cumulative bytes sent, averaged over the agents.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,6 +37,9 @@ from ._util import (
     show,
     steps,
 )
+
+if TYPE_CHECKING:
+    from fogsim._types import ArrayLike, TopologyLike
 
 __all__ = ["dgd", "exact_diffusion", "gradient_tracking", "push_diging"]
 
@@ -91,9 +94,9 @@ def dgd(
     alpha: float | Callable[[int], float],
     iters: int,
     form: str = "atc",
-    x0: Any = None,
-    schedule: Any = None,
-    x_star: Any = None,
+    x0: ArrayLike | None = None,
+    schedule: TopologyLike | Iterator[Any] | None = None,
+    x_star: ArrayLike | None = None,
     progress: bool = False,
     communicate_every: int = 1,
     global_average_every: int | None = None,
@@ -185,9 +188,9 @@ def exact_diffusion(
     problem: Any,
     alpha: float,
     iters: int,
-    x0: Any = None,
-    schedule: Any = None,
-    x_star: Any = None,
+    x0: ArrayLike | None = None,
+    schedule: TopologyLike | Iterator[Any] | None = None,
+    x_star: ArrayLike | None = None,
     progress: bool = False,
 ) -> Result:
     """Run exact diffusion (Yuan, Ying, Zhao and Sayed, 2019), which removes DGD's bias.
@@ -223,9 +226,9 @@ def gradient_tracking(
     problem: Any,
     alpha: float,
     iters: int,
-    x0: Any = None,
-    schedule: Any = None,
-    x_star: Any = None,
+    x0: ArrayLike | None = None,
+    schedule: TopologyLike | Iterator[Any] | None = None,
+    x_star: ArrayLike | None = None,
     progress: bool = False,
 ) -> Result:
     """Run gradient tracking in adapt-then-combine form (ATC-DIGing; Xu et al., 2015).
@@ -263,9 +266,9 @@ def push_diging(
     problem: Any,
     alpha: float,
     iters: int,
-    schedule: Any = None,
-    x0: Any = None,
-    x_star: Any = None,
+    schedule: TopologyLike | Iterator[Any] | None = None,
+    x0: ArrayLike | None = None,
+    x_star: ArrayLike | None = None,
     progress: bool = False,
 ) -> Result:
     """Run push-DIGing (Nedic, Olshevsky and Shi, 2017) on time-varying directed graphs.

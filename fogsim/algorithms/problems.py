@@ -6,6 +6,7 @@ import numbers
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 import fogsim as fs
 
@@ -35,7 +36,7 @@ class LeastSquares:
     (``allreduce``/``global_view``) and must be called on every agent.
     """
 
-    def __init__(self, A_local: Any, b_local: Any) -> None:
+    def __init__(self, A_local: npt.ArrayLike, b_local: npt.ArrayLike) -> None:
         agents = Agents()
         A = agents.array(A_local, "A_local").astype(np.float64, copy=False)
         b = agents.array(b_local, "b_local").astype(np.float64, copy=False)

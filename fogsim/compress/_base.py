@@ -22,11 +22,18 @@ import abc
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .._arrays import Kind, is_tensor, to_numpy, wrap_like
+
+if TYPE_CHECKING:
+    import torch
+
+    from .._rng import StackedGenerator
+    from .._types import ArrayLike
 
 __all__ = ["Compressor", "Payload", "pack", "unpack"]
 
@@ -78,7 +85,7 @@ class Compressor(abc.ABC):
 
     # -- what subclasses define -------------------------------------------------------------
     @abc.abstractmethod
-    def layout(self, shape: tuple[int, ...], dtype: Any) -> tuple[tuple[np.dtype, int], ...]:
+    def layout(self, shape: tuple[int, ...], dtype: np.dtype) -> tuple[tuple[np.dtype, int], ...]:
         """Return the payload's parts for one agent's value: ``(dtype, count)`` each."""
 
     @abc.abstractmethod
@@ -95,24 +102,26 @@ class Compressor(abc.ABC):
         """Return the stacked flat values ``(n, d)`` of stacked ``parts``."""
 
     # -- the public surface -----------------------------------------------------------------
-    def payload_bytes(self, shape: Any, dtype: Any = np.float64) -> int:
+    def payload_bytes(self, shape: int | Sequence[int], dtype: npt.DTypeLike = np.float64) -> int:
         """Return the exact bytes one agent's payload of a ``shape``/``dtype`` value takes."""
         parts = self.layout(_shape(shape), _float(dtype, "dtype"))
         return int(sum(dt.itemsize * count for dt, count in parts))
 
-    def compress(self, x: Any, rng: Any = None) -> Payload:
+    def compress(self, x: ArrayLike, rng: np.random.Generator | None = None) -> Payload:
         """Compress one agent's value ``x`` (``rng``: its generator, e.g. ``fs.rng()``)."""
         arr, kind = _values(x)
         stacked = self._stacked(arr[None], None if rng is None else _OneAgent(rng))
         return Payload(tuple(p[0] for p in stacked), arr.shape, arr.dtype, kind=kind)
 
-    def decompress(self, payload: Payload) -> Any:
+    def decompress(self, payload: Payload) -> np.ndarray | torch.Tensor:
         """Return the value a payload of :meth:`compress` stands for (a tensor for a tensor)."""
         parts = tuple(p[None] for p in payload.parts)
         flat = self._decompress(parts, _size(payload.shape), payload.dtype)
         return _wrap(flat.reshape(payload.shape), payload.kind)
 
-    def compress_stacked(self, x: Any, rng: Any = None) -> Payload:
+    def compress_stacked(
+        self, x: ArrayLike, rng: StackedGenerator | np.random.Generator | None = None
+    ) -> Payload:
         """Compress every agent's row of ``x`` (leading agent axis) in one call; ``rng``
         is a stacked generator (``fs.rng()`` in simulation) drawing agent r's row from
         agent r's generator."""
@@ -122,7 +131,7 @@ class Compressor(abc.ABC):
         parts = self._stacked(arr, rng)
         return Payload(parts, arr.shape[1:], arr.dtype, stacked=True, kind=kind)
 
-    def decompress_stacked(self, payload: Payload) -> Any:
+    def decompress_stacked(self, payload: Payload) -> np.ndarray | torch.Tensor:
         """Return the stacked values ``(n, *shape)`` of a stacked payload."""
         flat = self._decompress(payload.parts, _size(payload.shape), payload.dtype)
         return _wrap(flat.reshape(flat.shape[0], *payload.shape), payload.kind)
@@ -164,10 +173,10 @@ def pack(payload: Payload) -> np.ndarray:
 def unpack(
     compressor: Compressor,
     buf: np.ndarray,
-    shape: Any,
-    dtype: Any,
+    shape: int | Sequence[int],
+    dtype: npt.DTypeLike,
     stacked: bool = False,
-    like: Any = None,
+    like: ArrayLike | None = None,
 ) -> Payload:
     """Return the payload :func:`pack` wrote into ``buf`` for values of ``shape``/``dtype``.
 
@@ -242,5 +251,8 @@ def _size(shape: tuple[int, ...]) -> int:
     return int(np.prod(shape, dtype=np.int64))
 
 
-def _wrap(arr: np.ndarray, kind: Kind | None) -> Any:
-    return arr if kind is None else wrap_like(np.ascontiguousarray(arr), kind)
+def _wrap(arr: np.ndarray, kind: Kind | None) -> np.ndarray | torch.Tensor:
+    if kind is None:
+        return arr
+    value: torch.Tensor = wrap_like(np.ascontiguousarray(arr), kind)
+    return value

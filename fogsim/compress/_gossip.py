@@ -13,7 +13,7 @@ simulation, SPMD, MPI and torch.distributed agree bit for bit.
 from __future__ import annotations
 
 import numbers
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -24,6 +24,12 @@ from .._arrays import wrap_like
 from ._base import Compressor, _to_host, _values, _wrap, pack, unpack
 from ._mixing import MixWeights
 from ._simple import Identity
+
+if TYPE_CHECKING:
+    import torch
+
+    from .._rng import StackedGenerator
+    from .._types import ArrayLike, SelfWeight, Value, Weights
 
 __all__ = ["CompressedGossip", "compressed_neighbor_allreduce"]
 
@@ -43,6 +49,7 @@ def _exchange(
     else:
         payload = compressor.compress(arr, rng)
         own = compressor.decompress(payload)
+    assert isinstance(own, np.ndarray)  # as arr is: a payload decompresses to its value's type
     shape, dtype = payload.shape, payload.dtype
     d = int(np.prod(shape, dtype=np.int64))
     lead = own.shape[:1] if weights.stacked else ()
@@ -96,12 +103,12 @@ def _mix_stacked(own: np.ndarray, values: np.ndarray, weights: MixWeights) -> np
 
 
 def compressed_neighbor_allreduce(
-    x: Any,
+    x: ArrayLike,
     compressor: Compressor,
-    rng: Any = None,
-    self_weight: Any = None,
-    src_weights: Any = None,
-) -> Any:
+    rng: StackedGenerator | np.random.Generator | None = None,
+    self_weight: SelfWeight = None,
+    src_weights: Weights = None,
+) -> Value:
     """Return the weighted average of own and in-neighbors' compressed values.
 
     ``x_i <- w_ii C(x_i) + sum_j w_ij C(x_j)``. Without weights, the static topology's (its
@@ -129,8 +136,10 @@ def compressed_neighbor_allreduce(
     arr, kind = _values(x)
     if isinstance(compressor, Identity):
         if src_weights is None and self_weight is None:
-            return fs.neighbor_allreduce(x)
-        return fs.neighbor_allreduce(x, self_weight, src_weights)
+            out: Value = fs.neighbor_allreduce(x)
+        else:
+            out = fs.neighbor_allreduce(x, self_weight, src_weights)
+        return out
     weights = MixWeights.per_call(self_weight, src_weights)
     _, mixed = _exchange(arr, compressor, rng, weights)
     return _wrap(mixed.astype(arr.dtype).reshape(arr.shape), kind)
@@ -167,7 +176,21 @@ class CompressedGossip:
             np.zeros_like(self._weights.out_degree) if self._weights.stacked else 0
         )
 
-    def step(self, x: Any, rng: Any = None) -> Any:
+    @overload
+    def step(
+        self, x: np.ndarray, rng: StackedGenerator | np.random.Generator | None = None
+    ) -> np.ndarray: ...
+    @overload
+    def step(
+        self, x: torch.Tensor, rng: StackedGenerator | np.random.Generator | None = None
+    ) -> torch.Tensor: ...
+    @overload
+    def step(
+        self, x: ArrayLike, rng: StackedGenerator | np.random.Generator | None = None
+    ) -> np.ndarray | torch.Tensor: ...
+    def step(
+        self, x: ArrayLike, rng: StackedGenerator | np.random.Generator | None = None
+    ) -> np.ndarray | torch.Tensor:
         """Return ``x`` after one CHOCO-gossip step (same type, shape and dtype)."""
         arr, kind = _to_host(x)  # a device's values are mixed on the host
         _values(arr)  # a float array, else the compressor's TypeError naming x
@@ -192,7 +215,8 @@ class CompressedGossip:
         new = flat + self.gamma * (self._s - self._x_hat)
         nbytes = self.compressor.payload_bytes(arr.shape[len(lead) :], arr.dtype)
         self.bytes_sent = self.bytes_sent + nbytes * w.out_degree
-        return wrap_like(new.astype(arr.dtype).reshape(arr.shape), kind)
+        out: np.ndarray | torch.Tensor = wrap_like(new.astype(arr.dtype).reshape(arr.shape), kind)
+        return out
 
     @property
     def x_hat(self) -> np.ndarray | None:

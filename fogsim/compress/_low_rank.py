@@ -66,7 +66,7 @@ class PowerSGD(Compressor):
             )
         return m, n
 
-    def layout(self, shape: tuple[int, ...], dtype: Any) -> tuple[tuple[np.dtype, int], ...]:
+    def layout(self, shape: tuple[int, ...], dtype: np.dtype) -> tuple[tuple[np.dtype, int], ...]:
         m, n = self._matrix(shape, "shape")
         dt = np.dtype(dtype)
         return ((dt, m * self.rank), (dt, n * self.rank))

@@ -64,7 +64,7 @@ class QSGD(Compressor):
                 return np.dtype(dt)
         raise AssertionError(self.s)  # __init__ bounds s
 
-    def layout(self, shape: tuple[int, ...], dtype: Any) -> tuple[tuple[np.dtype, int], ...]:
+    def layout(self, shape: tuple[int, ...], dtype: np.dtype) -> tuple[tuple[np.dtype, int], ...]:
         d = int(np.prod(shape, dtype=np.int64))
         levels = (np.dtype(np.uint8), (d + 1) // 2) if self.nibbles else (self._level_dtype(), d)
         return ((np.dtype(dtype), 1), levels)
@@ -119,7 +119,7 @@ class ScaledSign(Compressor):
     comes back as ``+scale``. Biased, a contraction: use it with error feedback.
     """
 
-    def layout(self, shape: tuple[int, ...], dtype: Any) -> tuple[tuple[np.dtype, int], ...]:
+    def layout(self, shape: tuple[int, ...], dtype: np.dtype) -> tuple[tuple[np.dtype, int], ...]:
         d = int(np.prod(shape, dtype=np.int64))
         return ((np.dtype(dtype), 1), (np.dtype(np.uint8), (d + 7) // 8))
 

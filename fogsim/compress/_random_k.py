@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ._simple import KSparse
 
@@ -28,7 +29,9 @@ class RandomK(KSparse):
 
     randomized = True
 
-    def __init__(self, k: float, scale: bool = True, *, value_dtype: Any = None) -> None:
+    def __init__(
+        self, k: float, scale: bool = True, *, value_dtype: npt.DTypeLike | None = None
+    ) -> None:
         super().__init__(k, value_dtype=value_dtype)
         if not isinstance(scale, bool | np.bool_):
             raise TypeError(f"scale must be True or False, got {type(scale).__name__}")
@@ -51,7 +54,7 @@ class RandomK(KSparse):
         return out
 
 
-def random_k(k: float, scale: bool = True, *, value_dtype: Any = None) -> RandomK:
+def random_k(k: float, scale: bool = True, *, value_dtype: npt.DTypeLike | None = None) -> RandomK:
     """Return the random-k compressor (``k`` entries, or a fraction ``k`` of them), unbiased
     (values scaled by ``d/k``) unless ``scale=False``; values sent in x's dtype or in
     ``value_dtype``."""

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ._base import FLOATS, Compressor
 
@@ -16,7 +17,7 @@ __all__ = ["Identity", "KSparse", "TopK", "identity", "index_dtype", "top_k"]
 class Identity(Compressor):
     """Send the value as it is: the payload is the values, ``d`` of x's dtype."""
 
-    def layout(self, shape: tuple[int, ...], dtype: Any) -> tuple[tuple[np.dtype, int], ...]:
+    def layout(self, shape: tuple[int, ...], dtype: np.dtype) -> tuple[tuple[np.dtype, int], ...]:
         return ((np.dtype(dtype), int(np.prod(shape, dtype=np.int64))),)
 
     def _compress(self, x: np.ndarray, rng: Any) -> tuple[np.ndarray, ...]:
@@ -37,7 +38,7 @@ class KSparse(Compressor):
     rounding is part of the compression, so error feedback (CHOCO) corrects it.
     """
 
-    def __init__(self, k: float, *, value_dtype: Any = None) -> None:
+    def __init__(self, k: float, *, value_dtype: npt.DTypeLike | None = None) -> None:
         if isinstance(k, bool) or not isinstance(k, numbers.Real):
             raise TypeError(f"k must be a count or a fraction, got {type(k).__name__}")
         if isinstance(k, numbers.Integral):
@@ -66,7 +67,7 @@ class KSparse(Compressor):
             return self.k
         return max(1, int(round(self.k * d)))
 
-    def layout(self, shape: tuple[int, ...], dtype: Any) -> tuple[tuple[np.dtype, int], ...]:
+    def layout(self, shape: tuple[int, ...], dtype: np.dtype) -> tuple[tuple[np.dtype, int], ...]:
         d = int(np.prod(shape, dtype=np.int64))
         k = self.count(d)
         return ((self._sent(dtype), k), (index_dtype(d), k))
@@ -118,7 +119,7 @@ def identity() -> Identity:
     return Identity()
 
 
-def top_k(k: float, *, value_dtype: Any = None) -> TopK:
+def top_k(k: float, *, value_dtype: npt.DTypeLike | None = None) -> TopK:
     """Return the top-k compressor (``k`` entries, or a fraction ``k`` of them; values sent
     in x's dtype, or in ``value_dtype``: ``top_k(0.01, value_dtype=np.float32)``)."""
     return TopK(k, value_dtype=value_dtype)

@@ -44,14 +44,24 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from ..topology import as_topology, exponential_two_graph, one_peer_exponential_two
+from ..topology import (
+    DynamicStep,
+    as_topology,
+    exponential_two_graph,
+    one_peer_exponential_two,
+)
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+    from .._types import TopologyLike
 
 __all__ = [
     "INFINIBAND_100G",
@@ -185,8 +195,8 @@ class Network:
         cls,
         gpus_per_machine: int,
         machines: int,
-        intra: Any = None,
-        inter: Any = None,
+        intra: Mapping[str, float] | None = None,
+        inter: Mapping[str, float] | None = None,
         kind: str = "fat_tree",
     ) -> Network:
         """Return machines of ``gpus_per_machine`` processes joined by one switch level.
@@ -329,14 +339,14 @@ def allreduce_time(
 
 
 # -- neighbor ops ---------------------------------------------------------------------------
-def neighbor_allreduce_time(network: Network, n: float, topology: Any) -> float:
+def neighbor_allreduce_time(network: Network, n: float, topology: TopologyLike) -> float:
     """Return one exchange of n bytes to every out-neighbor of ``topology`` (module doc)."""
     return _exchange_time(
         network, _check_n(n), *_edges(topology, network.size, "topology", "processes")
     )
 
 
-def schedule_time(network: Network, n: float, steps: Iterable[Any]) -> float:
+def schedule_time(network: Network, n: float, steps: Iterable[DynamicStep | TopologyLike]) -> float:
     """Return the average neighbor exchange time over the steps of a dynamic schedule.
 
     ``steps``: topologies or schedule steps (with ``.weights``), e.g.
@@ -349,7 +359,7 @@ def schedule_time(network: Network, n: float, steps: Iterable[Any]) -> float:
 
 
 def hierarchical_neighbor_allreduce_time(
-    network: Network, n: float, machine_topology: Any
+    network: Network, n: float, machine_topology: TopologyLike
 ) -> float:
     """Return a machine all-reduce, the exchange among local ranks 0, a machine broadcast.
 
@@ -402,8 +412,8 @@ class CostModel:
         nbytes: float,
         *,
         size: int,
-        topology: Any = None,
-        machine_topology: Any = None,
+        topology: TopologyLike | None = None,
+        machine_topology: TopologyLike | None = None,
         algorithm: str | None = None,
         factors: Sequence[int] | None = None,
     ) -> float:
@@ -528,8 +538,8 @@ def scaling_table(
     gpus_per_machine: int,
     machine_counts: Sequence[int],
     nbytes: float,
-    intra: Any = None,
-    inter: Any = None,
+    intra: Mapping[str, float] | None = None,
+    inter: Mapping[str, float] | None = None,
     kind: str = "fat_tree",
 ) -> list[dict[str, Any]]:
     """Return seconds per op on :meth:`Network.cluster` for each machine count.
@@ -564,11 +574,11 @@ def plot_allreduce_scaling(
     gpus_per_machine: int,
     machine_counts: Sequence[int],
     nbytes: float,
-    intra: Any = None,
-    inter: Any = None,
+    intra: Mapping[str, float] | None = None,
+    inter: Mapping[str, float] | None = None,
     kind: str = "fat_tree",
-    ax: Any = None,
-) -> Any:
+    ax: Axes | None = None,
+) -> Axes:
     """Plot the modelled time of one op against the number of GPUs; return the axes.
 
     Ring, two-level and decomposed all-reduce, neighbor allreduce on the exponential-2

@@ -62,7 +62,9 @@ def replicate(model: nn.Module | Callable[[int], nn.Module]) -> nn.Module:
     return AgentModel([_checked_module(model(r), f"model({r})") for r in stacked_ranks()])
 
 
-def per_agent(fn: Callable[..., Any], in_dims: Any = 0, randomness: str = "error"):
+def per_agent(
+    fn: Callable[..., Any], in_dims: int | tuple[Any, ...] = 0, randomness: str = "error"
+) -> Callable[..., Any]:
     """Return ``fn`` applied agent by agent: ``torch.func.vmap`` in simulation, else ``fn``.
 
     Use it for what each agent computes on its own outputs, e.g. the loss:
@@ -85,17 +87,25 @@ def per_agent(fn: Callable[..., Any], in_dims: Any = 0, randomness: str = "error
 
 
 # -- the common losses without vmap -------------------------------------------------------
+#: A loss on stacked values, or None where it leaves the call to vmap.
+_Loss = Callable[..., "torch.Tensor | None"]
+
+
 # vmap runs a loss through torch's decompositions, op by op; these give each agent's loss
 # from one call of the same loss on the stacked values (reduction "none", then a mean or a
 # sum per agent): same values as vmap up to rounding, fewer and larger kernels.
-def _per_agent_reduce(loss: torch.Tensor, reduction: str, count: Any = None) -> torch.Tensor:
+def _per_agent_reduce(
+    loss: torch.Tensor, reduction: str, count: torch.Tensor | None = None
+) -> torch.Tensor:
     flat = loss.reshape(loss.shape[0], -1)
     if reduction == "sum":
         return flat.sum(1)
     return flat.sum(1) / count if count is not None else flat.mean(1)
 
 
-def _class_axis_first(input: torch.Tensor, target: torch.Tensor):
+def _class_axis_first(
+    input: torch.Tensor, target: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Stacked ``(n, C)`` / ``(n, B, C, ...)`` inputs as torch's ``(N, C, ...)`` layout."""
     if input.dim() == 2:  # one unbatched sample (C,) per agent: already (n, C)
         return input, target
@@ -105,8 +115,15 @@ def _class_axis_first(input: torch.Tensor, target: torch.Tensor):
     )
 
 
-def _batched_class_loss(fn: Callable[..., torch.Tensor]):
-    def loss(input, target, weight=None, ignore_index=-100, reduction="mean", **options):
+def _batched_class_loss(fn: Callable[..., torch.Tensor]) -> _Loss:
+    def loss(
+        input: torch.Tensor,
+        target: torch.Tensor,
+        weight: torch.Tensor | None = None,
+        ignore_index: int = -100,
+        reduction: str = "mean",
+        **options: Any,
+    ) -> torch.Tensor | None:
         if (
             weight is not None
             or reduction not in ("mean", "sum")
@@ -125,8 +142,10 @@ def _batched_class_loss(fn: Callable[..., torch.Tensor]):
     return loss
 
 
-def _batched_pointwise_loss(fn: Callable[..., torch.Tensor]):
-    def loss(input, target, reduction="mean", **options):
+def _batched_pointwise_loss(fn: Callable[..., torch.Tensor]) -> _Loss:
+    def loss(
+        input: torch.Tensor, target: torch.Tensor, reduction: str = "mean", **options: Any
+    ) -> torch.Tensor | None:
         if reduction not in ("mean", "sum") or input.shape != target.shape or options:
             return None  # broadcasting or options: leave it to vmap
         return _per_agent_reduce(fn(input, target, reduction="none"), reduction)
@@ -134,7 +153,7 @@ def _batched_pointwise_loss(fn: Callable[..., torch.Tensor]):
     return loss
 
 
-_BATCHED_LOSSES: dict[Callable[..., Any], Callable[..., Any]] = {
+_BATCHED_LOSSES: dict[Callable[..., Any], _Loss] = {
     torch.nn.functional.cross_entropy: _batched_class_loss(torch.nn.functional.cross_entropy),
     torch.nn.functional.nll_loss: _batched_class_loss(torch.nn.functional.nll_loss),
     torch.nn.functional.mse_loss: _batched_pointwise_loss(torch.nn.functional.mse_loss),
@@ -145,10 +164,10 @@ _BATCHED_LOSSES: dict[Callable[..., Any], Callable[..., Any]] = {
 class _BatchedLoss:
     """``per_agent(loss)`` for a loss in ``_BATCHED_LOSSES``: batched where it can, else vmap."""
 
-    def __init__(self, fn, batched, mapped) -> None:
+    def __init__(self, fn: Callable[..., Any], batched: _Loss, mapped: Callable[..., Any]) -> None:
         self.__wrapped__, self._batched, self._mapped = fn, batched, mapped
 
-    def __call__(self, input, target, *args, **kwargs):
+    def __call__(self, input: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
         if not args and isinstance(input, torch.Tensor) and isinstance(target, torch.Tensor):
             out = self._batched(input, target, **kwargs)
             if out is not None:
@@ -244,6 +263,8 @@ class AgentModel(nn.Module):
     GroupNorm or LayerNorm).
     """
 
+    _template: nn.Module  # set with object.__setattr__: not a registered submodule
+
     def __init__(self, modules: list[nn.Module], randomness: str = "different") -> None:
         super().__init__()
         if not modules:
@@ -327,7 +348,13 @@ class AgentModel(nn.Module):
     def __iter__(self) -> Any:
         return iter(self._stacked)
 
-    def _one(self, params: dict, buffers: dict, *args: Any, **kwargs: Any) -> Any:
+    def _one(
+        self,
+        params: dict[str, torch.Tensor],
+        buffers: dict[str, torch.Tensor],
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
         """One replica's forward (``params`` and ``buffers`` are its slices)."""
         return functional_call(self._stacked, (params, buffers), args, kwargs)
 
@@ -336,8 +363,11 @@ class AgentModel(nn.Module):
         self._stacked.training = mode
         return self
 
-    def _apply(self, fn: Any, recurse: bool = True) -> AgentModel:
-        super()._apply(fn, recurse)
+    def _apply(
+        self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True
+    ) -> AgentModel:
+        # torch leaves Module._apply unannotated
+        super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
         stacked = self._stacked  # its own parameters and buffers may have been replaced
         for name in stacked._parameters:
             stacked._parameters[name] = self._parameters[name]

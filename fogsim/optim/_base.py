@@ -12,7 +12,7 @@ import enum
 import numbers
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -22,6 +22,10 @@ from fogsim import _context, _settings
 from fogsim import timeline as _timeline
 
 from ._agents import is_simulated
+
+if TYPE_CHECKING:
+    from fogsim._types import SelfWeight, Weights
+    from fogsim.compress import Compressor
 
 __all__ = ["CommunicationType", "DistributedOptimizer"]
 
@@ -60,7 +64,7 @@ def _positive_int(value: Any, argname: str) -> int:
     return int(value)
 
 
-def _compression(compressor: Any, gamma: Any) -> tuple[Any, float | None]:
+def _compression(compressor: object, gamma: object) -> tuple[Compressor | None, float | None]:
     """Check the ``compressor``/``gamma`` pair of a wrapper."""
     if compressor is None:
         if gamma is not None:
@@ -141,11 +145,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self,
         optimizer: torch.optim.Optimizer,
         model: nn.Module,
-        communication_type: Any = None,
+        communication_type: CommunicationType | str | None = None,
         num_steps_per_communication: int = 1,
         overlap: bool | None = None,
         global_average_every: int | None = None,
-        compressor: Any = None,
+        compressor: Compressor | None = None,
         gamma: float | None = None,
     ) -> None:
         if isinstance(optimizer, DistributedOptimizer):
@@ -185,11 +189,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 "parameters the optimizer was built on (the AgentModel in simulation)"
             )
 
-        self.self_weight: Any = None
-        self.src_weights: Any = None
-        self.dst_weights: Any = None
-        self.src_machine_weights: Any = None
-        self.dst_machine_weights: Any = None
+        self.self_weight: SelfWeight = None
+        self.src_weights: Weights = None
+        self.dst_weights: Weights = None
+        self.src_machine_weights: Weights = None
+        self.dst_machine_weights: Weights = None
         self.enable_topo_check = True
         self.communication_type = (
             self._allowed[0] if communication_type is None else communication_type
@@ -243,16 +247,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
         return self._communication_type
 
     @communication_type.setter
-    def communication_type(self, value: Any) -> None:
+    def communication_type(self, value: CommunicationType | str) -> None:
         self._communication_type = _communication_type(value, self._allowed)
 
     @property
-    def self_weights(self) -> Any:
+    def self_weights(self) -> SelfWeight:
         """BlueFog's spelling of ``self_weight`` (the paper's Listing 4 sets this one)."""
         return self.self_weight
 
     @self_weights.setter
-    def self_weights(self, value: Any) -> None:
+    def self_weights(self, value: SelfWeight) -> None:
         self.self_weight = value
 
     @property
@@ -261,7 +265,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         return self._num_steps_per_communication
 
     @num_steps_per_communication.setter
-    def num_steps_per_communication(self, value: Any) -> None:
+    def num_steps_per_communication(self, value: int) -> None:
         self._num_steps_per_communication = _positive_int(value, "num_steps_per_communication")
 
     @property
@@ -270,7 +274,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         return self._global_average_every
 
     @global_average_every.setter
-    def global_average_every(self, value: Any) -> None:
+    def global_average_every(self, value: int | None) -> None:
         self._global_average_every = (
             None if value is None else _positive_int(value, "global_average_every")
         )
@@ -326,7 +330,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         )
 
     # -- communication --------------------------------------------------------------------
-    def _weights(self) -> tuple[Any, Any, Any]:
+    def _weights(self) -> tuple[SelfWeight, Weights, Weights]:
         """Return ``(self_weight, src_weights, dst_weights)`` for this step's neighbor op."""
         return self.self_weight, self.src_weights, self.dst_weights
 
@@ -389,7 +393,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             )
         gossip = self._gossips.get(key)
         if gossip is None:
-            assert self.gamma is not None  # set with the compressor
+            assert self.compressor is not None and self.gamma is not None  # set together
             gossip = self._gossips[key] = CompressedGossip(self.compressor, self.gamma)
         return fs.Handle.completed("neighbor_allreduce", gossip.step(value), name)
 
@@ -444,7 +448,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 and isinstance(output, torch.Tensor)
                 and (output.requires_grad)
             ):  # the gradient reaching the output starts the backward pass
-                output.register_hook(backward)
+                # torch leaves Tensor.register_hook unannotated
+                output.register_hook(backward)  # type: ignore[no-untyped-call]
 
         def step(*_: Any) -> None:
             _timeline.end_activity(track, "BACKWARD")

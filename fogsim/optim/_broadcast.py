@@ -16,8 +16,12 @@ from ._agents import is_simulated
 
 __all__ = ["broadcast_optimizer_state", "broadcast_parameters"]
 
+#: What ``broadcast_parameters`` takes: a module, a state dict, or ``(name, tensor)`` pairs
+#: (or bare tensors, named by position).
+Params = nn.Module | Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor] | torch.Tensor]
 
-def _tensors(params: Any) -> list[tuple[str, torch.Tensor]]:
+
+def _tensors(params: Params) -> list[tuple[str, torch.Tensor]]:
     if isinstance(params, nn.Module):
         items: Iterable[Any] = params.state_dict(keep_vars=True).items()
     elif isinstance(params, Mapping):
@@ -42,7 +46,7 @@ def _tensors(params: Any) -> list[tuple[str, torch.Tensor]]:
     return out
 
 
-def broadcast_parameters(params: Any, root_rank: int = 0) -> None:
+def broadcast_parameters(params: Params, root_rank: int = 0) -> None:
     """Overwrite every agent's tensors in place with agent ``root_rank``'s.
 
     ``params``: a module (its ``state_dict``: parameters and buffers), a state dict, or

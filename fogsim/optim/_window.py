@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
+from torch import nn
 
 import fogsim as fs
 from fogsim import algorithms as A
@@ -12,6 +13,10 @@ from fogsim import algorithms as A
 from ._agents import is_simulated
 from ._base import CommunicationType
 from ._wrappers import _BackwardHooked, _ForwardCounted
+
+if TYPE_CHECKING:
+    from fogsim._types import SelfWeight, Weights
+    from fogsim.topology import Topology
 
 __all__ = ["DistributedPushSumOptimizer", "DistributedWinPutOptimizer"]
 
@@ -44,10 +49,10 @@ class DistributedWinPutOptimizer(_ForwardCounted):
 
     def __init__(
         self,
-        optimizer,
-        model,
-        communication_type=None,
-        num_steps_per_communication=1,
+        optimizer: torch.optim.Optimizer,
+        model: nn.Module,
+        communication_type: CommunicationType | str | None = None,
+        num_steps_per_communication: int = 1,
         *,
         window_prefix: str = "fogsim.optim.win_put",
         require_mutex: bool = False,
@@ -128,12 +133,12 @@ class DistributedPushSumOptimizer(_BackwardHooked):
 
     def __init__(
         self,
-        optimizer,
-        model,
-        communication_type=None,
-        num_steps_per_communication=1,
+        optimizer: torch.optim.Optimizer,
+        model: nn.Module,
+        communication_type: CommunicationType | str | None = None,
+        num_steps_per_communication: int = 1,
         *,
-        overlap=None,
+        overlap: bool | None = None,
     ) -> None:
         super().__init__(
             optimizer, model, communication_type, num_steps_per_communication, overlap=overlap
@@ -142,7 +147,7 @@ class DistributedPushSumOptimizer(_BackwardHooked):
         shape = (len(fs.rank()), 1) if is_simulated() else (1,)
         self._w = torch.ones(shape, dtype=first.dtype)
         self._half: dict[torch.Tensor, torch.Tensor] = {}
-        self._push_matrix: tuple[Any, Any] = (None, None)
+        self._push_matrix: tuple[Topology | None, Topology | None] = (None, None)
 
     @property
     def push_sum_weight(self) -> torch.Tensor:
@@ -150,7 +155,7 @@ class DistributedPushSumOptimizer(_BackwardHooked):
         every agent or a sharded process's block; else ``(1,)``)."""
         return self._w
 
-    def _weights(self) -> tuple[Any, Any, Any]:
+    def _weights(self) -> tuple[SelfWeight, Weights, Weights]:
         if self.self_weight is None and self.src_weights is None and self.dst_weights is None:
             topology = fs.load_topology()
             if self._push_matrix[0] is not topology:

@@ -6,13 +6,16 @@ hooks start nonblocking ops as soon as a parameter is ready, and ``step()`` wait
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from ._base import CommunicationType, DistributedOptimizer
+
+if TYPE_CHECKING:
+    from fogsim.compress import Compressor
 
 __all__ = [
     "DistributedAdaptThenCombineOptimizer",
@@ -43,15 +46,15 @@ class _BackwardHooked(DistributedOptimizer):
 
     def __init__(
         self,
-        optimizer,
-        model,
-        communication_type=None,
-        num_steps_per_communication=1,
+        optimizer: torch.optim.Optimizer,
+        model: nn.Module,
+        communication_type: CommunicationType | str | None = None,
+        num_steps_per_communication: int = 1,
         *,
-        overlap=None,
-        global_average_every=None,
-        compressor=None,
-        gamma=None,
+        overlap: bool | None = None,
+        global_average_every: int | None = None,
+        compressor: Compressor | None = None,
+        gamma: float | None = None,
     ) -> None:
         super().__init__(
             optimizer,
@@ -69,7 +72,9 @@ class _BackwardHooked(DistributedOptimizer):
         self._backward_seen = False
         for p in self._params():
             if p.requires_grad:
-                self._hooks.append(p.register_post_accumulate_grad_hook(self._on_grad))
+                # torch leaves register_post_accumulate_grad_hook unannotated
+                hook = p.register_post_accumulate_grad_hook
+                self._hooks.append(hook(self._on_grad))  # type: ignore[no-untyped-call]
 
     def _on_grad(self, p: torch.Tensor) -> None:
         self._backward_seen = True
@@ -134,15 +139,15 @@ class _ForwardCounted(DistributedOptimizer):
 
     def __init__(
         self,
-        optimizer,
-        model,
-        communication_type=None,
-        num_steps_per_communication=1,
+        optimizer: torch.optim.Optimizer,
+        model: nn.Module,
+        communication_type: CommunicationType | str | None = None,
+        num_steps_per_communication: int = 1,
         *,
-        overlap=None,
-        global_average_every=None,
-        compressor=None,
-        gamma=None,
+        overlap: bool | None = None,
+        global_average_every: int | None = None,
+        compressor: Compressor | None = None,
+        gamma: float | None = None,
     ) -> None:
         super().__init__(
             optimizer,
@@ -172,7 +177,9 @@ class _ForwardCounted(DistributedOptimizer):
     def _round_due(self) -> bool:
         return self._forwards >= self._num_steps_per_communication
 
-    def _forward_hook(self, params: list[torch.Tensor]):
+    def _forward_hook(
+        self, params: Sequence[torch.Tensor]
+    ) -> Callable[[nn.Module, Any, Any], None]:
         # The hook closes over the Parameter objects: under an AgentModel's vmap the
         # module's attributes are the replicas' slices while it runs.
         def hook(module: nn.Module, inputs: Any, output: Any) -> None:

@@ -9,13 +9,16 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _context, _notebook, _settings
 from .._context import Context
 from . import _random
 from ._errors import SpmdAborted
 from ._world import World
+
+if TYPE_CHECKING:
+    from .._types import TopologyLike
 
 __all__ = ["Agent", "run", "run_path"]
 
@@ -35,7 +38,7 @@ class Agent:
         self,
         backend: str | None = None,
         size: int | None = None,
-        topology: Any = None,
+        topology: TopologyLike | None = None,
         seed: int | None = None,
         local_size: int | None = None,
     ) -> Context:
@@ -131,7 +134,7 @@ def run(
     main: Callable[..., Any],
     *args: Any,
     size: int | None = None,
-    topology: Any = None,
+    topology: TopologyLike | None = None,
     seed: int | None = None,
     local_size: int | None = None,
     timeout: float | None = None,
@@ -215,7 +218,7 @@ def run_path(
     *,
     size: int | None = None,
     argv: Sequence[str] = (),
-    topology: Any = None,
+    topology: TopologyLike | None = None,
     seed: int | None = None,
     local_size: int | None = None,
     timeout: float | None = None,

@@ -16,8 +16,8 @@ rendezvous.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -30,11 +30,18 @@ from ..backends._windows import (
     window_view,
 )
 from ..backends.sim import SimBackend
+from ..backends.sim._windows import SimWindowOps
 from ._collect import agree, label, per_agent_weights, rows, self_weights
 from ._errors import disagreement
-from ._world import Execute, World
+from ._world import World
 
 __all__ = ["SpmdWindowOps"]
+
+_T = TypeVar("_T")
+
+#: A simulator window op that writes into neighbors' buffers: ``win_put`` or
+#: ``win_accumulate`` (value, name, self_weight, dst_weights, require_mutex).
+Send = Callable[[Any, str, Any, Any, bool], bool]
 
 
 class Registered:
@@ -97,12 +104,15 @@ class SpmdWindowOps(WindowPart):
         self._world = world
         self._rank = rank
 
-    def _meet(self, op: str, args: Any, execute: Execute) -> Any:
-        return self._world.meet(self._rank, op, args, execute)
+    def _meet(
+        self, op: str, args: object, execute: Callable[[World, Sequence[Any]], Sequence[_T]]
+    ) -> _T:
+        mine: _T = self._world.meet(self._rank, op, args, execute)
+        return mine
 
     @property
-    def _sim(self) -> SimBackend:
-        return self._world.sim
+    def _sim_windows(self) -> SimWindowOps:
+        return _windows(self._world)
 
     # -- create, free -----------------------------------------------------------------------
     def win_create(self, x: Any, name: str, zero_init: bool) -> bool:
@@ -112,7 +122,7 @@ class SpmdWindowOps(WindowPart):
         return self._meet(label("win_free", name), name, _win_free)
 
     def win_names(self) -> list[str]:
-        return self._sim.windows.win_names()
+        return self._sim_windows.win_names()
 
     # -- put, accumulate, get ---------------------------------------------------------------
     def win_put(
@@ -154,23 +164,30 @@ class SpmdWindowOps(WindowPart):
     # -- mutexes, versions, p ---------------------------------------------------------------
     def win_mutex(self, name: str, for_self: bool, ranks: Any) -> Any:
         """Return a context manager that holds nothing: every op runs atomically for all."""
-        return self._sim.windows.win_mutex(name, for_self, ranks)
+        return self._sim_windows.win_mutex(name, for_self, ranks)
 
     def get_win_version(self, name: str) -> dict[int, int]:
-        return self._sim.windows.get_win_version(name)[self._rank]
+        versions: list[dict[int, int]] = self._sim_windows.get_win_version(name)
+        return versions[self._rank]
 
     def win_associated_p(self, name: str) -> float:
-        return float(self._sim.windows.win_associated_p(name)[self._rank])
+        return float(self._sim_windows.win_associated_p(name)[self._rank])
 
     def set_win_ops_with_associated_p(self, enabled: bool) -> None:
         self._meet("set_win_ops_with_associated_p", enabled, _set_with_p)
 
 
 # -- what runs once per rendezvous ------------------------------------------------------------
+def _windows(world: World) -> SimWindowOps:
+    """The window part of the simulator that runs the agents' ops."""
+    sim: SimBackend = world.sim
+    return sim.windows
+
+
 def _registered(world: World, name: Any, op: str) -> Registered:
-    reg = world.windows.get(name) if isinstance(name, str) else None
+    reg: Registered | None = world.windows.get(name) if isinstance(name, str) else None
     if reg is None:
-        world.sim.windows.window(name, op)  # raises the simulator's error: bad name, no window
+        _windows(world).window(name, op)  # raises the simulator's error: bad name, no window
         raise AssertionError(f"{op}: window {name!r} is the simulator's but no agent's")
     return reg
 
@@ -192,14 +209,14 @@ def _win_create(world: World, args: Sequence[Any]) -> list[bool]:
         if not raw.flags.c_contiguous or not raw.flags.writeable:
             raise ValueError(f"win_create: x must be C-contiguous and writeable (agent {rank})")
     reg = Registered(list(xs), raws, fmts, np.stack(raws))
-    world.sim.windows.win_create(reg.value(), name, zero_init)
+    _windows(world).win_create(reg.value(), name, zero_init)
     world.windows[name] = reg
     return [True] * world.size
 
 
 def _win_free(world: World, names: Sequence[Any]) -> list[bool]:
     name = names[0]
-    world.sim.windows.win_free(name)
+    _windows(world).win_free(name)
     if name is None:
         world.windows.clear()
     else:
@@ -207,14 +224,14 @@ def _win_free(world: World, names: Sequence[Any]) -> list[bool]:
     return [True] * world.size
 
 
-def _fill(values: Sequence[Any], neighbors) -> list[Any]:
+def _fill(values: Sequence[Any], neighbors: Callable[[int], list[int]]) -> list[Any]:
     """Per-agent weights where an agent's None means every neighbor, weight 1."""
     if all(v is None for v in values) or all(v is not None for v in values):
         return list(values)
     return [neighbors(i) if v is None else v for i, v in enumerate(values)]
 
 
-def _push(world: World, args: Sequence[Any], op: str, send) -> list[bool]:
+def _push(world: World, args: Sequence[Any], op: str, send: Send) -> list[bool]:
     xs, names, sws, dsts = zip(*args, strict=True)
     name = names[0]
     reg = _registered(world, name, op)
@@ -246,16 +263,16 @@ def _push(world: World, args: Sequence[Any], op: str, send) -> list[bool]:
         mine = [i for i, o in enumerate(own) if o]
         if mine:  # a registered x that was scaled is what these agents expose now
             reg.stacked[mine] = target[mine]
-            world.sim.windows.window(name).expose(np.asarray(mine))
+            _windows(world).window(name).expose(np.asarray(mine))
     return [True] * world.size
 
 
 def _win_put(world: World, args: Sequence[Any]) -> list[bool]:
-    return _push(world, args, "win_put", world.sim.windows.win_put)
+    return _push(world, args, "win_put", _windows(world).win_put)
 
 
 def _win_accumulate(world: World, args: Sequence[Any]) -> list[bool]:
-    return _push(world, args, "win_accumulate", world.sim.windows.win_accumulate)
+    return _push(world, args, "win_accumulate", _windows(world).win_accumulate)
 
 
 def _win_get(world: World, args: Sequence[Any]) -> list[bool]:
@@ -266,7 +283,7 @@ def _win_get(world: World, args: Sequence[Any]) -> list[bool]:
     src = per_agent_weights(
         "win_get", _fill(srcs, topo.in_neighbors), "src_weights", world.size, allow_matrix=False
     )
-    world.sim.windows.win_get(name, src, False)
+    _windows(world).win_get(name, src, False)
     return [True] * world.size
 
 
@@ -296,7 +313,7 @@ def _win_update(world: World, args: Sequence[Any]) -> list[Any]:
     sw = self_weights(op, own_sws)
     nw = per_agent_weights(op, own_nws, "neighbor_weights", world.size, allow_matrix=False)
     reg.copy_in()
-    out = world.sim.windows.win_update(name, sw, nw, reset, clone, False)
+    out = _windows(world).win_update(name, sw, nw, reset, clone, False)
     if clone:
         return rows(to_numpy(out)[0], [fmt.kind for fmt in reg.fmts])
     reg.copy_out()
@@ -307,12 +324,12 @@ def _win_collect(world: World, names: Sequence[Any]) -> list[Any]:
     name = names[0]
     reg = _registered(world, name, "win_update_then_collect")
     reg.copy_in()
-    world.sim.windows.win_update_then_collect(name, True)
+    _windows(world).win_update_then_collect(name, True)
     reg.copy_out()
     return list(reg.objs)
 
 
 def _set_with_p(world: World, values: Sequence[Any]) -> list[None]:
     enabled = agree("set_win_ops_with_associated_p", list(values), "enabled")
-    world.sim.windows.set_win_ops_with_associated_p(enabled)
+    _windows(world).set_win_ops_with_associated_p(enabled)
     return [None] * world.size

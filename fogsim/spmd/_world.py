@@ -17,11 +17,14 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _settings
 from ._errors import SpmdAborted, SpmdError, SpmdTimeout, agents, groups
 from ._warnings import AgentWarnings
+
+if TYPE_CHECKING:
+    from .._types import TopologyLike
 
 __all__ = ["World"]
 
@@ -42,7 +45,7 @@ class World:
         self,
         size: int,
         local_size: int | None = None,
-        topology: Any = None,
+        topology: TopologyLike | None = None,
         seed: int | None = None,
         timeout: float | None = None,
         settings: _settings.Settings | None = None,

@@ -6,6 +6,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
 
 from ._circulant import (
@@ -20,6 +21,8 @@ from ._util import check_agent, check_positive_int, readonly
 
 if TYPE_CHECKING:
     import networkx as nx
+
+    from .._types import WeightMatrix
 
 __all__ = ["CirculantForm", "Topology", "as_topology"]
 
@@ -44,7 +47,7 @@ class Topology:
         "_weights_fine",
     )
 
-    def __init__(self, matrix: Any) -> None:
+    def __init__(self, matrix: npt.ArrayLike | sp.sparray | sp.spmatrix) -> None:
         self._set(_matrix_to_csr(matrix, "topology"), None)
 
     def _set(self, csr: sp.csr_array | None, form: CirculantForm | None, size: int = 0) -> None:
@@ -64,7 +67,9 @@ class Topology:
         return topo
 
     @classmethod
-    def circulant(cls, size: int, offsets: Any, weights: Any, self_weight: Any) -> Topology:
+    def circulant(
+        cls, size: int, offsets: npt.ArrayLike, weights: npt.ArrayLike, self_weight: npt.ArrayLike
+    ) -> Topology:
         """Return the circulant topology where agent i receives from ``(i + offsets[k]) % size``.
 
         ``W[i, (i + offsets[k]) % n] = weights[k]`` (or ``weights[k, i]``), ``W[i, i] =
@@ -258,7 +263,9 @@ class Topology:
         return f"Topology(size={self._size}, edges={self.offdiag_csr()[1].shape[0]})"
 
 
-def as_topology(obj: Any, size: int | None = None, argname: str = "topology") -> Topology:
+def as_topology(
+    obj: WeightMatrix | nx.Graph | npt.ArrayLike, size: int | None = None, argname: str = "topology"
+) -> Topology:
     """Return ``obj`` as a :class:`Topology`, checking it has ``size`` agents when given.
 
     Accepts a Topology, a networkx DiGraph/Graph (edge ``j -> i`` with ``weight`` becomes

@@ -50,6 +50,8 @@ unknown window, a name still in flight), this layer raises what BlueFog's caller
 on every rank before any communication; ``_errors`` has the table.
 """
 
+import typing as _typing  # private: dir() lists BlueFog's names and these modules only
+
 from ...run._bluefog import install as install  # fogsim's, not BlueFog's
 from ...run._bluefog import uninstall as uninstall
 from . import _extra, topology_util
@@ -224,7 +226,7 @@ __all__ += [name for name in _extra.__all__ if name not in __all__]  # basics, t
 __all__ += _OPTIM + _FACTORIES
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> _typing.Any:
     if name in _OPTIM or name in _FACTORIES:
         # torch's import happens here, on the first use
         if name in _OPTIM:

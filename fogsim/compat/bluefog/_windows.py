@@ -10,6 +10,7 @@ Listing 3 reads ``x_ext`` after every ``win_update_then_collect``). ``win_sync``
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import fogsim
@@ -158,14 +159,17 @@ def win_update_then_collect(name: str, require_mutex: bool = True) -> Any:
     return fogsim.win_update_then_collect(name, require_mutex)
 
 
-def win_mutex(name: str, for_self: bool = False, ranks: Any = None):
+def win_mutex(
+    name: str, for_self: bool = False, ranks: Any = None
+) -> contextlib.AbstractContextManager[Any]:
     """Context manager holding the window mutexes of ``ranks`` (default out-neighbors)."""
     return fogsim.win_mutex(name, for_self, ranks)
 
 
 def win_wait(handle: fogsim.Handle) -> bool:
     """Wait for a nonblocking window op; return its result."""
-    return fogsim.win_wait(handle)
+    done: bool = fogsim.win_wait(handle)
+    return done
 
 
 def win_poll(handle: fogsim.Handle) -> bool:

@@ -164,7 +164,7 @@ def IsTopologyEquivalent(topo1: Any, topo2: Any) -> bool:
     nodes = list(g1)
     a1 = nx.to_scipy_sparse_array(g1, nodelist=nodes)
     a2 = nx.to_scipy_sparse_array(g2, nodelist=nodes)
-    return (a1 != a2).nnz == 0
+    return bool((a1 != a2).nnz == 0)
 
 
 def IsRegularGraph(topo: Any) -> bool:
