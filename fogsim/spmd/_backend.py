@@ -195,7 +195,8 @@ class SpmdBackend(OneAgentEach):
 
     @property
     def _sim(self) -> SimBackend:
-        return self._world.sim
+        sim: SimBackend = self._world.sim
+        return sim
 
     # -- world ----------------------------------------------------------------------------
     def local_size(self) -> int:
@@ -333,7 +334,9 @@ def _global_view(world: World, xs: Sequence[Any]) -> list[Any]:
     return [wrap_like(stacked.copy(), k) for k in kinds]
 
 
-def _weights(op: str, args: Sequence[Any], n: int, machine: bool = False):
+def _weights(
+    op: str, args: Sequence[Any], n: int, machine: bool = False
+) -> tuple[np.ndarray, list[Any], Any, Any, Any, bool]:
     """The stacked values and weights of a neighbor_allreduce (or hierarchical) call."""
     xs, sws, srcs, dsts, checks = zip(*args, strict=True)
     src_name, dst_name = (

@@ -40,9 +40,11 @@ from __future__ import annotations
 import numbers
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
+
+H = TypeVar("H")
 
 __all__ = ["UnsupportedTensor", "AverageOfIntegers", "BadWeights", "UnknownWindow", "NameInFlight"]
 
@@ -168,7 +170,7 @@ def check_name_free(op: str, name: str | None) -> None:
         )
 
 
-def started(op: str, name: str | None, start: Callable[[], Any]) -> Any:
+def started(op: str, name: str | None, start: Callable[[], H]) -> H:
     """Return ``start()``'s handle, with ``name`` in flight until :func:`finished`."""
     check_name_free(op, name)
     handle = start()
