@@ -1,8 +1,7 @@
 """Backends by name: each implements :class:`fogsim.backends.Backend` for one runtime.
 
 Transports by name too: what the processes of one job open among themselves (the sharded
-simulator's processes move rows over one), each a
-:class:`~fogsim.backends._runtime.transport.Transport`.
+simulator's processes move rows over one), each a runtime ``Transport``.
 """
 
 from __future__ import annotations
