@@ -1,8 +1,7 @@
 """Backends by name: each implements :class:`fogsim.backends.Backend` for one runtime.
 
 Transports by name too: what the processes of one job open among themselves (the sharded
-simulator's processes move rows over one), each a
-:class:`~fogsim.backends._runtime.transport.Transport`.
+simulator's processes move rows over one), each a runtime ``Transport``.
 """
 
 from __future__ import annotations
@@ -13,13 +12,14 @@ from typing import Any
 
 from .. import _settings
 from ._base import Backend
-from ._runtime.transport import Transport
+from ._transports import OpenedTransport
 
 __all__ = [
     "Backend",
     "available_backends",
     "available_transports",
     "create_backend",
+    "OpenedTransport",
     "open_transport",
     "register_backend",
     "register_transport",
@@ -38,7 +38,7 @@ _REGISTRY: dict[str, str | Callable[..., Backend]] = {
 
 # name -> "module:attribute" of a function of the settings that opens the transport
 # (imported on first use, as the backends are) or an already imported one.
-_TRANSPORTS: dict[str, str | Callable[[_settings.Settings], Transport]] = {
+_TRANSPORTS: dict[str, str | Callable[[_settings.Settings], OpenedTransport]] = {
     "mpi": "fogsim.backends._transports:open_mpi",
     "torch": "fogsim.backends._transports:open_torch",
 }
@@ -88,7 +88,9 @@ def create_backend(name: str, **options: Any) -> Backend:
     return _resolve(name)(**options)
 
 
-def register_transport(name: str, opener: str | Callable[[_settings.Settings], Transport]) -> None:
+def register_transport(
+    name: str, opener: str | Callable[[_settings.Settings], OpenedTransport]
+) -> None:
     """Register ``opener`` (a function of the settings returning a transport, or
     ``"module:attr"`` naming one) under ``name``."""
     if not isinstance(name, str) or not name:
@@ -101,8 +103,9 @@ def available_transports() -> list[str]:
     return sorted(_TRANSPORTS)
 
 
-def open_transport(name: str, settings: _settings.Settings) -> Transport:
-    """Open the transport registered under ``name`` among this job's processes."""
+def open_transport(name: str, settings: _settings.Settings) -> OpenedTransport:
+    """Open the transport registered under ``name`` among this job's processes (the
+    caller frees it)."""
     try:
         opener = _TRANSPORTS[name]
     except KeyError:

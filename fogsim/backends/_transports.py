@@ -3,13 +3,23 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from .. import _settings
 from ._runtime.transport import Transport
 
-__all__ = ["open_mpi", "open_torch"]
+__all__ = ["OpenedTransport", "open_mpi", "open_torch"]
 
 
-def open_mpi(settings: _settings.Settings) -> Transport:
+class OpenedTransport(Transport, Protocol):
+    """A transport opened for a job, which whoever opened it frees when done."""
+
+    def free(self) -> None:
+        """Release what the transport holds (its communicator, its process groups)."""
+        ...
+
+
+def open_mpi(settings: _settings.Settings) -> OpenedTransport:
     """Return a transport over a duplicate of MPI's ``COMM_WORLD``."""
     try:
         from mpi4py import MPI
@@ -20,7 +30,7 @@ def open_mpi(settings: _settings.Settings) -> Transport:
     return MpiTransport(MPI.COMM_WORLD.Dup(), MPI)
 
 
-def open_torch(settings: _settings.Settings) -> Transport:
+def open_torch(settings: _settings.Settings) -> OpenedTransport:
     """Return a transport over torch.distributed (started from ``settings``: torchrun's
     variables, or fogrun's)."""
     from .torchdist import _world

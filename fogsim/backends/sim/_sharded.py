@@ -51,7 +51,7 @@ import numpy as np
 
 from ... import _settings
 from ..._arrays import wrap_like
-from .. import open_transport
+from .. import OpenedTransport, open_transport
 from .._parts import Capabilities
 from .._runtime.transport import Transport
 from .._windows import NoWindows
@@ -102,10 +102,11 @@ class ShardedSimBackend(StackedWorld):
         super().__init__()
         settings = settings or _settings.Settings()
         n, local = world_size(size, local_size, settings)
-        self._owns_transport = transport is None
+        #: the transport this world opened, and frees when it closes (None: given one)
+        self._opened: OpenedTransport | None = None
         if transport is None:
             kind = settings.shard_transport or ("torch" if settings.torchrun else "mpi")
-            transport = open_transport(kind, settings)
+            transport = self._opened = open_transport(kind, settings)
         self._comm = comm = ShardComm(transport, n)
         if shards is not None and shards != comm.parts:
             raise ValueError(
@@ -155,9 +156,8 @@ class ShardedSimBackend(StackedWorld):
         return self._comm.me == 0
 
     def close(self) -> None:
-        free = getattr(self._comm.transport, "free", None)
-        if self._owns_transport and free is not None:  # every process closes its world
-            free()
+        if self._opened is not None:  # every process closes its world
+            self._opened.free()
         self._state.close()
         self._comm.clear()
 
