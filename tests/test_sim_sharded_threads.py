@@ -59,7 +59,7 @@ def one_process(topo: T.Topology, x: np.ndarray, steps: int) -> np.ndarray:
     with fs.Context(backend="sim", size=len(x), topology=topo) as ctx:
         ctx.backend.set_topology(topo, is_weighted=True)
         for _ in range(steps):
-            x = ctx.backend.neighbor_allreduce(x)
+            x = ctx.backend.neighbors.neighbor_allreduce(x)
     return x
 
 
@@ -76,7 +76,7 @@ def test_narrow_circulants_give_one_processs_rows_bit_for_bit(n, parts, dtype):
             lo, hi = backend.block
             y = x[lo:hi]
             for _ in range(3):  # each result is the next input: the in-place path
-                y = backend.neighbor_allreduce(y)
+                y = backend.neighbors.neighbor_allreduce(y)
             split = backend._comm.split(backend._state.static_plan, narrow=True)
             return lo, hi, y, isinstance(split, BandPlan)
 
@@ -96,8 +96,8 @@ def test_a_ring_block_receives_one_row_from_each_side_and_copies_nothing_in_a_lo
         backend.set_topology(T.ring_graph(n))
         lo, hi = backend.block
         x = np.arange(lo, hi, dtype=float)[:, None] * np.ones(5)
-        y = backend.neighbor_allreduce(x)
-        z = backend.neighbor_allreduce(y)
+        y = backend.neighbors.neighbor_allreduce(x)
+        z = backend.neighbors.neighbor_allreduce(y)
         band = backend._comm.split(backend._state.static_plan, narrow=True)
         # y sits at rows [1, 1 + b) of a buffer with one halo row each side: z used it
         return band.before, band.after, [(q, e - s) for q, s, e in band.recv], y.base.shape, z
@@ -116,7 +116,7 @@ def test_wide_plans_and_per_call_weights_take_the_csr_split():
     def work(backend):
         backend.set_topology(T.exponential_two_graph(n))
         lo, hi = backend.block
-        y = backend.neighbor_allreduce(backend.neighbor_allreduce(x[lo:hi]))
+        y = backend.neighbors.neighbor_allreduce(backend.neighbors.neighbor_allreduce(x[lo:hi]))
         return lo, hi, y, backend._comm.split(backend._state.static_plan, narrow=True)
 
     for lo, hi, y, split in sharded(n, parts, work):
@@ -132,10 +132,10 @@ def test_a_result_kept_by_the_caller_is_never_overwritten():
         backend.set_topology(T.ring_graph(n))
         lo, hi = backend.block
         x = np.random.default_rng(lo).standard_normal((hi - lo, m))
-        kept = [backend.neighbor_allreduce(x)]
+        kept = [backend.neighbors.neighbor_allreduce(x)]
         copies = [kept[0].copy()]
         for _ in range(6):
-            kept.append(backend.neighbor_allreduce(kept[-1]))
+            kept.append(backend.neighbors.neighbor_allreduce(kept[-1]))
             copies.append(kept[-1].copy())
         return all(np.array_equal(k, c) for k, c in zip(kept, copies, strict=True))
 
@@ -151,7 +151,7 @@ def test_a_block_smaller_than_the_reach_and_more_processes_than_agents():
     def work(backend):
         backend.set_topology(topo, is_weighted=True)
         lo, hi = backend.block
-        return lo, hi, backend.neighbor_allreduce(x[lo:hi])
+        return lo, hi, backend.neighbors.neighbor_allreduce(x[lo:hi])
 
     for lo, hi, y in sharded(n, 4, work):  # blocks of 2 and 3 agents, reach 3 each way
         np.testing.assert_array_equal(y, want[lo:hi])
@@ -173,7 +173,7 @@ def test_a_dynamic_schedule_is_split_once_per_topology(monkeypatch):
     with fs.Context(backend="sim", size=n) as ctx:
         want = x
         for step in steps:
-            want = ctx.backend.neighbor_allreduce(want, src_weights=step.weights)
+            want = ctx.backend.neighbors.neighbor_allreduce(want, src_weights=step.weights)
     splits = []
     for name in ("band_plan", "shard_plan"):
         real = getattr(_shardcomm, name)
@@ -186,7 +186,7 @@ def test_a_dynamic_schedule_is_split_once_per_topology(monkeypatch):
         lo, hi = backend.block
         y = x[lo:hi]
         for step in steps:
-            y = backend.neighbor_allreduce(y, src_weights=step.weights)
+            y = backend.neighbors.neighbor_allreduce(y, src_weights=step.weights)
         return lo, hi, y
 
     for lo, hi, y in sharded(n, parts, work):
@@ -214,16 +214,16 @@ def test_tensors_on_the_device_path_are_combined_there(monkeypatch):
         want = []
         for topo in topos:
             ctx.backend.set_topology(topo)
-            want.append(ctx.backend.neighbor_allreduce(ctx.backend.neighbor_allreduce(x)))
-        want_mean = ctx.backend.allreduce(x)
+            want.append(ctx.backend.neighbors.neighbor_allreduce(ctx.backend.neighbors.neighbor_allreduce(x)))
+        want_mean = ctx.backend.collectives.allreduce(x)
 
     def work(backend):
         lo, hi = backend.block
         got = []
         for topo in topos:
             backend.set_topology(topo)
-            got.append(backend.neighbor_allreduce(backend.neighbor_allreduce(x[lo:hi])))
-        return lo, hi, got, backend.allreduce(x[lo:hi])
+            got.append(backend.neighbors.neighbor_allreduce(backend.neighbors.neighbor_allreduce(x[lo:hi])))
+        return lo, hi, got, backend.collectives.allreduce(x[lo:hi])
 
     combined.clear()  # (the one-process reference took the device path too)
     for lo, hi, got, mean in sharded(n, parts, work):
@@ -243,7 +243,7 @@ def test_per_agent_weights_of_neither_size_are_refused_on_every_process():
         backend.set_topology(T.ring_graph(n))
         lo, hi = backend.block
         try:  # 2 entries: neither the block's 4 nor the world's 12
-            backend.neighbor_allreduce(np.ones((hi - lo, 2)), self_weight=[0.5, 0.5])
+            backend.neighbors.neighbor_allreduce(np.ones((hi - lo, 2)), self_weight=[0.5, 0.5])
         except ValueError as exc:
             errors.append(str(exc))
 
@@ -268,7 +268,7 @@ def test_the_transport_is_opened_by_name_through_the_registry(monkeypatch):
     settings = _settings.Settings(shard_transport="threads")
     x = np.random.default_rng(5).standard_normal((n, 2))
     with fs.Context(backend="sim", size=n, topology=T.exponential_two_graph(n)) as ctx:
-        want = ctx.backend.neighbor_allreduce(x)
+        want = ctx.backend.neighbors.neighbor_allreduce(x)
     results: list = [None] * parts
     errors: list = []
 
@@ -277,7 +277,7 @@ def test_the_transport_is_opened_by_name_through_the_registry(monkeypatch):
             backend = ShardedSimBackend(size=n, settings=settings)
             backend.set_topology(T.exponential_two_graph(n))
             lo, hi = backend.block
-            results[rank] = lo, hi, backend.neighbor_allreduce(x[lo:hi])
+            results[rank] = lo, hi, backend.neighbors.neighbor_allreduce(x[lo:hi])
         except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
             errors.append(exc)
 
@@ -300,7 +300,7 @@ def test_the_sharded_simulator_is_a_composition_of_its_own_parts():
     from fogsim.backends.sim import SimBackend
 
     assert not issubclass(ShardedSimBackend, SimBackend)
-    assert ShardedSimBackend.capabilities == Capabilities(stacked=True, windows=False)
+    assert ShardedSimBackend.capabilities == Capabilities(stacked=True, windows=False, cuda=True)
     assert SimBackend.capabilities == Capabilities(stacked=True, windows=True, cuda=True)
 
     def work(backend):

@@ -188,18 +188,15 @@ class Backend(abc.ABC):
 
     # -- machines -------------------------------------------------------------------------
     # Machine m holds ranks m * local_size .. (m + 1) * local_size - 1; every machine holds
-    # the same number of agents (runtimes that find otherwise raise in check_machines).
-    def check_machines(self, op: str) -> None:  # noqa: B027 - optional hook
-        """Raise a ValueError naming ``op`` when the machines are not alike."""
-
+    # the same number of agents (the machines part's ``check`` raises otherwise).
     def machine_size(self) -> int:
         """Return the number of machines."""
-        self.check_machines("machine_size")
+        self.machines.check("machine_size")
         return self.size_int // self.local_size()
 
     def machine_rank(self) -> Any:
         """Return this agent's machine (stacked in simulation)."""
-        self.check_machines("machine_rank")
+        self.machines.check("machine_rank")
         return self.rank() // self.local_size()
 
     def set_machine_topology(self, topology: Any, is_weighted: bool = False) -> None:

@@ -62,6 +62,3 @@ class DistributedBackend(OneAgentEach):
 
     def local_rank(self) -> int:
         return self.machines.local_rank
-
-    def check_machines(self, op: str) -> None:
-        self.machines.check(op)

@@ -120,6 +120,8 @@ class InProcessWorld:
 class InProcessTransport:
     """Rank ``rank``'s end of an :class:`InProcessWorld`."""
 
+    takes_tensors = False  # buffers are numpy arrays
+
     def __init__(self, world: InProcessWorld, rank: int) -> None:
         self.world, self.rank, self.size = world, rank, world.size
         self.guard: Guard | None = None  # set by the world (see Transport)

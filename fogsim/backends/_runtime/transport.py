@@ -51,6 +51,9 @@ class Transport(Protocol):
 
     rank: int
     size: int
+    #: Whether :meth:`exchange` moves torch tensors where they live (NCCL or gloo), so that
+    #: a caller with device tensors need not copy them to host memory first.
+    takes_tensors: bool
     #: The world's stall guard (see `fogsim._stall`), under which the agreements wait, so
     #: that a rank that never comes is reported; None: they block.
     guard: Guard | None

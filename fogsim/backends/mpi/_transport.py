@@ -44,6 +44,8 @@ class MpiTransport:
     """Point-to-point and small collectives on the communicator ``comm`` (``mpi``: the
     ``mpi4py.MPI`` module, passed in so that importing this module needs no MPI)."""
 
+    takes_tensors = False  # buffers are numpy arrays
+
     def __init__(self, comm: Any, mpi: Any) -> None:
         self.comm, self._mpi = comm, mpi
         self.rank, self.size = comm.Get_rank(), comm.Get_size()

@@ -86,7 +86,7 @@ class ShardedSimBackend(StackedWorld):
     """
 
     name = "sim"
-    capabilities: ClassVar[Capabilities] = Capabilities(stacked=True, windows=False)
+    capabilities: ClassVar[Capabilities] = Capabilities(stacked=True, windows=False, cuda=True)
     collectives: ShardedCollectives
     neighbors: ShardedNeighbors
     machines: ShardedMachines

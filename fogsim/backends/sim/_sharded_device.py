@@ -52,7 +52,7 @@ def _move_halo(transport: Transport, flat: Any, halo: Any, shard: ShardPlan) -> 
     """Exchange the halo rows of the device tensor ``flat`` into ``halo``."""
     import torch
 
-    if getattr(transport, "takes_tensors", False):
+    if transport.takes_tensors:
         sends = [
             (flat[torch.as_tensor(rows, device=flat.device)].contiguous(), q)
             for q, rows in shard.send.items()

@@ -108,9 +108,6 @@ class StackedWorld(Backend):
         topo, k = self.load_machine_topology(), self._state.local
         return [topo.out_neighbors(i // k) for i in self._agents()]
 
-    def check_machines(self, op: str) -> None:
-        self.machines.check(op)
-
     # -- agent-local data -----------------------------------------------------------------
     def local(self, fn: Callable[[int], Any], jit: bool = False) -> Any:
         if not callable(fn):
@@ -170,55 +167,3 @@ class StackedWorld(Backend):
     def attach_cost_model(self, meter: CostMeter | None) -> None:
         """Charge every communication op to ``meter`` (None: stop); see fogsim.hierarchy."""
         self._state.cost = meter
-
-    # -- the ops, run by the parts --------------------------------------------------------
-    def allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
-        return self.collectives.allreduce(x, average, name)
-
-    def allgather(self, x: Any, name: str | None = None) -> Any:
-        return self.collectives.allgather(x, name)
-
-    def broadcast(self, x: Any, root_rank: int, name: str | None = None) -> Any:
-        return self.collectives.broadcast(x, root_rank, name)
-
-    def barrier(self) -> None:
-        self.collectives.barrier()
-
-    def neighbor_allreduce(
-        self,
-        x: Any,
-        self_weight: Any = None,
-        src_weights: Any = None,
-        dst_weights: Any = None,
-        enable_topo_check: bool = True,
-        name: str | None = None,
-    ) -> Any:
-        return self.neighbors.neighbor_allreduce(
-            x, self_weight, src_weights, dst_weights, enable_topo_check, name
-        )
-
-    def neighbor_allgather(
-        self, x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
-    ) -> Any:
-        return self.neighbors.neighbor_allgather(x, src_ranks, dst_ranks, name)
-
-    def hierarchical_neighbor_allreduce(
-        self,
-        x: Any,
-        self_weight: Any = None,
-        src_machine_weights: Any = None,
-        dst_machine_weights: Any = None,
-        enable_topo_check: bool = True,
-        name: str | None = None,
-    ) -> Any:
-        return self.machines.hierarchical_neighbor_allreduce(
-            x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
-        )
-
-    def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
-        return self.machines.local_allreduce(x, average, name)
-
-    def decomposed_allreduce(
-        self, x: Any, average: bool, name: str | None, factors: tuple[int, ...] | None
-    ) -> Any:
-        return self.machines.decomposed_allreduce(x, average, name, factors)
