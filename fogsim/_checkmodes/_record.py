@@ -26,11 +26,12 @@ import runpy
 import sys
 import threading
 import traceback
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from .. import _arrays, _notebook
+from .. import _arrays, _context, _notebook
 from .._callsite import call_site
 
 __all__ = ["RECORDED", "Record", "child", "stack_ranks"]
@@ -75,54 +76,75 @@ def _one_value(bound: inspect.BoundArguments) -> bool:
 
 
 class Recorder:
-    """Record the outermost call of each op in :data:`RECORDED` on ``backend_cls``.
+    """Record the outermost call of each op in :data:`RECORDED` on a world's parts.
 
-    Every public method of the class is wrapped to count how deep this thread is in the
-    backend, so an op that another op calls inside (``global_view`` gathers with
+    ``world_cls`` is the world's class and ``part_classes`` the classes of the parts that
+    run its ops. Every public method of them is wrapped to count how deep this thread is in
+    the backend, so an op that another op calls inside (``global_view`` gathers with
     ``allgather`` when distributed) is not recorded as one the script made. A
     ``*_nonblocking`` op the script calls runs as its blocking op and returns a completed
     handle, as an SPMD agent's does, so that it is recorded once, with its result, in every
     mode.
     """
 
-    def __init__(self, backend_cls: Any) -> None:
+    def __init__(self, world_cls: type, part_classes: Sequence[type]) -> None:
         self.records: list[Record] = []
-        self._cls = backend_cls
+        self._classes = (world_cls, *part_classes)
         self._depth = threading.local()
 
     def install(self) -> None:
-        for name, method in inspect.getmembers(self._cls, inspect.isfunction):
-            if not name.startswith("_"):
-                setattr(self._cls, name, self._wrap(name, method))
+        for cls in self._classes:
+            methods = dict(inspect.getmembers(cls, inspect.isfunction))
+            wrapped = {
+                name: self._wrap(name, method)
+                for name, method in methods.items()
+                if not name.startswith("_")
+            }
+            for name, method in wrapped.items():
+                blocking = wrapped.get(name.removesuffix("_nonblocking"))
+                if name.endswith("_nonblocking") and blocking is not None:
+                    method = self._eager(name, methods[name], blocking)
+                setattr(cls, name, method)
+
+    def _eager(self, name: str, method: Any, blocking: Callable[..., Any]) -> Any:
+        recorder = self
+        op = name.removesuffix("_nonblocking")
+        signature = inspect.signature(method)
+        if op not in RECORDED:
+            return self._wrap(name, method)
+
+        @functools.wraps(method)
+        def started(part: Any, *args: Any, **kwargs: Any) -> Any:
+            if getattr(recorder._depth, "value", 0):
+                return method(part, *args, **kwargs)
+            from .._handles import Handle
+
+            result = blocking(part, *args, **kwargs)
+            bound = signature.bind(part, *args, **kwargs)
+            return Handle.completed(op, result, bound.arguments.get("name"))
+
+        return started
 
     def _wrap(self, name: str, method: Any) -> Any:
         recorder = self
         records = name in RECORDED
-        blocking = name.removesuffix("_nonblocking")
-        eager = name.endswith("_nonblocking") and blocking in RECORDED
         signature = inspect.signature(method)
 
         @functools.wraps(method)
-        def wrapped(backend: Any, *args: Any, **kwargs: Any) -> Any:
+        def wrapped(part: Any, *args: Any, **kwargs: Any) -> Any:
             depth = getattr(recorder._depth, "value", 0)
-            if eager and depth == 0:
-                from .._handles import Handle
-
-                result = getattr(backend, blocking)(*args, **kwargs)
-                bound = signature.bind(backend, *args, **kwargs)
-                return Handle.completed(blocking, result, bound.arguments.get("name"))
             recorder._depth.value = depth + 1
             try:
-                out = method(backend, *args, **kwargs)
+                out = method(part, *args, **kwargs)
             finally:
                 recorder._depth.value = depth
             if records and depth == 0:  # an op the script called, not one inside another op
-                bound = signature.bind(backend, *args, **kwargs)
+                bound = signature.bind(part, *args, **kwargs)
                 bound.apply_defaults()
                 x = as_numpy(bound.arguments["x"])
-                rows = getattr(backend, "_rows", None)  # the simulator's stacked agents
-                if rows is not None and isinstance(x, np.ndarray) and _one_value(bound):
-                    x = np.broadcast_to(x, (rows, *x.shape))  # what every agent holds
+                world = _context.current().backend
+                if world.capabilities.stacked and isinstance(x, np.ndarray) and _one_value(bound):
+                    x = np.broadcast_to(x, (world.size_int, *x.shape))  # what every agent holds
                 recorder.records.append((name, call_site(), x, as_numpy(out), _reads(name, bound)))
             return out
 
@@ -160,15 +182,21 @@ def child(mode: str, size: int, out_path: str, script: str, argv: list[str]) -> 
     if mode == "mpi":
         from mpi4py import MPI
 
-        from ..backends.mpi import MPIBackend
+        from ..backends._runtime.machines import MachineOps
+        from ..backends._runtime.neighbor import NeighborOps
+        from ..backends.mpi._backend import MPIBackend
+        from ..backends.mpi._collectives import MpiCollectives
 
         rank = MPI.COMM_WORLD.Get_rank()
         out_path = f"{out_path}.{rank}"
-        recorder = Recorder(MPIBackend)
+        recorder = Recorder(MPIBackend, [MpiCollectives, NeighborOps, MachineOps])
     else:
         from ..backends.sim import SimBackend
+        from ..backends.sim._collectives import SimCollectives
+        from ..backends.sim._machines import SimMachines
+        from ..backends.sim._neighbors import SimNeighbors
 
-        recorder = Recorder(SimBackend)
+        recorder = Recorder(SimBackend, [SimCollectives, SimNeighbors, SimMachines])
     recorder.install()
     from ..run import _bluefog
 
