@@ -13,12 +13,11 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, Union
 import numpy as np
 import numpy.typing as npt
 
+from .topology import Topology, _topology
+
 if TYPE_CHECKING:
-    import networkx
-    import scipy.sparse
     import torch
 
-    from .topology import Topology
 
 __all__ = [
     "ArrayLike",
@@ -27,6 +26,7 @@ __all__ = [
     "SelfWeight",
     "Weights",
     "Ranks",
+    "TopologyData",
     "TopologyLike",
     "WeightMatrix",
 ]
@@ -42,7 +42,7 @@ ArrayLike = Union[npt.ArrayLike, "torch.Tensor"]
 Value: TypeAlias = Any
 
 #: An n x n weight matrix for one step (``W[i, j]``: what agent i applies to agent j's value).
-WeightMatrix = Union[np.ndarray, "scipy.sparse.sparray", "scipy.sparse.spmatrix", "Topology"]
+WeightMatrix = _topology.WeightMatrix
 
 #: The weight an agent gives its own value: a number, or one per agent (an array of n) in
 #: simulation.
@@ -63,15 +63,13 @@ Weights = (
 Ranks = Sequence[int] | Sequence[Sequence[int]] | None
 
 #: What ``set_topology`` takes: a fogsim Topology, a networkx DiGraph, a dense or sparse n x n
-#: matrix, or a builder called with the number of agents (e.g. ``fogsim.topology.ring``).
-TopologyLike = Union[
-    "Topology",
-    "networkx.DiGraph",
-    np.ndarray,
-    "scipy.sparse.sparray",
-    "scipy.sparse.spmatrix",
-    Callable[[int], Any],
-]
+#: matrix, or a builder called with the number of agents (e.g.
+#: ``fogsim.topology.ring_graph``).
+TopologyLike = _topology.TopologyData | Callable[[int], Topology]
+
+#: What the topology functions (weight rules, checks, ``as_topology``) take: a weight matrix,
+#: a networkx graph, or nested lists of numbers.
+TopologyData = _topology.TopologyData
 
 
 class CompressorLike(Protocol):

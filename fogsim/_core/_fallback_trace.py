@@ -9,10 +9,20 @@ import json
 import threading
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
-if TYPE_CHECKING:
-    from ..timeline import Timeline
+
+class TraceOwner(Protocol):
+    """What a recorder asks of the timeline that owns it (`fogsim.timeline`'s writer)."""
+
+    def tid(self, track: str) -> int:
+        """The number of ``track``'s thread in the trace (a new track gets a new one)."""
+        ...
+
+    def flush_soon(self) -> None:
+        """Write what was recorded, from the timeline's own thread, before long."""
+        ...
+
 
 __all__ = ["TraceOp", "TracePhase", "TraceRecorder", "format_trace_events", "trace_now_ns"]
 
@@ -35,7 +45,7 @@ class TraceRecorder:
         self.stacks: dict[int, list[int]] = {}
         self.offset = 0
         self.last_flush = 0
-        self.timeline: Timeline | None = None  # the owner, set right after
+        self.timeline: TraceOwner | None = None  # the owner, set right after
         self.tids: dict[str, int] = {}
 
     def __len__(self) -> int:

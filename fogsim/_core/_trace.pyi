@@ -2,9 +2,7 @@
 from types import TracebackType
 from typing import Any, Literal
 
-from fogsim.timeline import Timeline
-
-from ._fallback_trace import Event
+from ._fallback_trace import Event, TraceOwner
 
 __all__ = ["TraceOp", "TracePhase", "TraceRecorder", "format_trace_events", "trace_now_ns"]
 
@@ -16,7 +14,7 @@ def format_trace_events(
 class TraceRecorder:
     offset: int
     last_flush: int
-    timeline: Timeline | None
+    timeline: TraceOwner | None
     tids: dict[str, int]
     def __len__(self) -> int: ...
     def op(self, name: str, track: str) -> TraceOp: ...

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -22,9 +22,14 @@ from ._util import check_agent, check_positive_int, readonly
 if TYPE_CHECKING:
     import networkx as nx
 
-    from .._types import WeightMatrix
+__all__ = ["CirculantForm", "Topology", "TopologyData", "WeightMatrix", "as_topology"]
 
-__all__ = ["CirculantForm", "Topology", "as_topology"]
+#: An n x n weight matrix for one step (``W[i, j]``: what agent i applies to agent j's value).
+WeightMatrix: TypeAlias = Union[np.ndarray, "sp.sparray", "sp.spmatrix", "Topology"]
+
+#: What :func:`as_topology` takes: a weight matrix, a networkx graph (edge j -> i carrying
+#: ``weight`` W[i, j]), or nested lists of numbers.
+TopologyData: TypeAlias = Union[WeightMatrix, "nx.Graph", npt.ArrayLike]
 
 _INT32_MAX = np.iinfo(np.int32).max
 
@@ -263,9 +268,7 @@ class Topology:
         return f"Topology(size={self._size}, edges={self.offdiag_csr()[1].shape[0]})"
 
 
-def as_topology(
-    obj: WeightMatrix | nx.Graph | npt.ArrayLike, size: int | None = None, argname: str = "topology"
-) -> Topology:
+def as_topology(obj: TopologyData, size: int | None = None, argname: str = "topology") -> Topology:
     """Return ``obj`` as a :class:`Topology`, checking it has ``size`` agents when given.
 
     Accepts a Topology, a networkx DiGraph/Graph (edge ``j -> i`` with ``weight`` becomes

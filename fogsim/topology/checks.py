@@ -15,7 +15,7 @@ from scipy.sparse.linalg import LinearOperator, svds
 from ._topology import Topology, as_topology
 
 if TYPE_CHECKING:
-    from fogsim._types import TopologyLike
+    from ._topology import TopologyData
 
 __all__ = [
     "is_column_stochastic",
@@ -34,7 +34,7 @@ DENSE_SVD_MAX = 2048
 _RHO_ONE_TOL = 1e-12
 
 
-def is_row_stochastic(W: TopologyLike, tol: float = 1e-12) -> bool:
+def is_row_stochastic(W: TopologyData, tol: float = 1e-12) -> bool:
     """Return whether ``W`` is nonnegative with rows summing to 1 (pull weights).
 
     ``w_ij >= 0`` and ``|sum_j w_ij - 1| <= tol`` for every i.
@@ -42,7 +42,7 @@ def is_row_stochastic(W: TopologyLike, tol: float = 1e-12) -> bool:
     return _is_stochastic(as_topology(W, argname="W"), tol, axis=1)
 
 
-def is_column_stochastic(W: TopologyLike, tol: float = 1e-12) -> bool:
+def is_column_stochastic(W: TopologyData, tol: float = 1e-12) -> bool:
     """Return whether ``W`` is nonnegative with columns summing to 1 (push weights).
 
     ``w_ij >= 0`` and ``|sum_i w_ij - 1| <= tol`` for every j.
@@ -50,20 +50,20 @@ def is_column_stochastic(W: TopologyLike, tol: float = 1e-12) -> bool:
     return _is_stochastic(as_topology(W, argname="W"), tol, axis=0)
 
 
-def is_doubly_stochastic(W: TopologyLike, tol: float = 1e-12) -> bool:
+def is_doubly_stochastic(W: TopologyData, tol: float = 1e-12) -> bool:
     """Return whether ``W`` is both row- and column-stochastic."""
     topo = as_topology(W, argname="W")
     return _is_stochastic(topo, tol, axis=1) and _is_stochastic(topo, tol, axis=0)
 
 
-def is_strongly_connected(W: TopologyLike) -> bool:
+def is_strongly_connected(W: TopologyData) -> bool:
     """Return whether every agent's value reaches every other agent through ``W``."""
     topo = as_topology(W, argname="W")
     count, _ = connected_components(topo.to_sparse(), directed=True, connection="strong")
     return bool(count == 1)
 
 
-def rho(W: TopologyLike) -> float:
+def rho(W: TopologyData) -> float:
     """Return the consensus contraction factor of ``W``.
 
     ``rho = ||W - 1 1^T / n||_2``, the largest singular value of ``W`` minus the average.
@@ -84,12 +84,12 @@ def rho(W: TopologyLike) -> float:
     return _sparse_rho(topo)
 
 
-def spectral_gap(W: TopologyLike) -> float:
+def spectral_gap(W: TopologyData) -> float:
     """Return ``1 - rho(W)``."""
     return 1.0 - rho(W)
 
 
-def mixing_time(W: TopologyLike, eps: float = 1e-3) -> int | float:
+def mixing_time(W: TopologyData, eps: float = 1e-3) -> int | float:
     """Return the smallest number of steps t with ``rho(W)**t <= eps`` (inf if ``rho >= 1``).
 
     A ``rho`` within 1e-12 of 1 counts as 1 (round-off of a disconnected graph's rho).

@@ -20,7 +20,7 @@ from ._topology import Topology, _csr_from_parts, _from_coo, as_topology
 from ._util import check_nonnegative_int, check_positive_int
 
 if TYPE_CHECKING:
-    from fogsim._types import TopologyLike
+    from ._topology import TopologyData
 
 __all__ = [
     "DynamicStep",
@@ -63,7 +63,7 @@ def one_peer_exponential_two(n: int, start: int = 0) -> Iterator[DynamicStep]:
     return _periodic(steps, start)
 
 
-def one_peer_schedule(topology: TopologyLike, start: int = 0) -> Iterator[DynamicStep]:
+def one_peer_schedule(topology: TopologyData, start: int = 0) -> Iterator[DynamicStep]:
     """Yield BlueFog's one-peer steps of a static topology.
 
     At step t agent i sends to its out-neighbor number ``t % out_degree(i)``, ordered by the

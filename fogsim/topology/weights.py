@@ -25,7 +25,7 @@ from ._topology import Topology, _from_coo, as_topology
 from ._util import check_positive_int
 
 if TYPE_CHECKING:
-    from fogsim._types import TopologyLike
+    from ._topology import TopologyData
 
 __all__ = [
     "column_normalize",
@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 
-def uniform_weights(topology: TopologyLike) -> Topology:
+def uniform_weights(topology: TopologyData) -> Topology:
     """Return the pattern with weight ``1 / (d_i + 1)`` on self and each in-neighbor.
 
     ``w_ij = 1 / (1 + d_i)`` for ``j`` in ``N_in(i) + {i}``; row-stochastic, every row
@@ -47,7 +47,7 @@ def uniform_weights(topology: TopologyLike) -> Topology:
     return as_topology(topology).uniform()
 
 
-def metropolis_hastings_weights(topology: TopologyLike) -> Topology:
+def metropolis_hastings_weights(topology: TopologyData) -> Topology:
     """Return Metropolis-Hastings weights on the symmetrized pattern (doubly stochastic).
 
     ``w_ij = 1 / (1 + max(d_i, d_j))`` for neighbors, ``w_ii = 1 - sum_j w_ij``. The matrix
@@ -66,7 +66,7 @@ def metropolis_hastings_weights(topology: TopologyLike) -> Topology:
     return _with_diagonal(n, rows, cols, data)
 
 
-def max_degree_weights(topology: TopologyLike) -> Topology:
+def max_degree_weights(topology: TopologyData) -> Topology:
     """Return max-degree weights on the pattern (doubly stochastic if the pattern is symmetric).
 
     ``w_ij = 1 / (1 + d_max)`` for in-neighbors, ``w_ii = 1 - d_i / (1 + d_max)``; rows (and,
@@ -85,7 +85,7 @@ def max_degree_weights(topology: TopologyLike) -> Topology:
     return _with_diagonal(n, rows, indices, np.full(rows.shape[0], w))
 
 
-def row_normalize(topology: TopologyLike) -> Topology:
+def row_normalize(topology: TopologyData) -> Topology:
     """Return ``W`` with every row scaled to sum to 1 (pull weights).
 
     ``w_ij <- w_ij / sum_k w_ik``. A row of nonnegative weights then sums to exactly 1.0: its
@@ -105,7 +105,7 @@ def row_normalize(topology: TopologyLike) -> Topology:
     return _exact_csr(sp.csr_array(sp.diags_array(1.0 / sums) @ csr))
 
 
-def column_normalize(topology: TopologyLike) -> Topology:
+def column_normalize(topology: TopologyData) -> Topology:
     """Return ``W`` with every column scaled to sum to 1 (push weights).
 
     ``w_ij <- w_ij / sum_k w_kj``. A column of nonnegative weights then sums to exactly 1.0:
@@ -139,7 +139,7 @@ def column_normalize(topology: TopologyLike) -> Topology:
 
 
 def doubly_stochastic(
-    topology: TopologyLike, tol: float = 1e-12, max_iter: int = 10000
+    topology: TopologyData, tol: float = 1e-12, max_iter: int = 10000
 ) -> Topology:
     """Return the doubly stochastic matrix with the pattern plus self loops (Sinkhorn scaling).
 

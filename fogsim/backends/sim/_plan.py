@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,7 @@ from .._weights import check_partners, is_matrix
 __all__ = [
     "CsrPlan",
     "CircPlan",
+    "PlanCache",
     "apply_plan",
     "check_plan",
     "check_same_pattern",
@@ -339,3 +341,30 @@ def slot_add(
         rows = order[: int(np.searchsorted(neg_sorted, -s, side="left"))]
         k = start[rows] + s
         out[rows] += w[k][col] * src[eids[k]]
+
+
+class PlanCache:
+    """The device copies of plans' arrays, built once per (plan, device, dtype).
+
+    Entries are keyed by the plan's identity and checked through a weak reference, so a
+    plan that is gone (a per-call one) is never mistaken for a new one at its address.
+    """
+
+    def __init__(self, max_items: int = 8) -> None:
+        self._items: dict[tuple[int, str, Any], tuple[weakref.ref[Any], Any]] = {}
+        self._max_items = max_items
+
+    def get(self, owner: Any, device: Any, dtype: Any, build: Callable[[], Any]) -> Any:
+        """Return what ``build()`` made for ``owner`` on ``device`` in ``dtype``."""
+        key = (id(owner), str(device), dtype)
+        hit = self._items.pop(key, None)
+        if hit is None or hit[0]() is not owner:
+            hit = (weakref.ref(owner), build())
+        self._items[key] = hit  # most recently used last
+        if len(self._items) > self._max_items:
+            del self._items[next(iter(self._items))]
+        return hit[1]
+
+    def clear(self) -> None:
+        """Forget every cached array."""
+        self._items.clear()

@@ -25,6 +25,7 @@ from ...topology import Topology
 from .._weights import is_matrix, machine_words
 from ._plan import (
     Plan,
+    PlanCache,
     check_plan,
     check_same_pattern,
     rank_rows,
@@ -36,7 +37,6 @@ from ._pool import BufferPool
 from ._sent import SentBytes
 from ._shapes import ShapeGuard
 from ._stepplans import StepPlans
-from ._torchops import PlanCache
 
 __all__ = ["CostMeter", "FaultModel", "SimState", "positive_int"]
 

@@ -3,7 +3,7 @@
 A stacked tensor on a device other than the CPU (CUDA, say) never goes to the host: the
 ops below combine it with torch operations on its device, so stacked model replicas
 train on a GPU. A plan's small arrays (offsets, weights, self weights, the CSR matrix)
-move to the device once and are cached per plan (:class:`PlanCache`). CPU tensors take
+move to the device once and are cached per plan (:class:`~._plan.PlanCache`). CPU tensors take
 the numpy path unless :func:`use_device_path` sends them here too (the tests do).
 
 The numbers are the numpy path's to about 1e-16 relative in float64, not bit for bit:
@@ -23,15 +23,14 @@ from __future__ import annotations
 
 import sys
 import warnings
-import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ... import _arrays
 from ... import timeline as _timeline
-from ._plan import CircPlan, Plan, plan_matrix, plan_messages
+from ._plan import CircPlan, Plan, PlanCache, plan_matrix, plan_messages
 
 if TYPE_CHECKING:
     import torch
@@ -39,7 +38,6 @@ if TYPE_CHECKING:
     from ._state import SimState
 
 __all__ = [
-    "PlanCache",
     "allgather",
     "allgather_ragged",
     "allreduce",
@@ -75,33 +73,6 @@ def takes(x: Any) -> bool:
     if torch is None or not isinstance(x, torch.Tensor):
         return False
     return _forced or x.device.type != "cpu"
-
-
-class PlanCache:
-    """The device copies of plans' arrays, built once per (plan, device, dtype).
-
-    Entries are keyed by the plan's identity and checked through a weak reference, so a
-    plan that is gone (a per-call one) is never mistaken for a new one at its address.
-    """
-
-    def __init__(self, max_items: int = 8) -> None:
-        self._items: dict[tuple[int, str, Any], tuple[weakref.ref[Any], Any]] = {}
-        self._max_items = max_items
-
-    def get(self, owner: Any, device: Any, dtype: Any, build: Callable[[], Any]) -> Any:
-        """Return what ``build()`` made for ``owner`` on ``device`` in ``dtype``."""
-        key = (id(owner), str(device), dtype)
-        hit = self._items.pop(key, None)
-        if hit is None or hit[0]() is not owner:
-            hit = (weakref.ref(owner), build())
-        self._items[key] = hit  # most recently used last
-        if len(self._items) > self._max_items:
-            del self._items[next(iter(self._items))]
-        return hit[1]
-
-    def clear(self) -> None:
-        """Forget every cached array."""
-        self._items.clear()
 
 
 # -- values in and out ----------------------------------------------------------------------
