@@ -227,7 +227,7 @@ def out_neighbor_machine_ranks() -> Any:
 
 @bluefog_op(lambda: fogsim.hierarchical_neighbor_allreduce)
 def hierarchical_neighbor_allreduce(
-    call: Call,
+    call: Call[Any],
     tensor: Any,
     self_weight: Any = None,
     src_machine_weights: Any = None,
@@ -257,7 +257,7 @@ hierarchical_neighbor_allreduce_nonblocking = hierarchical_neighbor_allreduce.no
 # -- collective ops -----------------------------------------------------------------------
 @bluefog_op(lambda: fogsim.allreduce)
 def allreduce(
-    call: Call,
+    call: Call[Any],
     tensor: Any,
     average: bool = True,
     is_hierarchical_local: bool = False,
@@ -294,7 +294,7 @@ def allreduce_nonblocking_(
 
 
 @bluefog_op(lambda: fogsim.allgather)
-def allgather(call: Call, tensor: Any, name: str | None = None) -> Any:
+def allgather(call: Call[Any], tensor: Any, name: str | None = None) -> Any:
     """Return every agent's ``tensor`` concatenated along the first dimension, by rank."""
     return call(tensor, name, tensor, name)
 
@@ -303,7 +303,7 @@ allgather_nonblocking = allgather.nonblocking
 
 
 @bluefog_op(lambda: fogsim.broadcast)
-def broadcast(call: Call, tensor: Any, root_rank: int, name: str | None = None) -> Any:
+def broadcast(call: Call[Any], tensor: Any, root_rank: int, name: str | None = None) -> Any:
     """Return agent ``root_rank``'s ``tensor`` on every agent (``tensor`` is not modified)."""
     return call(tensor, name, tensor, root_rank, name)
 
@@ -331,7 +331,7 @@ def broadcast_nonblocking_(tensor: Any, root_rank: int, name: str | None = None)
     """,
 )
 def neighbor_allreduce(
-    call: Call,
+    call: Call[Any],
     tensor: Any,
     self_weight: Any = None,
     src_weights: Any = None,

@@ -7,7 +7,7 @@ function whose first parameter is its *call*. Its body turns BlueFog's arguments
 fogsim's and hands them to the call, with the tensor and the name the call checks::
 
     @bluefog_op(lambda: fogsim.allgather)
-    def allgather(call: Call, tensor: Any, name: str | None = None) -> Any:
+    def allgather(call: Call[Any], tensor: Any, name: str | None = None) -> Any:
         \"\"\"Return every agent's ``tensor`` concatenated ...\"\"\"
         return call(tensor, name, tensor, name)
 
@@ -35,13 +35,16 @@ R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)
 
 
-class Call(Protocol):
-    """What a BlueFog op hands fogsim's arguments to (see the module docstring)."""
+class Call(Protocol[R_co]):
+    """What a BlueFog op hands fogsim's arguments to (see the module docstring).
+
+    Typed by what the blocking op returns; the twin's call returns its handle instead.
+    """
 
     #: BlueFog's name of the function called (``allreduce`` or ``allreduce_nonblocking``).
     op: str
 
-    def __call__(self, tensor: Any, name: str | None, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, tensor: Any, name: str | None, *args: Any, **kwargs: Any) -> R_co:
         """Check ``tensor`` (None: checked already, or no tensor) and ``name`` for this op,
         then call fogsim's op (or start its twin) with ``args`` and ``kwargs``."""
         ...
@@ -60,7 +63,7 @@ def bluefog_op(
     *,
     names: bool = True,
     twin_doc: str | None = None,
-) -> Callable[[Callable[Concatenate[Call, P], R]], BlueFogOp[P, R]]:
+) -> Callable[[Callable[Concatenate[Call[R], P], R]], BlueFogOp[P, R]]:
     """Return the decorator that makes a BlueFog op and its twin over fogsim's op
     ``fogsim_op()`` (read at each call, as a BlueFog program reads ``bf.<op>``).
 
@@ -68,7 +71,7 @@ def bluefog_op(
     False). ``twin_doc`` replaces the twin's generated docstring.
     """
 
-    def decorate(declared: Callable[Concatenate[Call, P], R]) -> BlueFogOp[P, R]:
+    def decorate(declared: Callable[Concatenate[Call[R], P], R]) -> BlueFogOp[P, R]:
         name = declared.__name__
         signature = inspect.signature(declared)
         public = signature.replace(parameters=list(signature.parameters.values())[1:])
@@ -84,7 +87,7 @@ def bluefog_op(
     return decorate
 
 
-def _blocking(op: str, fogsim_op: Callable[[], Callable[..., Any]], names: bool) -> Call:
+def _blocking(op: str, fogsim_op: Callable[[], Callable[..., Any]], names: bool) -> Call[Any]:
     def call(tensor: Any, name: str | None, *args: Any, **kwargs: Any) -> Any:
         if tensor is not None:
             _errors.check_tensor(op, tensor)
@@ -96,7 +99,9 @@ def _blocking(op: str, fogsim_op: Callable[[], Callable[..., Any]], names: bool)
     return call  # type: ignore[return-value]
 
 
-def _started(op: str, fogsim_op: Callable[[], _routing.PublicOp[..., Any]], names: bool) -> Call:
+def _started(
+    op: str, fogsim_op: Callable[[], _routing.PublicOp[..., Any]], names: bool
+) -> Call[Any]:
     def call(tensor: Any, name: str | None, *args: Any, **kwargs: Any) -> Any:
         start = fogsim_op().nonblocking
         if tensor is not None:

@@ -17,6 +17,9 @@ import fogsim
 
 from . import _errors
 from ._args import _float_scalar, _float_weights
+from ._pairs import Call, bluefog_op
+
+_STARTED = "Start :func:`{}`; return a handle for :func:`win_wait`."
 
 __all__ = [
     "win_create",
@@ -59,7 +62,9 @@ def win_free(name: str | None = None) -> bool:
     return fogsim.win_free(name)
 
 
+@bluefog_op(lambda: fogsim.win_put, names=False, twin_doc=_STARTED.format("win_put"))
 def win_put(
+    call: Call[bool],
     tensor: Any,
     name: str,
     self_weight: Any = None,
@@ -67,27 +72,16 @@ def win_put(
     require_mutex: bool = False,
 ) -> bool:
     """Put ``dst_weights[j] * tensor`` into the buffers at the out-neighbors ``j``."""
-    _errors.check_tensor("win_put", tensor)
-    return fogsim.win_put(
-        tensor, name, _float_scalar(self_weight), _float_weights(dst_weights), require_mutex
-    )
+    weights = _float_weights(dst_weights)
+    return call(tensor, name, tensor, name, _float_scalar(self_weight), weights, require_mutex)
 
 
-def win_put_nonblocking(
-    tensor: Any,
-    name: str,
-    self_weight: Any = None,
-    dst_weights: Any = None,
-    require_mutex: bool = False,
-) -> fogsim.Handle:
-    """Start :func:`win_put`; return a handle for :func:`win_wait`."""
-    _errors.check_tensor("win_put_nonblocking", tensor)
-    return fogsim.win_put_nonblocking(
-        tensor, name, _float_scalar(self_weight), _float_weights(dst_weights), require_mutex
-    )
+win_put_nonblocking = win_put.nonblocking
 
 
+@bluefog_op(lambda: fogsim.win_accumulate, names=False, twin_doc=_STARTED.format("win_accumulate"))
 def win_accumulate(
+    call: Call[bool],
     tensor: Any,
     name: str,
     self_weight: Any = None,
@@ -95,36 +89,22 @@ def win_accumulate(
     require_mutex: bool = False,
 ) -> bool:
     """Add ``dst_weights[j] * tensor`` to the buffers at the out-neighbors ``j``."""
-    _errors.check_tensor("win_accumulate", tensor)
-    return fogsim.win_accumulate(
-        tensor, name, _float_scalar(self_weight), _float_weights(dst_weights), require_mutex
-    )
+    weights = _float_weights(dst_weights)
+    return call(tensor, name, tensor, name, _float_scalar(self_weight), weights, require_mutex)
 
 
-def win_accumulate_nonblocking(
-    tensor: Any,
-    name: str,
-    self_weight: Any = None,
-    dst_weights: Any = None,
-    require_mutex: bool = False,
-) -> fogsim.Handle:
-    """Start :func:`win_accumulate`; return a handle for :func:`win_wait`."""
-    _errors.check_tensor("win_accumulate_nonblocking", tensor)
-    return fogsim.win_accumulate_nonblocking(
-        tensor, name, _float_scalar(self_weight), _float_weights(dst_weights), require_mutex
-    )
+win_accumulate_nonblocking = win_accumulate.nonblocking
 
 
-def win_get(name: str, src_weights: Any = None, require_mutex: bool = False) -> bool:
+@bluefog_op(lambda: fogsim.win_get, names=False, twin_doc=_STARTED.format("win_get"))
+def win_get(
+    call: Call[bool], name: str, src_weights: Any = None, require_mutex: bool = False
+) -> bool:
     """Fetch the in-neighbors' exposed values (times ``src_weights``) into the buffers."""
-    return fogsim.win_get(name, _float_weights(src_weights), require_mutex)
+    return call(None, name, name, _float_weights(src_weights), require_mutex)
 
 
-def win_get_nonblocking(
-    name: str, src_weights: Any = None, require_mutex: bool = False
-) -> fogsim.Handle:
-    """Start :func:`win_get`; return a handle for :func:`win_wait`."""
-    return fogsim.win_get_nonblocking(name, _float_weights(src_weights), require_mutex)
+win_get_nonblocking = win_get.nonblocking
 
 
 def win_update(
