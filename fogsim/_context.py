@@ -9,6 +9,7 @@ several simulated worlds side by side and per-agent threads can each see their o
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -20,7 +21,8 @@ from .backends import Backend, create_backend
 if TYPE_CHECKING:
     from .topology import Topology
 
-__all__ = ["Context", "current", "set_current"]
+
+__all__ = ["Context", "current", "method_of", "set_current"]
 
 _current: Context | None = None
 
@@ -105,6 +107,9 @@ class Context:
             self.backend.close()
             raise
         self._closed = False
+        # the part methods the public ops' routes reached in this world, by route (see
+        # method_of): a world's parts are fixed when it is made
+        self.methods: dict[Callable[[Backend], Callable[..., Any]], Callable[..., Any]] = {}
 
     def _shards(self, name: str, shards: int | str | None) -> int:
         """Return the number of processes the simulation is split over (1: not split).
@@ -168,6 +173,7 @@ class Context:
         """Release the backend's resources; the context cannot be used afterwards."""
         if not self._closed:
             self._closed = True
+            self.methods.clear()
             self.backend.close()
 
     def __enter__(self) -> Context:
@@ -190,6 +196,20 @@ def current() -> Context:
     if ctx is None or ctx._closed:
         raise RuntimeError("fogsim is not initialized: call fogsim.init() first")
     return ctx
+
+
+def method_of(route: Callable[[Backend], Callable[..., Any]]) -> Callable[..., Any]:
+    """Return the part method that ``route`` reaches in the current world.
+
+    The public ops follow their routes here (see `fogsim._routing`, which reads
+    :attr:`Context.methods` first); a world's parts are fixed when it is made, so each
+    route is followed once per world and kept.
+    """
+    ctx = current()
+    method = ctx.methods.get(route)
+    if method is None:
+        method = ctx.methods[route] = route(ctx.backend)
+    return method
 
 
 def peek() -> Context | None:

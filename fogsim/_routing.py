@@ -17,7 +17,7 @@ order, to the runner::
     allgather_nonblocking = allgather.nonblocking
 
 A route is a function of the world (:class:`~fogsim.backends.Backend`) returning the bound
-method of one of its parts (:mod:`fogsim.backends._parts`), so mypy checks that the part has
+method of one of its parts (:mod:`fogsim.backends`), so mypy checks that the part has
 it; nothing is looked up by name and no source is compiled. :func:`public_op` makes two public
 functions of the declaration, each the declared function with its runner bound first
 (``functools.partial``, so arguments bind at C speed and a call that does not fit is Python's
@@ -166,55 +166,53 @@ def public_op(
         params = list(signature.parameters.values())[1:]  # after the runner
         positional = [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
         where = positional.index("name") if "name" in positional else None
-        public = signature.replace(parameters=params)
-        DECLARED_OPS.append(Declared(name, label, route, twin, public))
-        run = _runner(name, name, label, route, None, name, where)
-        op: Any = _bound(declared, run, public)
+        DECLARED_OPS.append(
+            Declared(name, label, route, twin, signature.replace(parameters=params))
+        )
         if twin is not None:
             twin_name = name + "_nonblocking"
             track = twin_track or "enqueue_" + name
-            run = _runner(twin_name, name, label, route, twin, track, where)
             doc = twin_doc or (
                 f"Start :func:`{name}`; return a :class:`~fogsim.Handle` for "
                 ":func:`wait` / :func:`poll`. Same arguments."
             )
-            twin_fn = renamed(declared, twin_name, doc)
-            op.nonblocking = _bound(twin_fn, run, public.replace(return_annotation="Handle"))
-        return op  # type: ignore[no-any-return]
+            started = renamed(declared, twin_name, doc, "Handle")
+            run = _runner(twin_name, name, label, route, twin, track, where)
+            declared.nonblocking = _bound(started, run)  # type: ignore[attr-defined]
+        op: PublicOp[P, T] = _bound(declared, _runner(name, name, label, route, None, name, where))
+        return op
 
     return decorate
 
 
-def _bound(
-    declared: Callable[..., Any], run: Runner[Any], signature: inspect.Signature
-) -> functools.partial[Any]:
+def _bound(declared: Callable[..., Any], run: Runner[Any]) -> Any:
     """The public function: ``declared`` with its runner bound first."""
     _DECLARED.add(declared.__code__)
-    return bind_first(declared, run, signature)
+    return bind_first(declared, run)
 
 
-def bind_first(
-    declared: Callable[..., Any], first: Any, signature: inspect.Signature
-) -> functools.partial[Any]:
-    """``declared`` with ``first`` bound as its first argument, shown as ``declared`` with
-    ``signature`` (a declaration's public function)."""
-    public = functools.partial(declared, first)
-    public.__name__ = public.__qualname__ = declared.__name__  # type: ignore[attr-defined]
-    public.__module__ = declared.__module__
-    public.__doc__ = declared.__doc__
-    public.__signature__ = signature  # type: ignore[attr-defined]
-    return public
+def bind_first(declared: Callable[..., Any], first: Any) -> Any:
+    """``declared`` with ``first`` bound as its first argument: a bound method, which Python
+    calls at the cost of a function call, shows ``declared``'s name, docstring and
+    signature without its first parameter, and reads other attributes (``nonblocking``)
+    from ``declared``."""
+    return types.MethodType(declared, first)
 
 
-def renamed(declared: Callable[..., Any], name: str, doc: str) -> Callable[..., Any]:
-    """``declared`` under another name (a twin's), so that Python's errors name it."""
+def renamed(
+    declared: Callable[..., Any], name: str, doc: str, returns: str | None = None
+) -> Callable[..., Any]:
+    """``declared`` under another name (a twin's), so that Python's errors name it, with
+    the docstring ``doc`` and, if given, the return annotation ``returns``."""
     assert isinstance(declared, types.FunctionType)
     code = declared.__code__.replace(co_name=name, co_qualname=name)
     twin = types.FunctionType(
         code, declared.__globals__, name, declared.__defaults__, declared.__closure__
     )
     twin.__kwdefaults__ = declared.__kwdefaults__
-    twin.__annotations__ = declared.__annotations__
+    twin.__annotations__ = dict(declared.__annotations__)
+    if returns is not None:
+        twin.__annotations__["return"] = returns
     twin.__module__ = declared.__module__
     twin.__qualname__ = name
     twin.__doc__ = doc
@@ -231,14 +229,21 @@ def _runner(
     where: int | None,
 ) -> Runner[Any]:
     """The runner of the public function ``public`` (the op ``op``, or its twin)."""
-    current = _context.current
+    method_of = _context.method_of
+    threads = _context._thread  # read inline below: the one lookup every op makes
     started = twin is not None
     eager = isinstance(twin, _Eager)
     target: Route = twin if twin is not None and not isinstance(twin, _Eager) else route
     span = "ENQUEUE_" + label if started else label
 
     def run() -> Callable[..., Any]:
-        fn = target(current().backend)
+        # _context.method_of(target), without its two calls on the path every op takes
+        # (a closed context has forgotten its methods: method_of then raises)
+        stack = threads.stack
+        ctx = stack[-1] if stack else _context._current
+        fn = None if ctx is None else ctx.methods.get(target)
+        if fn is None:
+            fn = method_of(target)  # the first call in this world, or the error of none
         if _timeline.active is None and not eager:
             return fn  # the part method itself: no frame of ours under it
         return functools.partial(_traced, fn)
@@ -250,7 +255,7 @@ def _runner(
         return _spanned(fn, args, span, name or track)
 
     def variant(route: Route, args: tuple[Any, ...], label: str) -> Any:
-        return plain(route(current().backend), args, label)
+        return plain(method_of(route), args, label)
 
     def plain(function: Callable[..., Any], args: tuple[Any, ...], label: str) -> Any:
         name = args[where] if where is not None and where < len(args) else None

@@ -1,5 +1,9 @@
 """Backends by name: each implements :class:`fogsim.backends.Backend` for one runtime.
 
+A backend is one world (:class:`Backend`) composed of parts, each a protocol declared once:
+:class:`Collectives`, :class:`Neighbors`, :class:`Machines` and :class:`WindowPart`; it
+declares what it can do in its :class:`Capabilities`.
+
 Transports by name too: what the processes of one job open among themselves (the sharded
 simulator's processes move rows over one), each a runtime ``Transport``.
 """
@@ -12,10 +16,17 @@ from typing import Any
 
 from .. import _settings
 from ._base import Backend
+from ._parts import Capabilities, Collectives, Machines, Neighbors
 from ._transports import OpenedTransport
+from ._windows import WindowPart
 
 __all__ = [
     "Backend",
+    "Capabilities",
+    "Collectives",
+    "Machines",
+    "Neighbors",
+    "WindowPart",
     "available_backends",
     "available_transports",
     "create_backend",

@@ -62,10 +62,10 @@ class Backend(abc.ABC):
     #: Registered name, e.g. ``"sim"``.
     name: ClassVar[str]
 
-    #: What this world can do (see :class:`~fogsim.backends._parts.Capabilities`).
+    #: What this world can do (see :class:`~fogsim.backends.Capabilities`).
     capabilities: ClassVar[Capabilities]
 
-    #: The parts that run the ops (see :mod:`fogsim.backends._parts`), each built by the
+    #: The parts that run the ops (see :mod:`fogsim.backends`), each built by the
     #: backend's constructor from what it needs; ``windows`` is ``NoWindows`` where the
     #: runtime has none.
     collectives: Collectives

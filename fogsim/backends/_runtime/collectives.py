@@ -1,6 +1,6 @@
 """What the runtimes' collectives parts share: the agreement a collective starts with.
 
-Each runtime writes its own :class:`~fogsim.backends._parts.Collectives` part over its
+Each runtime writes its own :class:`~fogsim.backends.Collectives` part over its
 library's collectives (``mpi._collectives.MpiCollectives``,
 ``torchdist._collectives.TorchCollectives``); :class:`RuntimeCollectives` is their base.
 It holds the steps every collective takes before data moves, written once: the argument

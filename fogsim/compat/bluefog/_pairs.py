@@ -21,7 +21,6 @@ time). Window ops (``names=False``) use their names for windows, so no name is k
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar
 
@@ -73,16 +72,12 @@ def bluefog_op(
 
     def decorate(declared: Callable[Concatenate[Call[R], P], R]) -> BlueFogOp[P, R]:
         name = declared.__name__
-        signature = inspect.signature(declared)
-        public = signature.replace(parameters=list(signature.parameters.values())[1:])
-        op: Any = _routing.bind_first(declared, _blocking(name, fogsim_op, names), public)
         twin_name = name + "_nonblocking"
         doc = twin_doc or f"Start :func:`{name}`; return a handle for :func:`synchronize`."
-        twin = _routing.renamed(declared, twin_name, doc)
-        op.nonblocking = _routing.bind_first(
-            twin, _started(twin_name, fogsim_op, names), public.replace(return_annotation="Any")
-        )
-        return op  # type: ignore[no-any-return]
+        twin = _routing.renamed(declared, twin_name, doc, "Any")
+        started = _started(twin_name, fogsim_op, names)
+        declared.nonblocking = _routing.bind_first(twin, started)  # type: ignore[attr-defined]
+        return _routing.bind_first(declared, _blocking(name, fogsim_op, names))  # type: ignore[no-any-return]
 
     return decorate
 
