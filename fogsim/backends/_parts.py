@@ -116,7 +116,7 @@ class Machines(Protocol):
     """The machine-level ops, with the public functions' arguments.
 
     Machine m holds ranks ``m * local_size .. (m + 1) * local_size - 1``; every machine holds
-    the same number of agents (:meth:`check` raises a ValueError naming the op otherwise).
+    the same number of agents (``check`` raises a ValueError naming the op otherwise).
     """
 
     def check(self, op: str) -> None: ...

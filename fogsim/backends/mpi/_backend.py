@@ -35,9 +35,9 @@ __all__ = ["MPIBackend"]
 class MPIBackend(DistributedBackend):
     """One agent per MPI process (see the module docstring).
 
-    Its parts: ``collectives`` (:class:`MpiCollectives` on the world's communicator),
-    ``neighbors`` (the runtime's, over :class:`MpiDataPath`), ``machines`` (the runtime's,
-    over :class:`MpiMachineLink`) and ``windows`` (the runtime's, over MPI-3 RMA).
+    Its parts: ``collectives`` (``MpiCollectives`` on the world's communicator),
+    ``neighbors`` (the runtime's, over ``MpiDataPath``), ``machines`` (the runtime's,
+    over ``MpiMachineLink``) and ``windows`` (the runtime's, over MPI-3 RMA).
     """
 
     name = "mpi"

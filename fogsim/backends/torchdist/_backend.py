@@ -97,9 +97,9 @@ class _WorkGuard(Guard):
 class TorchBackend(DistributedBackend):
     """One agent per process over torch.distributed (see the module docstring).
 
-    Its parts: ``collectives`` (:class:`TorchCollectives` on the world's groups),
-    ``neighbors`` (the runtime's, over :class:`TorchDataPath`) and ``machines`` (the
-    runtime's, over :class:`TorchMachineLink`); it has no one-sided windows. CUDA tensors
+    Its parts: ``collectives`` (``TorchCollectives`` on the world's groups),
+    ``neighbors`` (the runtime's, over ``TorchDataPath``) and ``machines`` (the
+    runtime's, over ``TorchMachineLink``); it has no one-sided windows. CUDA tensors
     are combined on their device when every rank has CUDA and NCCL (else a TypeError).
     """
 
