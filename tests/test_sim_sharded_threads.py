@@ -214,7 +214,11 @@ def test_tensors_on_the_device_path_are_combined_there(monkeypatch):
         want = []
         for topo in topos:
             ctx.backend.set_topology(topo)
-            want.append(ctx.backend.neighbors.neighbor_allreduce(ctx.backend.neighbors.neighbor_allreduce(x)))
+            want.append(
+                ctx.backend.neighbors.neighbor_allreduce(
+                    ctx.backend.neighbors.neighbor_allreduce(x)
+                )
+            )
         want_mean = ctx.backend.collectives.allreduce(x)
 
     def work(backend):
@@ -222,7 +226,9 @@ def test_tensors_on_the_device_path_are_combined_there(monkeypatch):
         got = []
         for topo in topos:
             backend.set_topology(topo)
-            got.append(backend.neighbors.neighbor_allreduce(backend.neighbors.neighbor_allreduce(x[lo:hi])))
+            got.append(
+                backend.neighbors.neighbor_allreduce(backend.neighbors.neighbor_allreduce(x[lo:hi]))
+            )
         return lo, hi, got, backend.collectives.allreduce(x[lo:hi])
 
     combined.clear()  # (the one-process reference took the device path too)

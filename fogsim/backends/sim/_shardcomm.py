@@ -166,7 +166,7 @@ class ShardComm:
         return out[:b]
 
     # -- per-agent arguments --------------------------------------------------------------
-    def gather(self, value: Any, argname: str) -> list[Any]:
+    def gather_json(self, value: Any, argname: str) -> list[Any]:
         """Every process's ``value``, by process, as JSON data (never pickled)."""
         parts = self.transport.allgather_json(encode(value))
         return [decode(part, argname, f"process {p}") for p, part in enumerate(parts)]
@@ -191,7 +191,7 @@ class ShardComm:
             return value
         sizes = np.diff(self.bounds).tolist()
         if lengths == sizes:  # the blocks' entries: gather them
-            parts = self.gather(value, argname)
+            parts = self.gather_json(value, argname)
             if isinstance(value, np.ndarray):
                 return np.concatenate([np.asarray(p) for p in parts])
             return [v for p in parts for v in p]
