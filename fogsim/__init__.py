@@ -31,36 +31,38 @@ if _typing.TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at ru
         global_view,
         hierarchical_neighbor_allreduce,
         hierarchical_neighbor_allreduce_nonblocking,
-        in_neighbor_machine_ranks,
-        in_neighbor_ranks,
         init,
         is_initialized,
-        is_machine_topology_weighted,
         is_main_process,
-        is_topology_weighted,
-        load_machine_topology,
-        load_topology,
         local,
         local_rank,
         local_size,
-        machine_rank,
-        machine_size,
         neighbor_allgather,
         neighbor_allgather_nonblocking,
         neighbor_allreduce,
         neighbor_allreduce_nonblocking,
-        out_neighbor_machine_ranks,
-        out_neighbor_ranks,
         poll,
         rank,
-        set_machine_topology,
-        set_topology,
         shutdown,
         size,
         vmap,
         wait,
     )
     from ._api_bytes import bytes_sent
+    from ._api_topology import (
+        in_neighbor_machine_ranks,
+        in_neighbor_ranks,
+        is_machine_topology_weighted,
+        is_topology_weighted,
+        load_machine_topology,
+        load_topology,
+        machine_rank,
+        machine_size,
+        out_neighbor_machine_ranks,
+        out_neighbor_ranks,
+        set_machine_topology,
+        set_topology,
+    )
     from ._api_windows import (
         get_win_version,
         set_asynchrony,
@@ -189,10 +191,26 @@ _WINDOW_OPS = (
     "set_asynchrony",
 )
 
+_TOPOLOGY_FUNCTIONS = (
+    "set_topology",
+    "load_topology",
+    "is_topology_weighted",
+    "in_neighbor_ranks",
+    "out_neighbor_ranks",
+    "machine_size",
+    "machine_rank",
+    "set_machine_topology",
+    "load_machine_topology",
+    "is_machine_topology_weighted",
+    "in_neighbor_machine_ranks",
+    "out_neighbor_machine_ranks",
+)
+
 # The public names are imported on first use (PEP 562), so that ``import fogsim.run`` (the
 # fogrun launcher) and ``import fogsim._settings`` do not pay for numpy, scipy and networkx.
 _MODULE_OF = {name: "._api" for name in __all__}
 _MODULE_OF.update(dict.fromkeys(_WINDOW_OPS, "._api_windows"))
+_MODULE_OF.update(dict.fromkeys(_TOPOLOGY_FUNCTIONS, "._api_topology"))
 _MODULE_OF.update(WeightWarning="._weightcheck", bytes_sent="._api_bytes")
 _MODULE_OF.update(
     Context="._context",

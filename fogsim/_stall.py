@@ -47,6 +47,7 @@ _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 _PUBLIC = (
     os.path.join(_PACKAGE, "_api.py"),
     os.path.join(_PACKAGE, "_api_windows.py"),
+    os.path.join(_PACKAGE, "_api_topology.py"),
     os.path.join(_PACKAGE, "compat"),
 )
 _LAUNCHER = os.path.join(_PACKAGE, "run", "")  # fogrun's bootstrap runs the program: no op
