@@ -9,6 +9,7 @@
   is_hierarchical_local=True)`` and ``fogsim.allreduce(..., algorithm="decomposed")``.
 """
 
+from ._scaling import plot_allreduce_scaling, scaling_table
 from .cost import (
     INFINIBAND_100G,
     NVLINK,
@@ -26,10 +27,8 @@ from .cost import (
     hierarchical_neighbor_allreduce_time,
     neighbor_allreduce_time,
     one_level_allreduce_time,
-    plot_allreduce_scaling,
     reduce_time,
     ring_time,
-    scaling_table,
     schedule_time,
     two_level_allreduce_time,
 )
