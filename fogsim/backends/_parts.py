@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from .._handles import Handle
 
-__all__ = ["Capabilities", "Collectives", "Machines", "Neighbors", "NoMachines"]
+__all__ = ["Capabilities", "Collectives", "Machines", "Neighbors"]
 
 
 @dataclass(frozen=True)
@@ -150,35 +150,3 @@ class Machines(Protocol):
             x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check, name
         )
         return Handle.completed("hierarchical_neighbor_allreduce", result, name)
-
-
-class NoMachines(Machines):
-    """The machines part of a world without machine-level ops: each op is a ValueError."""
-
-    def __init__(self, backend: str) -> None:
-        self._backend = backend
-
-    def _refuse(self, op: str) -> Any:
-        raise ValueError(f"{op}: the {self._backend} backend does not have it")
-
-    def check(self, op: str) -> None:
-        pass
-
-    def hierarchical_neighbor_allreduce(
-        self,
-        x: Any,
-        self_weight: Any,
-        src_machine_weights: Any,
-        dst_machine_weights: Any,
-        enable_topo_check: bool,
-        name: str | None,
-    ) -> Any:
-        return self._refuse("hierarchical_neighbor_allreduce")
-
-    def local_allreduce(self, x: Any, average: bool, name: str | None) -> Any:
-        return self._refuse("allreduce(is_hierarchical_local=True)")
-
-    def decomposed_allreduce(
-        self, x: Any, average: bool, name: str | None, factors: tuple[int, ...] | None
-    ) -> Any:
-        return self._refuse("allreduce(algorithm='decomposed')")
