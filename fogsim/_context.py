@@ -22,9 +22,14 @@ if TYPE_CHECKING:
     from .topology import Topology
 
 
-__all__ = ["Context", "current", "method_of", "set_current"]
+__all__ = ["Context", "current", "method_of", "pop_to", "push", "set_current"]
 
 _current: Context | None = None
+
+#: How many ``with ctx:`` blocks are open, in all threads together. While none is, every
+#: thread's current context is ``_current``, and the ops read it without asking the thread.
+_entered = 0
+_entered_lock = threading.Lock()
 
 
 class SpmdAgent(Protocol):
@@ -177,12 +182,11 @@ class Context:
             self.backend.close()
 
     def __enter__(self) -> Context:
-        stack = _thread.stack
-        stack.append(self)
+        push(self)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        _thread.stack.pop()
+        pop_to(len(_thread.stack) - 1)
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"size={self.backend.size_int}"
@@ -191,11 +195,32 @@ class Context:
 
 def current() -> Context:
     """Return the context of the running thread, else the one made by ``init()``."""
-    stack = _thread.stack  # every op looks here: no getattr default, no exception
-    ctx = stack[-1] if stack else _current
+    if _entered:  # some thread has a ``with ctx:`` block open: this one may
+        stack = _thread.stack  # no getattr default, no exception
+        ctx = stack[-1] if stack else _current
+    else:
+        ctx = _current
     if ctx is None or ctx._closed:
         raise RuntimeError("fogsim is not initialized: call fogsim.init() first")
     return ctx
+
+
+def push(ctx: Context) -> None:
+    """Make ``ctx`` the running thread's current context until :func:`pop_to` drops it."""
+    global _entered
+    _thread.stack.append(ctx)
+    with _entered_lock:
+        _entered += 1
+
+
+def pop_to(depth: int) -> None:
+    """Drop the running thread's current contexts above the first ``depth``."""
+    global _entered
+    stack = _thread.stack
+    dropped = max(len(stack) - depth, 0)
+    del stack[depth:]
+    with _entered_lock:
+        _entered -= dropped
 
 
 def method_of(route: Callable[[Backend], Callable[..., Any]]) -> Callable[..., Any]:

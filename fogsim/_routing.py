@@ -239,8 +239,11 @@ def _runner(
     def run() -> Callable[..., Any]:
         # _context.method_of(target), without its two calls on the path every op takes
         # (a closed context has forgotten its methods: method_of then raises)
-        stack = threads.stack
-        ctx = stack[-1] if stack else _context._current
+        if _context._entered:  # a ``with ctx:`` block is open somewhere: ask the thread
+            stack = threads.stack
+            ctx = stack[-1] if stack else _context._current
+        else:
+            ctx = _context._current
         fn = None if ctx is None else ctx.methods.get(target)
         if fn is None:
             fn = method_of(target)  # the first call in this world, or the error of none

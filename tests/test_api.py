@@ -213,6 +213,35 @@ def test_several_worlds_side_by_side():
     b.close()
 
 
+def test_a_world_entered_in_one_thread_is_that_threads_alone():
+    """``with ctx:`` makes ``ctx`` current for its thread only; the ops of other threads
+    (and of this one, once the block ends) keep the world that ``init()`` made."""
+    import threading
+
+    fs.init(size=2)
+    a = fs.Context(size=4, topology=T.ring_graph(4))
+    inside, leave, seen = threading.Event(), threading.Event(), {}
+
+    def agent():
+        with a:
+            seen["in"] = fs.allreduce(np.arange(4.0), average=False)
+            inside.set()
+            leave.wait(10)
+        seen["after"] = fs.allreduce(np.arange(2.0), average=False)
+
+    thread = threading.Thread(target=agent)
+    thread.start()
+    assert inside.wait(10)
+    mine = fs.neighbor_allreduce(np.array([1.0, 3.0]))  # while the other block is open
+    leave.set()
+    thread.join(10)
+    np.testing.assert_array_equal(seen["in"], np.full(4, 6.0))
+    np.testing.assert_array_equal(seen["after"], np.full(2, 1.0))
+    np.testing.assert_array_equal(mine, np.full(2, 2.0))
+    np.testing.assert_array_equal(fs.allreduce(np.arange(2.0), average=False), np.full(2, 1.0))
+    a.close()
+
+
 def test_settings_from_environment(monkeypatch):
     monkeypatch.setenv("FOGSIM_SIZE", "7")
     fs.init()

@@ -68,7 +68,7 @@ class Agent:
         if old is not None and old in stack:
             stack[stack.index(old)] = ctx
         else:
-            stack.append(ctx)
+            _context.push(ctx)
         if old is not None:
             old.close()
         return ctx
@@ -92,8 +92,7 @@ class Agent:
         """The thread's body: ``results[rank] = fn(*args)`` with this agent's context."""
         _context.set_spmd_agent(self)
         _random.enter_agent()
-        stack = _context._thread.stack
-        depth = len(stack)
+        depth = len(_context._thread.stack)
         try:
             self.init()
             results[self.rank] = fn(*args)
@@ -109,7 +108,7 @@ class Agent:
         else:
             self.world.finish(self.rank)
         finally:
-            del stack[depth:]
+            _context.pop_to(depth)
             if self.context is not None:
                 self.context.close()
             if self.world.settings.timeline:
