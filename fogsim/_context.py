@@ -233,7 +233,7 @@ def method_of(route: Callable[[Backend], Callable[..., Any]]) -> Callable[..., A
     ctx = current()
     method = ctx.methods.get(route)
     if method is None:
-        method = ctx.methods[route] = route(ctx.backend)
+        method = ctx.methods[route] = ctx.backend.follow(route)
     return method
 
 

@@ -235,6 +235,26 @@ def _runner(
     eager = isinstance(twin, _Eager)
     target: Route = twin if twin is not None and not isinstance(twin, _Eager) else route
     span = "ENQUEUE_" + label if started else label
+    first: Callable[[Route], Callable[..., Any]] = method_of
+
+    if target is not route:
+
+        def twin_of(target: Route) -> Callable[..., Any]:
+            """The twin's method in the current world: the part's twin where the world's
+            nonblocking ops overlap, else the blocking op, returning a completed handle."""
+            ctx = _context.current()
+            if ctx.backend.capabilities.overlaps:
+                return method_of(target)
+            blocking = method_of(route)
+
+            def completed(*args: Any) -> Handle:
+                name = args[where] if where is not None and where < len(args) else None
+                return Handle.completed(op, blocking(*args), name)
+
+            ctx.methods[target] = completed
+            return completed
+
+        first = twin_of
 
     def run() -> Callable[..., Any]:
         # _context.method_of(target), without its two calls on the path every op takes
@@ -246,7 +266,7 @@ def _runner(
             ctx = _context._current
         fn = None if ctx is None else ctx.methods.get(target)
         if fn is None:
-            fn = method_of(target)  # the first call in this world, or the error of none
+            fn = first(target)  # the first call in this world, or the error of none
         if _timeline.active is None and not eager:
             return fn  # the part method itself: no frame of ours under it
         return functools.partial(_traced, fn)

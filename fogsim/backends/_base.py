@@ -106,6 +106,17 @@ class Backend(abc.ABC):
         """This process's shard of a world split over processes (None: not split)."""
         return None
 
+    def follow(self, route: Callable[[Backend], Callable[..., Any]]) -> Callable[..., Any]:
+        """Return what runs the op that ``route`` reaches (a public op's route, see
+        ``fogsim._routing``) in this world: the part method itself, ``route(self)``.
+
+        A world whose parts are not where its agents' calls meet overrides this: an SPMD
+        agent's ops meet the other agents and run the simulator's once; the sharded
+        simulator runs the simulator's op on the gathered world where it has no sharded
+        form of it. The public ops follow each route once per world and keep the result.
+        """
+        return route(self)
+
     def check_rank(self, value: Any, argname: str) -> int:
         """Return ``value`` as a rank in range, or raise naming ``argname``."""
         return check_rank(value, self.size_int, argname)

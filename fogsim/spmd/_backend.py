@@ -13,141 +13,24 @@ while any agent is outside one.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from .. import _arrays, _context, _settings
+from .. import _context, _settings
 from .._arrays import wrap_like
 from ..backends._base import OneAgentEach, launched_size
-from ..backends._parts import Capabilities, Collectives, Machines, Neighbors
+from ..backends._parts import Capabilities
 from ..backends.sim import SimBackend
 from ..topology import Topology
-from ._collect import (
-    agree,
-    arrays,
-    check_alike,
-    label,
-    per_agent_weights,
-    rows,
-    same_topology,
-    self_weights,
-    stack,
-)
+from ._collect import agree, same_topology, stack
+from ._relay import key, relay
 from ._windows import SpmdWindowOps
 from ._world import Execute, World
 
+if TYPE_CHECKING:
+    from ..backends import Backend
+
 __all__ = ["SpmdBackend"]
-
-
-def _key(value: Any) -> Any:
-    """A hashable stand-in of an argument, for comparing agents' arguments."""
-    if isinstance(value, list | tuple):
-        return tuple(_key(v) for v in value)
-    try:
-        hash(value)
-    except TypeError:
-        return repr(value)
-    return value
-
-
-class _Agent:
-    """What an SPMD part needs: the run's world and this agent's rank."""
-
-    __slots__ = ("world", "rank")
-
-    def __init__(self, world: World, rank: int) -> None:
-        self.world = world
-        self.rank = rank
-
-    def meet(self, op: str, args: Any, execute: Execute) -> Any:
-        return self.world.meet(self.rank, op, args, execute)
-
-
-class SpmdCollectives(Collectives):
-    """One agent's collectives: each a rendezvous that runs the simulator's op once."""
-
-    def __init__(self, agent: _Agent) -> None:
-        self._agent = agent
-
-    def allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
-        _arrays.check_name(name)
-        return self._agent.meet(label("allreduce", name), (x, average), _allreduce)
-
-    def allgather(self, x: Any, name: str | None = None) -> Any:
-        _arrays.check_name(name)
-        return self._agent.meet(label("allgather", name), x, _allgather)
-
-    def broadcast(self, x: Any, root_rank: int, name: str | None = None) -> Any:
-        _arrays.check_name(name)
-        return self._agent.meet(label("broadcast", name), (x, root_rank), _broadcast)
-
-    def barrier(self) -> None:
-        self._agent.meet("barrier", None, _barrier)
-
-
-class SpmdNeighbors(Neighbors):
-    """One agent's neighbor ops: each a rendezvous that runs the simulator's op once."""
-
-    def __init__(self, agent: _Agent) -> None:
-        self._agent = agent
-
-    def neighbor_allreduce(
-        self,
-        x: Any,
-        self_weight: Any = None,
-        src_weights: Any = None,
-        dst_weights: Any = None,
-        enable_topo_check: bool = True,
-        name: str | None = None,
-    ) -> Any:
-        _arrays.check_name(name)
-        args = (x, self_weight, src_weights, dst_weights, enable_topo_check)
-        return self._agent.meet(label("neighbor_allreduce", name), args, _neighbor_allreduce)
-
-    def neighbor_allgather(
-        self, x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
-    ) -> Any:
-        _arrays.check_name(name)
-        args = (x, src_ranks, dst_ranks)
-        return self._agent.meet(label("neighbor_allgather", name), args, _neighbor_allgather)
-
-
-class SpmdMachines(Machines):
-    """One agent's machine-level ops: each a rendezvous that runs the simulator's op once."""
-
-    def __init__(self, agent: _Agent) -> None:
-        self._agent = agent
-
-    def check(self, op: str) -> None:
-        self._agent.world.sim.machines.check(op)
-
-    def hierarchical_neighbor_allreduce(
-        self,
-        x: Any,
-        self_weight: Any,
-        src_machine_weights: Any,
-        dst_machine_weights: Any,
-        enable_topo_check: bool,
-        name: str | None,
-    ) -> Any:
-        _arrays.check_name(name)
-        args = (x, self_weight, src_machine_weights, dst_machine_weights, enable_topo_check)
-        op = label("hierarchical_neighbor_allreduce", name)
-        return self._agent.meet(op, args, _hierarchical_neighbor_allreduce)
-
-    def local_allreduce(self, x: Any, average: bool, name: str | None) -> Any:
-        _arrays.check_name(name)
-        op = label("allreduce(is_hierarchical_local=True)", name)
-        return self._agent.meet(op, (x, average), _local_allreduce)
-
-    def decomposed_allreduce(
-        self, x: Any, average: bool, name: str | None, factors: tuple[int, ...] | None
-    ) -> Any:
-        _arrays.check_name(name)
-        op = label("allreduce(algorithm='decomposed')", name)
-        return self._agent.meet(op, (x, average, factors), _decomposed_allreduce)
 
 
 class SpmdBackend(OneAgentEach):
@@ -155,9 +38,10 @@ class SpmdBackend(OneAgentEach):
 
     Created by ``fogsim.init()`` inside an agent thread of :func:`fogsim.spmd.run`
     (registered as backend ``"spmd"``); elsewhere it refuses to start. Its window ops are
-    its ``windows`` part, a :class:`SpmdWindowOps` meeting the other agents the same way, as
-    do its other parts (:class:`SpmdCollectives`, :class:`SpmdNeighbors`,
-    :class:`SpmdMachines`).
+    its ``windows`` part, a :class:`SpmdWindowOps` meeting the other agents; every other op
+    is the run's simulator's (its ``collectives``, ``neighbors`` and ``machines`` are the
+    simulator's parts), which an agent reaches through :meth:`follow`: a rendezvous that
+    stacks the agents' arguments and runs it once (``_relay``).
     """
 
     name = "spmd"
@@ -183,12 +67,22 @@ class SpmdBackend(OneAgentEach):
         self._n: int = self._world.size
         # the run's count wins over init(size=), as a launcher's does
         launched_size(size, self._n, self._rank, f"the SPMD run ({self._n} threads)")
-        agent_parts = _Agent(self._world, self._rank)
-        self.collectives = SpmdCollectives(agent_parts)
-        self.neighbors = SpmdNeighbors(agent_parts)
-        self.machines = SpmdMachines(agent_parts)
         self.windows = SpmdWindowOps(self._world, self._rank)
         self._meet("init", local_size, _init)
+        sim = self._sim  # its parts run every op but the window ops, once for all agents
+        self.collectives, self.neighbors, self.machines = (
+            sim.collectives,
+            sim.neighbors,
+            sim.machines,
+        )
+
+    def follow(self, route: Callable[[Backend], Callable[..., Any]]) -> Callable[..., Any]:
+        """An op meets the other agents and runs the simulator's once (``_relay``); the
+        window ops are this agent's own part's (:class:`SpmdWindowOps`)."""
+        method = route(self)
+        if getattr(method, "__self__", None) is self.windows:
+            return method
+        return relay(self._world, self._rank, route)
 
     def _meet(self, op: str, args: Any, execute: Execute) -> Any:
         return self._world.meet(self._rank, op, args, execute)
@@ -253,7 +147,7 @@ class SpmdBackend(OneAgentEach):
 # -- what runs once per rendezvous (the last agent to arrive runs it, see World.meet) ---------
 def _init(world: World, local_sizes: Sequence[Any]) -> list[None]:
     """A fresh simulator for the run (every agent called ``fogsim.init()``)."""
-    local_size = agree("init", [_key(v) for v in local_sizes], "local_size")
+    local_size = agree("init", [key(v) for v in local_sizes], "local_size")
     if local_size is None:
         local_size = world.local_size
     elif isinstance(local_size, bool) or not isinstance(local_size, numbers.Integral):
@@ -268,7 +162,7 @@ def _init(world: World, local_sizes: Sequence[Any]) -> list[None]:
 
 def _set_topology(world: World, args: Sequence[Any]) -> list[None]:
     topologies, weighted = zip(*args, strict=True)
-    is_weighted = agree("set_topology", [_key(w) for w in weighted], "is_weighted")
+    is_weighted = agree("set_topology", [key(w) for w in weighted], "is_weighted")
     topo = same_topology("set_topology", topologies, "topology", world.size, original=True)
     world.sim.set_topology(topo, is_weighted)
     return [None] * world.size
@@ -277,7 +171,7 @@ def _set_topology(world: World, args: Sequence[Any]) -> list[None]:
 def _set_machine_topology(world: World, args: Sequence[Any]) -> list[None]:
     topologies, weighted = zip(*args, strict=True)
     op = "set_machine_topology"
-    is_weighted = agree(op, [_key(w) for w in weighted], "is_weighted")
+    is_weighted = agree(op, [key(w) for w in weighted], "is_weighted")
     machines = world.sim.machine_size()
     topo = same_topology(
         op, topologies, "machine topology", machines, original=True, check_size=False
@@ -286,101 +180,13 @@ def _set_machine_topology(world: World, args: Sequence[Any]) -> list[None]:
     return [None] * world.size
 
 
-def _allreduce(world: World, args: Sequence[Any]) -> list[Any]:
-    xs, averages = zip(*args, strict=True)
-    average = agree("allreduce", [_key(a) for a in averages], "average")
-    stacked, kinds = stack("allreduce", xs)
-    return rows(world.sim.collectives.allreduce(stacked, average), kinds)
-
-
-def _local_allreduce(world: World, args: Sequence[Any]) -> list[Any]:
-    xs, averages = zip(*args, strict=True)
-    average = agree("allreduce", [_key(a) for a in averages], "average")
-    stacked, kinds = stack("allreduce", xs)
-    return rows(world.sim.machines.local_allreduce(stacked, average, None), kinds)
-
-
-def _decomposed_allreduce(world: World, args: Sequence[Any]) -> list[Any]:
-    xs, averages, factors = zip(*args, strict=True)
-    average = agree("allreduce", [_key(a) for a in averages], "average")
-    agree("allreduce", [_key(f) for f in factors], "factors")
-    stacked, kinds = stack("allreduce", xs)
-    return rows(world.sim.machines.decomposed_allreduce(stacked, average, None, factors[0]), kinds)
-
-
-def _broadcast(world: World, args: Sequence[Any]) -> list[Any]:
-    xs, roots = zip(*args, strict=True)
-    root = agree("broadcast", [_key(r) for r in roots], "root_rank")
-    stacked, kinds = stack("broadcast", xs)
-    return rows(world.sim.collectives.broadcast(stacked, root), kinds)
-
-
-def _allgather(world: World, xs: Sequence[Any]) -> list[Any]:
-    arrs, kinds = arrays("allgather", xs)
-    arrs = [a.reshape(1) if a.ndim == 0 else a for a in arrs]
-    check_alike(
-        "allgather",
-        arrs,
-        shape_of=lambda a: a.shape[1:],
-        what="dtype and shape beyond the first dimension",
-    )
-    if len({a.shape for a in arrs}) == 1:
-        return rows(world.sim.collectives.allgather(np.stack(arrs)), kinds)
-    return rows(world.sim.collectives.allgather(arrs), kinds)  # first dimensions differ
-
-
 def _global_view(world: World, xs: Sequence[Any]) -> list[Any]:
     stacked, kinds = stack("global_view", xs)
     return [wrap_like(stacked.copy(), k) for k in kinds]
 
 
-def _weights(
-    op: str, args: Sequence[Any], n: int, machine: bool = False
-) -> tuple[np.ndarray, list[Any], Any, Any, Any, bool]:
-    """The stacked values and weights of a neighbor_allreduce (or hierarchical) call."""
-    xs, sws, srcs, dsts, checks = zip(*args, strict=True)
-    src_name, dst_name = (
-        ("src_machine_weights", "dst_machine_weights")
-        if machine
-        else ("src_weights", "dst_weights")
-    )
-    check = agree(op, [_key(c) for c in checks], "enable_topo_check")
-    stacked, kinds = stack(op, xs)
-    sw = self_weights(op, sws)
-    src = per_agent_weights(op, srcs, src_name, n)
-    dst = per_agent_weights(op, dsts, dst_name, n)
-    return stacked, kinds, sw, src, dst, check
-
-
-def _neighbor_allreduce(world: World, args: Sequence[Any]) -> list[Any]:
-    stacked, kinds, sw, src, dst, check = _weights("neighbor_allreduce", args, world.size)
-    return rows(world.sim.neighbors.neighbor_allreduce(stacked, sw, src, dst, check), kinds)
-
-
-def _hierarchical_neighbor_allreduce(world: World, args: Sequence[Any]) -> list[Any]:
-    op = "hierarchical_neighbor_allreduce"
-    machines = world.sim.machine_size()
-    stacked, kinds, sw, src, dst, check = _weights(op, args, machines, machine=True)
-    out = world.sim.machines.hierarchical_neighbor_allreduce(stacked, sw, src, dst, check, None)
-    return rows(out, kinds)
-
-
-def _neighbor_allgather(world: World, args: Sequence[Any]) -> list[Any]:
-    op = "neighbor_allgather"
-    xs, srcs, dsts = zip(*args, strict=True)
-    stacked, kinds = stack(op, xs)
-    src = per_agent_weights(op, srcs, "src_ranks", world.size, allow_matrix=False)
-    dst = per_agent_weights(op, dsts, "dst_ranks", world.size, allow_matrix=False)
-    return rows(world.sim.neighbors.neighbor_allgather(stacked, src, dst), kinds)
-
-
-def _barrier(world: World, args: Sequence[Any]) -> list[None]:
-    world.sim.collectives.barrier()
-    return [None] * world.size
-
-
 def _set_asynchrony(world: World, args: Sequence[Any]) -> list[None]:
-    keys = [repr((a, sorted((k, _key(v)) for k, v in o.items()))) for a, o in args]
+    keys = [repr((a, sorted((k, key(v)) for k, v in o.items()))) for a, o in args]
     agree("set_asynchrony", keys, "(activation, options)")
     activation, options = args[0]
     world.sim.set_asynchrony(activation, **options)

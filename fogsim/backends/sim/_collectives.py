@@ -15,6 +15,7 @@ from ... import _arrays
 from ..._arrays import NUMPY, Kind, wrap_like
 from .._base import check_rank
 from .._parts import Collectives
+from .._stacking import AgentValue, AgentValues, CallName
 from . import _torchops
 from ._pool import MIN_POOLED_BYTES
 from ._stack import allgather_ragged, ragged
@@ -46,7 +47,7 @@ class SimCollectives(Collectives):
         self._pool_empty = state.pool.empty
         self._n = state.n
 
-    def allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
+    def allreduce(self, x: AgentValue, average: bool = True, name: CallName = None) -> Any:
         if name is not None:
             _arrays.check_name(name)
         if average is not True and average is not False:
@@ -64,7 +65,7 @@ class SimCollectives(Collectives):
             self._state.charge("allreduce", arr)
         return out if kind is NUMPY else wrap_like(out, kind)
 
-    def broadcast(self, x: Any, root_rank: int, name: str | None = None) -> Any:
+    def broadcast(self, x: AgentValue, root_rank: int, name: CallName = None) -> Any:
         _arrays.check_name(name)
         root = check_rank(root_rank, self._n, "root_rank")
         if _torchops.takes(x):
@@ -75,7 +76,7 @@ class SimCollectives(Collectives):
         self._state.charge("broadcast", arr)
         return wrap_like(out, kind)
 
-    def allgather(self, x: Any, name: str | None = None) -> Any:
+    def allgather(self, x: AgentValues, name: CallName = None) -> Any:
         _arrays.check_name(name)
         if (
             isinstance(x, list | tuple)

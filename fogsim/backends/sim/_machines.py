@@ -15,6 +15,7 @@ from ... import _arrays
 from ..._arrays import wrap_like
 from .._decomposed import check_factors, default_factors, staged_sum
 from .._parts import Machines
+from .._stacking import AgentSelfWeight, AgentValue, CallName, MachineWeights
 from . import _torchops
 from ._plan import apply_plan, plan_messages
 from ._state import SimState
@@ -65,12 +66,12 @@ class SimMachines(Machines):
 
     def hierarchical_neighbor_allreduce(
         self,
-        x: Any,
-        self_weight: Any = None,
-        src_machine_weights: Any = None,
-        dst_machine_weights: Any = None,
+        x: AgentValue,
+        self_weight: AgentSelfWeight = None,
+        src_machine_weights: MachineWeights = None,
+        dst_machine_weights: MachineWeights = None,
         enable_topo_check: bool = True,
-        name: str | None = None,
+        name: CallName = None,
     ) -> Any:
         check_call(name, enable_topo_check)
         st, op = self._state, "hierarchical_neighbor_allreduce"
@@ -94,7 +95,7 @@ class SimMachines(Machines):
             st.charge(op, arr, machine_topology=plan_messages(plan, machines))
         return wrap_like(out, kind)
 
-    def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
+    def local_allreduce(self, x: AgentValue, average: bool = True, name: CallName = None) -> Any:
         _arrays.check_name(name)
         check_average(average)
         st = self._state
@@ -109,7 +110,7 @@ class SimMachines(Machines):
         return wrap_like(out, kind)
 
     def decomposed_allreduce(
-        self, x: Any, average: bool, name: str | None, factors: tuple[int, ...] | None
+        self, x: AgentValue, average: bool, name: CallName, factors: tuple[int, ...] | None
     ) -> Any:
         _arrays.check_name(name)
         check_average(average)

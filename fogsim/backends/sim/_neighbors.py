@@ -15,6 +15,7 @@ from ... import _arrays
 from ... import timeline as _timeline
 from ..._arrays import NUMPY, Kind, wrap_like
 from .._parts import Neighbors
+from .._stacking import AgentRanks, AgentSelfWeight, AgentValue, AgentWeights, CallName
 from . import _torchops
 from ._plan import apply_plan, plan_matrix, plan_messages
 from ._pool import MIN_POOLED_BYTES
@@ -50,12 +51,12 @@ class SimNeighbors(Neighbors):
 
     def neighbor_allreduce(
         self,
-        x: Any,
-        self_weight: Any = None,
-        src_weights: Any = None,
-        dst_weights: Any = None,
+        x: AgentValue,
+        self_weight: AgentSelfWeight = None,
+        src_weights: AgentWeights = None,
+        dst_weights: AgentWeights = None,
         enable_topo_check: bool = True,
-        name: str | None = None,
+        name: CallName = None,
     ) -> Any:
         if name is not None:
             _arrays.check_name(name)
@@ -102,7 +103,11 @@ class SimNeighbors(Neighbors):
         return wrap_like(out.reshape(arr.shape), kind)
 
     def neighbor_allgather(
-        self, x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
+        self,
+        x: AgentValue,
+        src_ranks: AgentRanks = None,
+        dst_ranks: AgentRanks = None,
+        name: CallName = None,
     ) -> Any:
         _arrays.check_name(name)
         st, n = self._state, self._n
