@@ -24,10 +24,13 @@ functions of the declaration, each the declared function with its runner bound f
 own ``TypeError`` naming the op): the blocking op, and its ``*_nonblocking`` twin
 (``op.nonblocking``, the declared function under the twin's name).
 
-The blocking op's runner calls the route on the current world, under a timeline span labelled
-``label`` on the track of the call's ``name`` (else the op's own name) when a
-:mod:`~fogsim.timeline` runs. The twin's runner calls ``twin``, which returns a
-:class:`~fogsim.Handle`, under the span ``ENQUEUE_<label>``; with ``twin=EAGER`` it runs the
+The blocking op's runner follows the route in the current world (``world.follow(route)``,
+once per world: the part method itself, or what an SPMD agent or the sharded simulator puts
+in its place) and calls it, under a timeline span labelled ``label`` on the track of the
+call's ``name`` (else the op's own name) when a :mod:`~fogsim.timeline` runs. The twin's
+runner calls ``twin``, which returns a :class:`~fogsim.Handle`, under the span
+``ENQUEUE_<label>``, where the world's nonblocking ops overlap
+(``capabilities.overlaps``); elsewhere, and always with ``twin=EAGER``, it runs the
 blocking route at once and returns a completed handle; ``twin=None`` makes no twin. A body
 that chooses another call (a variant of the op, such as ``allreduce(is_hierarchical_local=
 True)``) returns ``run.variant(route, args, label)`` (run now, also from the twin, which then

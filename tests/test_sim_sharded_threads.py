@@ -20,15 +20,16 @@ from fogsim.backends.sim._bands import BandPlan
 from fogsim.backends.sim._sharded import ShardedSimBackend
 
 
-def sharded(n: int, parts: int, work, **options) -> list:
-    """Run ``work(backend)`` on each of ``parts`` blocks in threads; return the results."""
+def sharded(n: int, parts: int, work, cls=ShardedSimBackend, **options) -> list:
+    """Run ``work(backend)`` on each of ``parts`` blocks in threads (each a ``cls``);
+    return the results."""
     world = InProcessWorld(parts, timeout=20)
     results: list = [None] * parts
     errors: list = []
 
     def block(rank: int) -> None:
         try:
-            backend = ShardedSimBackend(size=n, transport=world.transport(rank), **options)
+            backend = cls(size=n, transport=world.transport(rank), **options)
             results[rank] = work(backend)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
             errors.append(exc)
@@ -317,3 +318,83 @@ def test_the_sharded_simulator_is_a_composition_of_its_own_parts():
     assert sharded(8, 2, work) == [[True] * 3] * 2
     with pytest.raises(NotImplementedError, match="win_create is not implemented in the sharded"):
         sharded(8, 2, lambda backend: backend.windows.win_create(np.zeros((4, 1)), "w", False))
+
+
+# -- an op with no sharded form --------------------------------------------------------------
+ROUTES = {  # a public op's route (as fogsim._api declares it) and its arguments
+    "allreduce": (lambda w: w.collectives.allreduce, lambda x, n: (x, True, None)),
+    "allreduce_sum": (lambda w: w.collectives.allreduce, lambda x, n: (x, False, None)),
+    "broadcast": (lambda w: w.collectives.broadcast, lambda x, n: (x, 3, None)),
+    "allgather": (lambda w: w.collectives.allgather, lambda x, n: (x, None)),
+    "neighbor_allreduce": (lambda w: w.neighbors.neighbor_allreduce, lambda x, n: (x,)),
+    "neighbor_allreduce_dicts": (
+        lambda w: w.neighbors.neighbor_allreduce,
+        lambda x, n: (x, 0.5, [{(i - 1) % n: 0.25, (i + 1) % n: 0.25} for i in range(n)]),
+    ),
+    "neighbor_allgather": (lambda w: w.neighbors.neighbor_allgather, lambda x, n: (x,)),
+    "hierarchical": (lambda w: w.machines.hierarchical_neighbor_allreduce, lambda x, n: (x,)),
+    "local_allreduce": (lambda w: w.machines.local_allreduce, lambda x, n: (x, True, None)),
+    "decomposed": (
+        lambda w: w.machines.decomposed_allreduce,
+        lambda x, n: (x, True, None, None),
+    ),
+}
+
+
+class _NoShardedForms(ShardedSimBackend):
+    """A sharded world whose parts are the simulator's alone (what a new op meets)."""
+
+    def __init__(self, *args, **kwargs):
+        from fogsim.backends.sim._collectives import SimCollectives
+        from fogsim.backends.sim._machines import SimMachines
+        from fogsim.backends.sim._neighbors import SimNeighbors
+
+        super().__init__(*args, **kwargs)
+        self.collectives = SimCollectives(self._whole, self._comm.transport.barrier)
+        self.neighbors = SimNeighbors(self._whole)
+        self.machines = SimMachines(self._whole)
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+def test_an_op_with_no_sharded_form_runs_gathered_with_one_processs_numbers(parts):
+    """Each op, run through a part that has no sharded form of it, gives the block's rows
+    of the one-process simulator, bit for bit, and counts the block's bytes sent."""
+    n, local = 12, 3
+    x = np.random.default_rng(5).standard_normal((n, 4))
+    want, want_sent = {}, None
+    with fs.Context(backend="sim", size=n, local_size=local) as ctx:
+        ctx.backend.set_topology(T.ring_graph(n))
+        for op, (route, args) in ROUTES.items():
+            want[op] = ctx.backend.follow(route)(*args(x, n))
+        want_sent = ctx.backend.bytes_sent()
+
+    def work(backend):
+        backend.set_topology(T.ring_graph(n))
+        lo, hi = backend.block
+        got = {}
+        for op, (route, args) in ROUTES.items():
+            per_agent = args(x, n)
+            block_args = [x[lo:hi], *per_agent[1:]]
+            if op == "neighbor_allreduce_dicts":  # the block's own dicts, as fs.local builds them
+                block_args[2] = per_agent[2][lo:hi]
+            got[op] = backend.follow(route)(*block_args)
+        return lo, hi, got, backend.bytes_sent()
+
+    for lo, hi, got, sent in sharded(n, parts, work, local_size=local, cls=_NoShardedForms):
+        for op, value in got.items():
+            expected = want[op]
+            if isinstance(expected, list):
+                assert len(value) == hi - lo
+                for a, b in zip(value, expected[lo:hi], strict=True):
+                    np.testing.assert_array_equal(a, b, err_msg=op)
+            else:
+                np.testing.assert_array_equal(value, expected[lo:hi], err_msg=op)
+        np.testing.assert_array_equal(sent, want_sent[lo:hi])
+
+
+def test_an_op_with_a_sharded_form_runs_that_form():
+    def work(backend):
+        method = backend.follow(lambda w: w.neighbors.neighbor_allreduce)
+        return method == backend.neighbors.neighbor_allreduce  # the bound sharded form itself
+
+    assert sharded(8, 2, work) == [True, True]

@@ -36,16 +36,20 @@ world; they are gathered to the world's (one message per call, as JSON data: see
 asynchrony and fault injection need every agent in one process: they raise
 ``NotImplementedError`` naming the op.
 
-The world is composed of its own parts over one :class:`~._state.SimState` (the
-simulator's: its stacking, plans, bytes sent and cost model) and one
+The world is composed of its own parts over one :class:`~._state.SimState` for the block
+(the simulator's: its stacking, plans, bytes sent and cost model) and one
 :class:`~._shardcomm.ShardComm` (the transport and the blocks): collectives and neighbor
 ops (:mod:`._sharded_ops`), machine ops (:mod:`._sharded_machines`), and windows that
-refuse. The transport is opened by name through :func:`fogsim.backends.open_transport`.
+refuse. Each part is the simulator's over a whole-world state, with the sharded forms
+above as methods of its own; an op it has no sharded form of (a new one) runs on the
+gathered world (:meth:`ShardedSimBackend.follow`, :mod:`._gathered`). The transport is
+opened by name through :func:`fogsim.backends.open_transport`.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -55,6 +59,10 @@ from .. import OpenedTransport, open_transport
 from .._parts import Capabilities
 from .._runtime.transport import Transport
 from .._windows import NoWindows
+from ._collectives import SimCollectives
+from ._gathered import gathered
+from ._machines import SimMachines
+from ._neighbors import SimNeighbors
 from ._shardcomm import ShardComm
 from ._sharded_machines import ShardedMachines
 from ._sharded_ops import ShardedCollectives, ShardedNeighbors
@@ -62,6 +70,14 @@ from ._state import FaultModel, SimState
 from ._world import StackedWorld, world_size
 
 __all__ = ["ShardedSimBackend", "ShardedWindows"]
+
+#: The simulator's part methods: a sharded part that inherits one runs it gathered.
+_SIMULATOR_OPS = frozenset(
+    f for part in (SimCollectives, SimNeighbors, SimMachines) for f in vars(part).values()
+)
+
+if TYPE_CHECKING:
+    from .. import Backend
 
 _MODE = "the sharded simulator (agents split over processes)"
 
@@ -128,10 +144,31 @@ class ShardedSimBackend(StackedWorld):
             host_staging=True,  # the ops other than neighbor_allreduce stage device tensors
             machine_topology=self.load_machine_topology,
         )
+        # the whole world beside the block, for what the parts inherit from the simulator's
+        # (made at the first op with no sharded form: see follow)
+        self._whole = whole = SimState(
+            n,
+            local,
+            n,
+            0,
+            held="the sharded simulator gathers the whole world for this op",
+            host_staging=True,
+            machine_topology=self.load_machine_topology,
+        )
         self.windows = ShardedWindows(self.name)
-        self.collectives = ShardedCollectives(state, comm)
-        self.neighbors = ShardedNeighbors(state, comm)
-        self.machines = ShardedMachines(state, comm, self.collectives)
+        self.collectives = ShardedCollectives(whole, state, comm)
+        self.neighbors = ShardedNeighbors(whole, state, comm)
+        self.machines = ShardedMachines(whole, state, comm, self.collectives)
+
+    def follow(self, route: Callable[[Backend], Callable[..., Any]]) -> Callable[..., Any]:
+        """The part method ``route`` reaches: the sharded form where the part has one; an
+        op its part inherits from the simulator's runs on the gathered world
+        (:func:`~._gathered.gathered`: the one-process numbers, with the whole world on
+        every process for that op)."""
+        method = route(self)
+        if getattr(method, "__func__", None) in _SIMULATOR_OPS:
+            return gathered(method, self._whole, self._state, self._comm)
+        return method
 
     # -- world ----------------------------------------------------------------------------
     @property
@@ -159,6 +196,7 @@ class ShardedSimBackend(StackedWorld):
         if self._opened is not None:  # every process closes its world
             self._opened.free()
         self._state.close()
+        self._whole.close()
         self._comm.clear()
 
     def global_view(self, x: Any) -> Any:

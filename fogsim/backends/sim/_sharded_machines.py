@@ -16,8 +16,7 @@ import numpy as np
 
 from ... import _arrays
 from ..._arrays import wrap_like
-from .._parts import Machines
-from ._machines import check_average, check_call, stages
+from ._machines import SimMachines, check_average, check_call, stages
 from ._plan import CsrPlan, apply_plan, plan_messages
 from ._shardcomm import ShardComm
 from ._sharded_ops import ShardedCollectives
@@ -27,23 +26,24 @@ from ._state import SimState
 __all__ = ["ShardedMachines"]
 
 
-class ShardedMachines(Machines):
+class ShardedMachines(SimMachines):
     """The machine-level ops of the sharded simulator (see the module docstring); the
-    decomposed allreduce is its ``collectives``' sum."""
+    decomposed allreduce is its ``collectives``' sum. What it inherits is the simulator's
+    over the ``whole`` world (see :class:`~._sharded_ops.ShardedCollectives`)."""
 
-    def __init__(self, state: SimState, comm: ShardComm, collectives: ShardedCollectives) -> None:
-        self._state = state
+    def __init__(
+        self, whole: SimState, block: SimState, comm: ShardComm, collectives: ShardedCollectives
+    ) -> None:
+        super().__init__(whole)
+        self._block = block
         self._comm = comm
         self._collectives = collectives
         self._members: CsrPlan | None = None  # each machine's first agent reads the others
 
-    def check(self, op: str) -> None:
-        """Every simulated machine holds ``local_size`` agents: nothing to refuse."""
-
     def _machine_totals(self, arr: np.ndarray) -> np.ndarray:
         """Every machine's sum ``(M, m)`` on every process, each added in local-rank order
         (as one process adds them) by the process holding the machine's first agent."""
-        st, comm = self._state, self._comm
+        st, comm = self._block, self._comm
         k, n = st.local, st.n
         flat = np.ascontiguousarray(arr.reshape(st.rows, -1))
         if self._members is None:
@@ -68,7 +68,7 @@ class ShardedMachines(Machines):
 
     def _machine_rows(self, per_machine: np.ndarray, arr: np.ndarray) -> np.ndarray:
         """The block's rows of a per-machine ``(M, m)`` value, shaped like ``arr``."""
-        st = self._state
+        st = self._block
         out = st.pool.empty(arr.shape, per_machine.dtype)
         machine = np.arange(st.first, st.first + st.rows) // st.local
         out.reshape(st.rows, -1)[...] = per_machine[machine]
@@ -84,7 +84,7 @@ class ShardedMachines(Machines):
         name: str | None = None,
     ) -> Any:
         check_call(name, enable_topo_check)
-        st, world_arg = self._state, self._comm.world_arg
+        st, world_arg = self._block, self._comm.world_arg
         src, dst = src_machine_weights, dst_machine_weights
         arr, kind = st.stacked(x, "hierarchical_neighbor_allreduce", averaging=True)
         machines, k = st.n // st.local, st.local
@@ -110,16 +110,16 @@ class ShardedMachines(Machines):
     def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
         _arrays.check_name(name)
         check_average(average)
-        arr, kind = self._state.stacked(x, "allreduce", averaging=average, adds=True)
+        arr, kind = self._block.stacked(x, "allreduce", averaging=average, adds=True)
         totals = self._machine_totals(arr)
         if average:
-            totals = totals / self._state.local
+            totals = totals / self._block.local
         return wrap_like(self._machine_rows(totals, arr), kind)
 
     def decomposed_allreduce(
         self, x: Any, average: bool, name: str | None, factors: tuple[int, ...] | None
     ) -> Any:
-        factors = stages(self._state, factors)
+        factors = stages(self._block, factors)
         # sharded, the stages are one sum (1e-12 of the staged one); the cost model is charged
         # for the decomposition
         return self._collectives.reduced(x, average, name, algorithm="decomposed", factors=factors)

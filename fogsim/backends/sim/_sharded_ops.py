@@ -16,11 +16,10 @@ from ... import _arrays
 from ..._arrays import wrap_like
 from ...topology import Topology
 from .._base import check_rank
-from .._parts import Collectives, Neighbors
 from . import _torchops
-from ._collectives import allgathered
+from ._collectives import SimCollectives, allgathered
 from ._machines import check_average, check_call
-from ._neighbors import by_receiver
+from ._neighbors import SimNeighbors, by_receiver
 from ._plan import CsrPlan, plan_messages
 from ._shardcomm import ShardComm
 from ._sharded_device import device_combine
@@ -30,12 +29,19 @@ from ._state import SimState
 __all__ = ["ShardedCollectives", "ShardedNeighbors"]
 
 
-class ShardedCollectives(Collectives):
+class ShardedCollectives(SimCollectives):
     """The collectives of the sharded simulator (see the module docstring). Tensors on
-    other devices go through host memory."""
+    other devices go through host memory.
 
-    def __init__(self, state: SimState, comm: ShardComm) -> None:
-        self._state = state
+    Its own methods are the sharded forms of the simulator's, over this process's
+    ``block`` of the agents; what it inherits is the simulator's over the ``whole`` world,
+    which :class:`~._sharded.ShardedSimBackend` runs on the gathered world
+    (:mod:`._gathered`) for an op with no sharded form.
+    """
+
+    def __init__(self, whole: SimState, block: SimState, comm: ShardComm) -> None:
+        super().__init__(whole, comm.transport.barrier)
+        self._block = block
         self._comm = comm
 
     def _sum(self, arr: np.ndarray) -> np.ndarray:
@@ -58,7 +64,7 @@ class ShardedCollectives(Collectives):
         to the cost model."""
         _arrays.check_name(name)
         check_average(average)
-        st = self._state
+        st = self._block
         arr, kind = st.stacked(x, "allreduce", averaging=average, adds=True)
         total = self._sum(arr)
         out = st.pool.empty(arr.shape, arr.dtype)
@@ -71,7 +77,7 @@ class ShardedCollectives(Collectives):
 
     def broadcast(self, x: Any, root_rank: int, name: str | None = None) -> Any:
         _arrays.check_name(name)
-        st, comm = self._state, self._comm
+        st, comm = self._block, self._comm
         root = check_rank(root_rank, st.n, "root_rank")
         arr, kind = st.stacked(x, "broadcast", averaging=False)
         owner = int(block_of(np.array([root]), comm.bounds)[0])
@@ -89,7 +95,7 @@ class ShardedCollectives(Collectives):
 
     def allgather(self, x: Any, name: str | None = None) -> Any:
         _arrays.check_name(name)
-        st = self._state
+        st = self._block
         if isinstance(x, list | tuple) and len(x) == st.rows and not _arrays.is_literal(x):
             return self._allgather_values(x)
         arr, kind = st.stacked(x, "allgather", averaging=False)
@@ -98,7 +104,7 @@ class ShardedCollectives(Collectives):
 
     def _allgather_values(self, values: Any) -> Any:
         """allgather of one value per agent given as a sequence (sizes may differ)."""
-        st = self._state
+        st = self._block
         parts = [_arrays.to_numpy(v, f"x[{i}]") for i, v in enumerate(values)]
         arrays = [np.atleast_1d(a) for a, _ in parts]
         everyone = [a for block in self._comm.gather_json(arrays, "allgather") for a in block]
@@ -120,12 +126,15 @@ class ShardedCollectives(Collectives):
         self._comm.transport.barrier()
 
 
-class ShardedNeighbors(Neighbors):
+class ShardedNeighbors(SimNeighbors):
     """The neighbor ops of the sharded simulator (see the module docstring): the halo
-    rows move, and the block's rows come out bit for bit as one process computes them."""
+    rows move, and the block's rows come out bit for bit as one process computes them.
+    What it inherits is the simulator's over the ``whole`` world (see
+    :class:`ShardedCollectives`)."""
 
-    def __init__(self, state: SimState, comm: ShardComm) -> None:
-        self._state = state
+    def __init__(self, whole: SimState, block: SimState, comm: ShardComm) -> None:
+        super().__init__(whole)
+        self._block = block
         self._comm = comm
         self._gather_plan: tuple[Topology, CsrPlan] | None = None
 
@@ -148,7 +157,7 @@ class ShardedNeighbors(Neighbors):
         name: str | None = None,
     ) -> Any:
         check_call(name, enable_topo_check)
-        st, op = self._state, "neighbor_allreduce"
+        st, op = self._block, "neighbor_allreduce"
         if _torchops.takes(x):
             t, dtype = _torchops.stacked(st, x, op, averaging=True)
             plan = st.step_plan(*self._world_weights(self_weight, src_weights, dst_weights))
@@ -167,7 +176,7 @@ class ShardedNeighbors(Neighbors):
         self, x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
     ) -> Any:
         _arrays.check_name(name)
-        st, comm = self._state, self._comm
+        st, comm = self._block, self._comm
         arr, kind = st.stacked(x, "neighbor_allgather", averaging=False)
         if (src_ranks is None) != (dst_ranks is None):  # before any process gathers
             raise ValueError("neighbor_allgather needs both src_ranks and dst_ranks, or neither")
@@ -188,10 +197,10 @@ class ShardedNeighbors(Neighbors):
         return by_receiver(gathered, indptr, np.diff(plan.indptr), st.rows, kind)
 
     def _static_gather_plan(self) -> CsrPlan:
-        topo = self._state.topology
+        topo = self._block.topology
         if self._gather_plan is None or self._gather_plan[0] is not topo:
             indptr, indices, _ = topo.offdiag_csr()
-            self._gather_plan = (topo, _pattern_plan(indptr, indices, self._state.n))
+            self._gather_plan = (topo, _pattern_plan(indptr, indices, self._block.n))
         return self._gather_plan[1]
 
 

@@ -149,6 +149,19 @@ class SimState:
         self._machine_plan = static_plan(topology, is_weighted)
         self._machine_plan_of = topology
 
+    def mirror(self, other: SimState) -> None:
+        """Take ``other``'s topologies (agents' and machines'), where they differ from
+        this state's, and its cost meter and faults (a whole world beside a block)."""
+        topology = getattr(other, "topology", None)
+        if topology is not None and getattr(self, "topology", None) is not topology:
+            self.on_topology(topology, other.is_weighted)
+        machines = other._machine_plan_of
+        if machines is not None and (
+            self._machine_plan_of is not machines or self.machine_weighted != other.machine_weighted
+        ):
+            self.on_machine_topology(machines, other.machine_weighted)
+        self.cost, self.faults = other.cost, other.faults
+
     def close(self) -> None:
         """Forget the pooled buffers and the plans' device copies."""
         self.pool.clear()
