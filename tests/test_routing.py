@@ -170,3 +170,38 @@ def test_hot_ops_keep_their_public_signature_errors():
     with pytest.raises(TypeError, match="allreduce"):
         fs.allreduce(x, True, None, True)  # is_hierarchical_local is keyword-only
     fs.shutdown()
+
+
+# What each public parameter's type says an agent passes, and how the simulator's method
+# must then hold every agent's argument (for SPMD agents and the sharded simulator, which
+# read it from the method's annotations instead of having code per op).
+_STACKING_OF_PUBLIC_TYPE = {
+    "ArrayLike": {"VALUE", "VALUES"},
+    "SelfWeight": {"SELF_WEIGHT"},
+    "Weights": {"WEIGHTS", "MACHINE_WEIGHTS"},
+    "Ranks": {"RANKS"},
+}
+
+
+@pytest.mark.parametrize(
+    "declared",
+    [d for d in _routing.DECLARED_OPS if not d.name.startswith("win_")],
+    ids=lambda d: d.name,
+)
+def test_the_simulators_method_declares_how_each_agents_argument_stacks(declared):
+    from fogsim.backends._stacking import parameters
+
+    fs.init(backend="sim", size=4)
+    try:
+        method = declared.route(fs._context.current().backend)
+        stacking = {p.name: p.stacking.name for p in parameters(method)}
+    finally:
+        fs.shutdown()
+    for p in declared.signature.parameters.values():
+        if p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD:
+            continue
+        if p.name == "name":
+            assert stacking[p.name] == "NAME"
+            continue
+        wanted = _STACKING_OF_PUBLIC_TYPE.get(str(p.annotation), {"SAME"})
+        assert stacking[p.name] in wanted, (p.name, p.annotation, stacking[p.name])

@@ -6,13 +6,11 @@ what every agent must pass alike once. Each parameter of the simulator's part me
 which by its annotation, one of the ``Annotated`` types below (plain ``Any`` to a type
 checker)::
 
-    def neighbor_allreduce(
+    def neighbor_weighted_sum(                   # a made-up op, for the shape
         self,
-        x: AgentValue,
-        self_weight: AgentSelfWeight = None,
-        src_weights: AgentWeights = None,
-        dst_weights: AgentWeights = None,
-        enable_topo_check: bool = True,          # not annotated with a kind: SAME
+        x: AgentValue,                           # stacked along the agent axis
+        src_weights: AgentWeights = None,        # n dicts, or one matrix
+        scale: float = 1.0,                      # no kind: what every agent passes alike
         name: CallName = None,
     ) -> Any: ...
 
