@@ -58,26 +58,32 @@ def _method(world: World, route: Route) -> Callable[..., Any]:
 
 def relay(world: World, rank: int, route: Route) -> Callable[..., Any]:
     """Return agent ``rank``'s form of the op that ``route`` reaches on the simulator."""
-    execute = functools.partial(_execute, route)
+    method = _method(world, route)
+    op, params = method.__name__, parameters(method)
+    execute = functools.partial(_execute, route, op, params)
+    at = [i for i, p in enumerate(params) if p.stacking is Stacking.NAME]
+    where = at[0] if at else None  # the call's name, part of the op's label
 
     def call(*args: Any) -> Any:
-        method = _method(world, route)
-        op = method.__name__
-        name = None
-        for p, value in zip(parameters(method), args, strict=False):
-            if p.stacking is Stacking.NAME:
-                _arrays.check_name(value)  # this agent's own mistake, before it waits
-                name = value
+        if where is None or where >= len(args) or args[where] is None:
+            return world.meet(rank, op, args, execute)
+        name = args[where]
+        _arrays.check_name(name)  # this agent's own mistake, before it waits
         return world.meet(rank, label(op, name), args, execute)
 
     return call
 
 
-def _execute(route: Route, world: World, calls: Sequence[Sequence[Any]]) -> list[Any]:
-    """Run the op once for every agent (``calls``: each agent's arguments, by rank)."""
+def _execute(
+    route: Route,
+    op: str,
+    params: tuple[Parameter, ...],
+    world: World,
+    calls: Sequence[Sequence[Any]],
+) -> list[Any]:
+    """Run the op once for every agent (``calls``: each agent's arguments, by rank; ``op``
+    and ``params``: the simulator method's name and parameters)."""
     method = _method(world, route)
-    op = method.__name__
-    params = parameters(method)
     columns = list(zip(*calls, strict=True)) if params else []
     stacked: list[Any] = []
     kinds: list[Kind] | None = None
