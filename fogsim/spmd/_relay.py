@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import _arrays
 from .._arrays import Kind
-from ..backends._stacking import Parameter, Stacking, parameters
+from ..backends._stacking import Stacking, parameters
 from ._collect import (
     agree,
     arrays,
@@ -60,7 +60,9 @@ def relay(world: World, rank: int, route: Route) -> Callable[..., Any]:
     """Return agent ``rank``'s form of the op that ``route`` reaches on the simulator."""
     method = _method(world, route)
     op, params = method.__name__, parameters(method)
-    execute = functools.partial(_execute, route, op, params)
+    steps = tuple((_STEPS[p.stacking], p.name) for p in params)
+    values = [i for i, p in enumerate(params) if p.stacking in _VALUES]
+    execute = functools.partial(_execute, route, op, steps, values[0] if values else None)
     at = [i for i, p in enumerate(params) if p.stacking is Stacking.NAME]
     where = at[0] if at else None  # the call's name, part of the op's label
 
@@ -74,50 +76,53 @@ def relay(world: World, rank: int, route: Route) -> Callable[..., Any]:
     return call
 
 
+#: How one parameter's column (every agent's argument) becomes the simulator's argument.
+Step = Callable[["World", str, str, Sequence[Any]], Any]
+
+
 def _execute(
     route: Route,
     op: str,
-    params: tuple[Parameter, ...],
+    steps: tuple[tuple[Step, str], ...],
+    value_at: int | None,
     world: World,
     calls: Sequence[Sequence[Any]],
 ) -> list[Any]:
-    """Run the op once for every agent (``calls``: each agent's arguments, by rank; ``op``
-    and ``params``: the simulator method's name and parameters)."""
+    """Run the op once for every agent (``calls``: each agent's arguments, by rank; ``op``:
+    the simulator method's name; ``steps``: how each parameter stacks, with its name;
+    ``value_at``: the agents' values, whose types the rows go back as)."""
     method = _method(world, route)
-    columns = list(zip(*calls, strict=True)) if params else []
-    stacked: list[Any] = []
-    kinds: list[Kind] | None = None
-    for p, column in zip(params, columns, strict=True):
-        value, value_kinds = _stacked(world, op, p, column)
-        if value_kinds is not None:
-            kinds = value_kinds
-        stacked.append(value)
-    out = method(*stacked)
-    return [out] * world.size if kinds is None else rows(out, kinds)
+    columns = zip(*calls, strict=True)
+    pairs = zip(steps, columns, strict=True)
+    args = [step(world, op, name, column) for (step, name), column in pairs]
+    if value_at is None:
+        return [method(*args)] * world.size
+    args[value_at], kinds = args[value_at]
+    return rows(method(*args), kinds)
 
 
-def _stacked(
-    world: World, op: str, p: Parameter, column: Sequence[Any]
-) -> tuple[Any, list[Kind] | None]:
-    """Every agent's argument for ``p`` as the simulator takes it (and, for the agents'
-    values, the type each passed in)."""
-    s = p.stacking
-    if s is Stacking.VALUE:
-        return stack(op, column)
-    if s is Stacking.VALUES:
-        return _ragged(op, column)
-    if s is Stacking.SELF_WEIGHT:
-        return self_weights(op, column, p.name), None
-    if s is Stacking.WEIGHTS:
-        return per_agent_weights(op, column, p.name, world.size), None
-    if s is Stacking.MACHINE_WEIGHTS:
-        return per_agent_weights(op, column, p.name, world.sim.machine_size()), None
-    if s is Stacking.RANKS:
-        return per_agent_weights(op, column, p.name, world.size, allow_matrix=False), None
-    if s is Stacking.NAME:
-        return None, None  # the agents agreed on it (the label)
-    agree(op, [key(v) for v in column], p.name)
-    return column[0], None
+def _same(world: World, op: str, name: str, column: Sequence[Any]) -> Any:
+    agree(op, [key(v) for v in column], name)  # every agent passes it alike
+    return column[0]
+
+
+_STEPS: dict[Stacking, Step] = {
+    Stacking.VALUE: lambda world, op, name, column: stack(op, column),
+    Stacking.VALUES: lambda world, op, name, column: _ragged(op, column),
+    Stacking.SELF_WEIGHT: lambda world, op, name, column: self_weights(op, column, name),
+    Stacking.WEIGHTS: lambda world, op, name, column: per_agent_weights(
+        op, column, name, world.size
+    ),
+    Stacking.MACHINE_WEIGHTS: lambda world, op, name, column: per_agent_weights(
+        op, column, name, world.sim.machine_size()
+    ),
+    Stacking.RANKS: lambda world, op, name, column: per_agent_weights(
+        op, column, name, world.size, allow_matrix=False
+    ),
+    Stacking.NAME: lambda world, op, name, column: None,  # agreed on: it is in the label
+    Stacking.SAME: _same,
+}
+_VALUES = (Stacking.VALUE, Stacking.VALUES)
 
 
 def _ragged(op: str, column: Sequence[Any]) -> tuple[Any, list[Kind]]:
