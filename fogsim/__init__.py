@@ -18,7 +18,7 @@ import logging as _logging
 import typing as _typing
 
 if _typing.TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at run time they are lazy
-    from . import spmd, timeline, topology
+    from . import clock, spmd, timeline, topology
     from ._api import (
         allgather,
         allgather_nonblocking,
@@ -107,6 +107,7 @@ __all__ = [
     "broadcast_nonblocking",
     "bytes_sent",
     "check_modes",
+    "clock",
     "Context",
     "get_win_version",
     "global_view",
@@ -221,6 +222,7 @@ _MODULE_OF.update(
     ModeReport="._checkmodes",
     AgentShapeWarning=".backends.sim._shapes",
     topology=".topology",
+    clock=".clock",
     spmd=".spmd",
     timeline=".timeline",
     timeline_context=".timeline",
@@ -237,7 +239,7 @@ def __getattr__(name: str) -> object:
     import importlib
 
     value = importlib.import_module(module, __name__)
-    if name not in ("topology", "timeline", "spmd"):
+    if name not in ("topology", "timeline", "spmd", "clock"):
         value = getattr(value, name)
     globals()[name] = value  # later look-ups do not come here again
     return value

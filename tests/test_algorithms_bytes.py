@@ -156,7 +156,9 @@ def test_plot_against_bytes(ring):
     np.testing.assert_array_equal(lines[0].get_xdata(), result.history["bytes"])
     assert ax.get_xlabel() == "bytes sent per agent"
     with pytest.raises(ValueError, match="against must be"):
-        result.plot(against="time")
+        result.plot(against="seconds")
+    with pytest.raises(ValueError, match="no metric 'time' in history.*fogsim.clock"):
+        result.plot(against="time")  # no clock ran
     plt.close("all")
 
 

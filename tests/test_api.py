@@ -20,6 +20,7 @@ PUBLIC = {
     "__version__",
     "topology",
     "spmd",
+    "clock",
     "init",
     "shutdown",
     "is_initialized",

@@ -13,6 +13,12 @@ if TYPE_CHECKING:
 
 __all__ = ["Result"]
 
+_AXES = {  # the x axes of Result.plot, with their labels
+    "iteration": "iteration",
+    "bytes": "bytes sent per agent",
+    "time": "simulated time (s)",
+}
+
 
 @dataclass(repr=False)
 class Result:
@@ -40,7 +46,10 @@ class Result:
           neighbor ops once per destination; not ``allreduce`` (Gossip-PGA's global
           averages, the metrics themselves) nor the window ops. Every algorithm records
           it, so ``plt.semilogy(h["bytes"], h["consensus_error"])`` plots error against
-          communication (or ``plot(against="bytes")``).
+          communication (or ``plot(against="bytes")``);
+        * ``"time"``, while a :mod:`fogsim.clock` runs: the simulated seconds since the run
+          began (the agents' clocks averaged; wall-clock seconds under MPI or torch), for
+          ``plot(against="time")``.
     state : dict of str to array
         The algorithm's other final agent-local variables (e.g. ``"y"`` of gradient
         tracking, ``"p"`` of push-sum), to inspect or to continue from.
@@ -63,25 +72,29 @@ class Result:
         logy: bool = True,
         against: str = "iteration",
     ) -> Axes:
-        """Plot the metrics against the iteration (or the bytes sent); return the axes.
+        """Plot the metrics against the iteration, the bytes sent or the simulated time;
+        return the axes.
 
         Parameters
         ----------
         ax : matplotlib Axes, optional
             Where to draw; a new figure when None.
         keys : str or sequence of str, optional
-            The metrics to draw (default: all of ``history`` but ``"bytes"``).
+            The metrics to draw (default: all of ``history`` but ``"bytes"`` and ``"time"``).
         logy : bool
             Logarithmic y axis (zeros are left out).
-        against : {"iteration", "bytes"}
-            The x axis: the iteration, or ``history["bytes"]`` (error against communication).
+        against : {"iteration", "bytes", "time"}
+            The x axis: the iteration, ``history["bytes"]`` (error against communication),
+            or ``history["time"]`` (error against the seconds a :mod:`fogsim.clock` gave
+            the run).
         """
-        if against not in ("iteration", "bytes"):
-            raise ValueError(f"against must be 'iteration' or 'bytes', got {against!r}")
-        if against == "bytes" and "bytes" not in self.history:
-            raise ValueError("no metric 'bytes' in history to plot against")
+        if against not in _AXES:
+            raise ValueError(f"against must be 'iteration', 'bytes' or 'time', got {against!r}")
+        if against != "iteration" and against not in self.history:
+            hint = " (start a fogsim.clock before the run)" if against == "time" else ""
+            raise ValueError(f"no metric {against!r} in history to plot against{hint}")
         if keys is None:
-            keys = [k for k in self.history if k != "bytes"]
+            keys = [k for k in self.history if k not in ("bytes", "time")]
         elif isinstance(keys, str):
             keys = [keys]
         unknown = [k for k in keys if k not in self.history]
@@ -94,14 +107,14 @@ class Result:
         for key in keys:
             values = np.asarray(self.history[key], dtype=np.float64)
             xs: np.ndarray
-            if against == "bytes":
-                xs = np.asarray(self.history["bytes"], dtype=np.float64)
-            else:
+            if against == "iteration":
                 xs = np.arange(values.shape[0])
+            else:
+                xs = np.asarray(self.history[against], dtype=np.float64)
             ax.plot(xs, values, label=key)
         if logy:
             ax.set_yscale("log", nonpositive="mask")
-        ax.set_xlabel("bytes sent per agent" if against == "bytes" else "iteration")
+        ax.set_xlabel(_AXES[against])
         if keys:
             ax.legend()
         return ax

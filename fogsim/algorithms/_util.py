@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 import fogsim as fs
+from fogsim import clock as _clock
 from fogsim import topology as T
 
 if TYPE_CHECKING:
@@ -274,13 +275,15 @@ class History:
     """Per-iteration metrics, index 0 being the initial state; ``metrics`` computes them.
 
     ``bytes_sent()`` is read at construction, so ``"bytes"`` counts from there: what each
-    agent has sent since the run began, whatever the user's own count says.
+    agent has sent since the run began, whatever the user's own count says; so is the
+    clock (:mod:`fogsim.clock`), if one runs, for ``"time"``.
     """
 
     def __init__(self, agents: Agents, iters: int) -> None:
         self._agents = agents
         self._length = iters + 1
         self._sent0 = _sent()
+        self._time0 = np.asarray(_clock.now(), dtype=np.float64) if _clock.running() else None
         self.arrays: dict[str, np.ndarray] = {}
 
     def add(self, k: int, values: dict[str, float]) -> None:
@@ -300,10 +303,19 @@ class History:
         Two allreduces: the first brings xbar (and the distances), the second the spread
         around it, so no cancellation spoils tiny errors.
         """
+        with _clock.paused():  # observing the run takes no simulated time
+            return self._metrics(x, target, grad)
+
+    def _metrics(
+        self, x: np.ndarray, target: Any = None, grad: Callable[[Any], Any] | None = None
+    ) -> dict[str, float]:
         ag = self._agents
         flat = ag.flat(x)
         size = flat.shape[-1]
         sent = (_sent() - self._sent0).astype(np.float64).reshape(*ag.lead, 1)
+        if self._time0 is not None:  # the agents' clocks ride with the bytes, averaged
+            clock = (np.asarray(_clock.now(), dtype=np.float64) - self._time0).reshape(*ag.lead, 1)
+            sent = np.concatenate([clock, sent], axis=-1)
         first_parts = [flat]
         if target is not None:
             first_parts.append(ag.sqnorm(x - target)[..., None])
@@ -327,6 +339,8 @@ class History:
         if grad is not None:
             out["grad_norm"] = float(np.linalg.norm(second[1 : 1 + grads]))
         out["bytes"] = float(second[-1] if into_second else row[-1])
+        if sent.shape[-1] == 2:
+            out["time"] = float(second[-2] if into_second else row[-2])
         return out
 
 
