@@ -252,6 +252,10 @@ def _runner(
 
             def completed(*args: Any) -> Handle:
                 name = args[where] if where is not None and where < len(args) else None
+                clock = ctx.clock  # fogsim.clock: its virtual time overlaps the op
+                if clock is not None:
+                    handle: Handle = clock.started(lambda: blocking(*args), op, name)
+                    return handle
                 return Handle.completed(op, blocking(*args), name)
 
             ctx.methods[target] = completed

@@ -180,6 +180,23 @@ def test_hierarchical_steps_wait_for_the_neighbor_machines_only():
     np.testing.assert_allclose(C.now(), np.repeat(ready + op, 2), rtol=1e-12)
 
 
+@pytest.mark.parametrize("compute", [1e-5, 3e-5, 1e-3])
+def test_a_nonblocking_op_hides_its_communication_behind_computation(compute):
+    """Start the exchange, compute, wait: each agent is done at max(compute, message)."""
+    n, d = 8, 500
+    ring_world(n)
+    m = ALPHA + 2 * 8 * d / W  # 2.8e-5 s
+    x = fs.local(lambda r: np.full(d, float(r)))
+    handle = fs.neighbor_allreduce_nonblocking(x)
+    np.testing.assert_array_equal(C.now(), np.zeros(n))  # nothing waited for yet
+    C.compute(compute)
+    y = fs.wait(handle)
+    np.testing.assert_allclose(C.now(), np.full(n, max(compute, m)), rtol=1e-12)
+    parts = C.breakdown()
+    np.testing.assert_allclose(parts["communicating"], np.full(n, max(m - compute, 0.0)))
+    np.testing.assert_array_equal(y, fs.neighbor_allreduce(x))  # the same numbers
+
+
 @pytest.mark.parametrize(
     ("call", "error", "match"),
     [

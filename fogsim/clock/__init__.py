@@ -22,6 +22,10 @@ device. Then:
     :mod:`fogsim.hierarchy.cost`;
   - ``hierarchical_neighbor_allreduce``: each machine starts when its last agent arrives
     and finishes when it and its in-neighbor machines have started, plus the op's time;
+  - a ``*_nonblocking`` op leaves the clocks alone until :func:`fogsim.wait`, which moves
+    each agent's clock on to when the op is done for it, if that is later: communication
+    overlaps the computation charged in between (``communicating`` counts only what it
+    did not hide);
 
 * :func:`now` reads the clocks, :func:`breakdown` each agent's time computing,
   communicating and waiting; every reference algorithm records ``history["time"]`` (the
@@ -48,8 +52,8 @@ clock is not written yet: both refuse :func:`start` with an error that says so.
 
 What the model leaves out: congestion beyond the cost model's link sharing (messages of
 different ops never meet), OS noise, and the time of the local arithmetic of an op (the
-weighted sums). Window ops and ``neighbor_allgather`` do not move the clock yet, and
-nonblocking ops finish at once (they do not overlap computation).
+weighted sums). Window ops, ``neighbor_allgather`` and the machine-local ``allreduce`` do
+not move the clock yet.
 """
 
 from __future__ import annotations

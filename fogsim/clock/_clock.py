@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from .._handles import Handle
 from ..hierarchy.cost import CostMeter, CostModel, _link_loads
 from ..topology import Topology
 from ._platform import Platform, check_seconds
 
 __all__ = ["Clock"]
-
-_COLLECTIVES = ("allreduce", "allgather", "broadcast", "barrier")
 
 
 class Clock(CostMeter):
@@ -32,6 +32,7 @@ class Clock(CostMeter):
         self._rng = np.random.default_rng([platform.seed, 1])
         self._computations = 0
         self._paused = 0
+        self._started: list[tuple[np.ndarray, np.ndarray]] | None = None
         self._edges: dict[tuple[int, float], _Edges] = {}
         self.time = np.zeros(self.n)
         self.computing = np.zeros(self.n)
@@ -70,23 +71,47 @@ class Clock(CostMeter):
             return 0.0
         seconds = super().record(op, nbytes, **info)
         topology = info.get("topology")
+        done: Any
         if op in ("neighbor_allreduce", "neighbor_allgather") and topology is not None:
-            self._exchange(topology, float(nbytes))
+            done, own = self._exchange(topology, float(nbytes))
         elif op == "hierarchical_neighbor_allreduce":
-            self._machines(info["machine_topology"], seconds)
+            done, own = self._machines(info["machine_topology"], seconds)
         else:
-            self._together(seconds)
+            done, own = float(self.time.max()) + seconds, np.full(self.n, seconds)
+        if self._started is not None:  # a nonblocking op: the agents go on until wait
+            self._started.append((np.broadcast_to(done, (self.n,)), own))
+        else:
+            self._finish(done, own)
         return seconds
 
-    def _together(self, seconds: float) -> None:
-        """A collective: every agent leaves at the last arrival plus the op's time."""
-        start = self.time
-        done = float(start.max()) + seconds
-        self.waiting += done - seconds - start
-        self.communicating += seconds
-        self.time = np.full(self.n, done)
+    def _finish(self, done: Any, own: np.ndarray) -> None:
+        """Move each clock on to ``done`` (an agent's clock past it stays): the part that
+        the op's own transfers (``own``) explain is communicating, the rest waiting."""
+        done = np.maximum(self.time, done)
+        elapsed = done - self.time
+        busy = np.minimum(elapsed, own)
+        self.communicating += busy
+        self.waiting += elapsed - busy
+        self.time = done
 
-    def _exchange(self, topology: Topology, nbytes: float) -> None:
+    def started(self, run: Callable[[], Any], op: str, name: str | None) -> Handle:
+        """Run ``run`` (an op) as a nonblocking op: the clocks do not wait for it until
+        the returned handle is waited on (communication overlaps what comes between)."""
+        self._started = []
+        try:
+            result = run()
+            pending = self._started
+        finally:
+            self._started = None
+
+        def finish() -> Any:
+            for done, own in pending:
+                self._finish(done, own)
+            return result
+
+        return Handle(op, finish, lambda: True, name)
+
+    def _exchange(self, topology: Topology, nbytes: float) -> tuple[np.ndarray, np.ndarray]:
         """A neighbor exchange: agent i is done when its own messages are out and every
         message it receives has arrived, each leaving its sender at the sender's clock."""
         edges = self._edges_of(topology, nbytes)
@@ -96,30 +121,21 @@ class Clock(CostMeter):
             arrival = start[edges.senders] + edges.time
             latest = np.maximum.reduceat(arrival, edges.starts)
             done[edges.receiving] = np.maximum(done[edges.receiving], latest)
-        elapsed = done - start
-        busy = np.minimum(elapsed, edges.own_time)
-        self.communicating += busy
-        self.waiting += elapsed - busy
-        self.time = done
+        return done, edges.own_time
 
-    def _machines(self, machine_topology: Any, seconds: float) -> None:
+    def _machines(self, machine_topology: Any, seconds: float) -> tuple[np.ndarray, np.ndarray]:
         """A hierarchical step: each machine starts when its last agent arrives, and is
         done when its own and its in-neighbor machines' starts plus the op's time have
         passed (a slow machine delays its neighbors, not the others)."""
         local = self.n // machine_topology.size
-        start = self.time
-        machine_start = start.reshape(-1, local).max(axis=1)
+        machine_start = self.time.reshape(-1, local).max(axis=1)
         indptr, senders, _ = machine_topology.offdiag_csr()
         ready = machine_start.copy()
-        counts = np.diff(indptr)
-        has = counts > 0
+        has = np.diff(indptr) > 0
         if senders.size:
             latest = np.maximum.reduceat(machine_start[senders], indptr[:-1][has])
             ready[has] = np.maximum(ready[has], latest)
-        done = np.repeat(ready + seconds, local)
-        self.waiting += done - seconds - start
-        self.communicating += seconds
-        self.time = done
+        return np.repeat(ready + seconds, local), np.full(self.n, seconds)
 
     def _edges_of(self, topology: Topology, nbytes: float) -> _Edges:
         key = (id(topology), nbytes)
