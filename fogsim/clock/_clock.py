@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -27,23 +28,56 @@ class Clock(CostMeter):
     def __init__(self, platform: Platform) -> None:
         super().__init__(CostModel(platform.network, platform.allreduce))
         self.platform = platform
-        self.n = platform.size
-        self._inverse_speed = 1.0 / platform.speed
+        self.n = n = platform.size
+        uniform = bool(np.all(platform.speed == 1))
+        self._inverse_speed = None if uniform else 1.0 / platform.speed
         self._rng = np.random.default_rng([platform.seed, 1])
         self._computations = 0
         self._paused = 0
         self._started: list[tuple[np.ndarray, np.ndarray]] | None = None
+        # the clocks live in _ext[:n]; _ext[n] = -inf stands for a sender that never sends
+        # (a padding); an exchange writes its finishing times into _spare, then they swap
+        self._ext = np.zeros(n + 1)
+        self._ext[n] = -np.inf
+        self._spare = self._ext.copy()
+        self._scratch = np.empty(n)
         self._edges: dict[tuple[int, float], _Edges] = {}
-        self.time = np.zeros(self.n)
-        self.computing = np.zeros(self.n)
-        self.communicating = np.zeros(self.n)
-        self.waiting = np.zeros(self.n)
+        self._computing = np.zeros(n)
+        self._computing_alike = 0.0  # what every agent computed alike (compute's fast path)
+        # no speeds, no stragglers: a number of seconds is charged to every agent alike
+        self._alike = uniform and platform.stragglers is None
+        self.communicating = np.zeros(n)
+
+    @property
+    def time(self) -> np.ndarray:
+        """Each agent's clock (s)."""
+        return self._ext[:-1]
+
+    @property
+    def computing(self) -> np.ndarray:
+        """The time each agent spent computing (s)."""
+        computing: np.ndarray = self._computing + self._computing_alike
+        return computing
+
+    @property
+    def waiting(self) -> np.ndarray:
+        """The time each agent spent neither computing nor communicating (s)."""
+        waiting: np.ndarray = np.maximum(self.time - self.computing - self.communicating, 0.0)
+        return waiting
 
     # -- computation --------------------------------------------------------------------------
-    def compute(self, seconds: Any = None, flops: Any = None) -> np.ndarray:
+    def compute(self, seconds: Any = None, flops: Any = None) -> Any:
         """Charge each agent ``seconds`` of computation (a number or one per agent), or
         ``flops`` on the platform's device, at its speed and its straggler draw; return the
-        seconds each agent was charged."""
+        seconds charged: one number when every agent was charged alike, else one each."""
+        if (
+            type(seconds) is float and flops is None and self._alike and 0 <= seconds < math.inf
+        ):  # every agent charged alike: one pass, and one number for all computing times
+            clocks = self.time
+            clocks += seconds
+            self._computing_alike += seconds
+            self._computations += 1
+            return seconds
         if (seconds is None) == (flops is None):
             raise TypeError("compute() takes seconds or flops=, one of them")
         if seconds is None:
@@ -52,16 +86,17 @@ class Clock(CostMeter):
             seconds = flops if device is None else device.seconds(flops)
         else:
             seconds = check_seconds(seconds, self.n, "seconds")
-        charged = seconds * self._inverse_speed
+        charged: Any = seconds if self._inverse_speed is None else seconds * self._inverse_speed
         stragglers = self.platform.stragglers
         if stragglers is not None:
             slow = stragglers.draw(self._rng, self.n, self._computations)
             if slow is not None:
                 charged = charged * slow
         self._computations += 1
-        self.time += charged
-        self.computing += charged
-        return np.asarray(charged)
+        clocks = self.time
+        clocks += charged
+        self._computing += charged
+        return charged
 
     # -- communication --------------------------------------------------------------------------
     def record(self, op: str, nbytes: float, **info: Any) -> float:
@@ -69,30 +104,44 @@ class Clock(CostMeter):
         agent's clock on as the op's messages arrive (see :mod:`fogsim.clock`)."""
         if self._paused:
             return 0.0
-        seconds = super().record(op, nbytes, **info)
         topology = info.get("topology")
         done: Any
+        own: Any
         if op in ("neighbor_allreduce", "neighbor_allgather") and topology is not None:
-            done, own = self._exchange(topology, float(nbytes))
-        elif op == "hierarchical_neighbor_allreduce":
-            done, own = self._machines(info["machine_topology"], seconds)
+            edges = self._edges_of(topology, float(nbytes))
+            seconds = edges.seconds  # the cost model's time: its busiest link's
+            self.total += seconds
+            self.current += seconds
+            self.per_op[op] = self.per_op.get(op, 0.0) + seconds
+            self.calls[op] = self.calls.get(op, 0) + 1
+            done, own = self._exchange(edges)
         else:
-            done, own = float(self.time.max()) + seconds, np.full(self.n, seconds)
+            seconds = super().record(op, nbytes, **info)
+            if op == "hierarchical_neighbor_allreduce":
+                done, own = self._machines(info["machine_topology"], seconds)
+            else:  # a collective: every agent leaves at the last arrival plus its time
+                done, own = float(self.time.max()) + seconds, seconds
         if self._started is not None:  # a nonblocking op: the agents go on until wait
-            self._started.append((np.broadcast_to(done, (self.n,)), own))
+            kept = np.array(np.broadcast_to(done, (self.n,)))
+            self._started.append((kept, np.broadcast_to(own, (self.n,))))
         else:
-            self._finish(done, own)
+            self._finish(done, own, joining=False)
         return seconds
 
-    def _finish(self, done: Any, own: np.ndarray) -> None:
-        """Move each clock on to ``done`` (an agent's clock past it stays): the part that
-        the op's own transfers (``own``) explain is communicating, the rest waiting."""
-        done = np.maximum(self.time, done)
-        elapsed = done - self.time
-        busy = np.minimum(elapsed, own)
+    def _finish(self, done: Any, own: Any, joining: bool) -> None:
+        """Move each clock on to ``done``: the part of the time that the op's own transfers
+        (``own``) explain is communicating (the rest is waiting). ``joining``: a nonblocking
+        op waited on, which leaves a clock already past ``done`` where it is."""
+        clocks = self.time
+        if joining:
+            done = np.maximum(clocks, done)
+        busy = np.subtract(done, clocks, out=self._scratch)
+        np.minimum(busy, own, out=busy)
         self.communicating += busy
-        self.waiting += elapsed - busy
-        self.time = done
+        if isinstance(done, np.ndarray) and done.base is self._spare:
+            self._ext, self._spare = self._spare, self._ext  # the exchange wrote it there
+        else:
+            clocks[...] = done
 
     def started(self, run: Callable[[], Any], op: str, name: str | None) -> Handle:
         """Run ``run`` (an op) as a nonblocking op: the clocks do not wait for it until
@@ -106,18 +155,28 @@ class Clock(CostMeter):
 
         def finish() -> Any:
             for done, own in pending:
-                self._finish(done, own)
+                self._finish(done, own, joining=True)
             return result
 
         return Handle(op, finish, lambda: True, name)
 
-    def _exchange(self, topology: Topology, nbytes: float) -> tuple[np.ndarray, np.ndarray]:
+    def _exchange(self, edges: _Edges) -> tuple[np.ndarray, np.ndarray]:
         """A neighbor exchange: agent i is done when its own messages are out and every
         message it receives has arrived, each leaving its sender at the sender's clock."""
-        edges = self._edges_of(topology, nbytes)
-        start = self.time
-        done = start + edges.out_time
-        if edges.senders.size:
+        ext, n = self._ext, self.n
+        start = ext[:-1]
+        done = np.add(start, edges.out_time, out=self._spare[:-1])
+        if edges.columns is not None:  # in-degrees alike: one pass per column of senders
+            arrival = self._scratch
+            for senders, shift, seconds in edges.columns:
+                if shift is None:
+                    np.take(ext, senders, out=arrival)
+                else:  # a circulant column: sender (i + shift) mod n
+                    arrival[: n - shift] = start[shift:]
+                    arrival[n - shift :] = start[:shift]
+                arrival += seconds
+                np.maximum(done, arrival, out=done)
+        elif edges.senders.size:
             arrival = start[edges.senders] + edges.time
             latest = np.maximum.reduceat(arrival, edges.starts)
             done[edges.receiving] = np.maximum(done[edges.receiving], latest)
@@ -181,6 +240,7 @@ class _Edges:
 
     def __init__(self, topology: Topology, nbytes: float, platform: Platform) -> None:
         self.topology = topology
+        self.columns: list[tuple[np.ndarray, int | None, np.ndarray]] | None = None
         n = topology.size
         network = platform.network
         indptr, senders, _ = topology.offdiag_csr()
@@ -190,6 +250,7 @@ class _Edges:
         self.senders = senders
         self.receiving = np.flatnonzero(counts)  # the agents that receive
         self.starts = indptr[:-1][counts > 0]
+        self.seconds = 0.0
         if not senders.size:
             self.time = np.zeros(0)
             self.out_time = np.zeros(n)
@@ -208,9 +269,30 @@ class _Edges:
         differ = (senders[:, None] // strides) % sizes != (receivers[:, None] // strides) % sizes
         crossed = differ.shape[1] - 1 - np.argmax(differ[:, ::-1], axis=1)
         self.time = upto[crossed]
+        self.seconds = float(self.time.max())
         out_time = np.zeros(n)
         np.maximum.at(out_time, senders, self.time)
         in_time = np.zeros(n)
         in_time[self.receiving] = np.maximum.reduceat(self.time, self.starts)
         self.out_time = out_time
         self.own_time = np.maximum(out_time, in_time)
+        # Where the in-degrees are alike (circulant, exponential, one-peer steps), column j
+        # holds each agent's j-th sender and its message time, padded with sender n (whose
+        # clock is -inf) where an agent has fewer: k contiguous passes instead of a reduceat;
+        # a column whose senders are i + s (mod n) is read as two slices.
+        k = int(counts.max())
+        self.columns = None
+        if k * n <= 2 * senders.size:
+            # each row's senders by their distance ahead, (sender - receiver) mod n
+            order = np.lexsort(((senders - receivers) % n, receivers))
+            slot = np.arange(senders.size) - np.repeat(indptr[:-1], counts)
+            index = np.full((k, n), n, dtype=np.int64)
+            seconds = np.zeros((k, n))
+            index[slot, receivers] = senders[order]
+            seconds[slot, receivers] = self.time[order]
+            ranks = np.arange(n)
+            self.columns = []
+            for column, times in zip(index, seconds, strict=True):
+                shift = int(column[0])
+                circulant = np.array_equal(column, (ranks + shift) % n) and 0 < shift < n
+                self.columns.append((column, shift if circulant else None, times))
