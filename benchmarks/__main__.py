@@ -5,7 +5,7 @@
     python -m benchmarks --only mpi,fusion        # some of: sim, mpi, fusion, torch,
                                                   # torch_raw, hierarchy, timeline, spmd, kernels,
                                                   # notebooks, internal_numba, sharded,
-                                                  # compress
+                                                  # compress, clock
                                                   # (SUITE below)
     python -m benchmarks -np 2                    # MPI/torch jobs on 2 processes (default 4)
     python -m benchmarks --compare OLD.json       # run, then the change from an earlier run
@@ -81,6 +81,7 @@ SUITE = {
     "internal_numba": Entry("bench_internal_numba.py", quick=("--quick",), mpi=False),
     "sharded": Entry("bench_sharded.py", quick=("--quick",), mpi=False),
     "compress": Entry("bench_compress.py", quick=("--quick",), mpi=False),
+    "clock": Entry("bench_clock.py", quick=("--quick",), mpi=False),
 }
 
 _SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
