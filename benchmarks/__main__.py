@@ -5,7 +5,8 @@
     python -m benchmarks --only mpi,fusion        # some of: sim, mpi, fusion, torch,
                                                   # torch_raw, hierarchy, timeline, spmd, kernels,
                                                   # notebooks, internal_numba, sharded,
-                                                  # compress, clock
+                                                  # compress, clock, clock_host,
+                                                  # clock_paper
                                                   # (SUITE below)
     python -m benchmarks -np 2                    # MPI/torch jobs on 2 processes (default 4)
     python -m benchmarks --compare OLD.json       # run, then the change from an earlier run
@@ -82,6 +83,8 @@ SUITE = {
     "sharded": Entry("bench_sharded.py", quick=("--quick",), mpi=False),
     "compress": Entry("bench_compress.py", quick=("--quick",), mpi=False),
     "clock": Entry("bench_clock.py", quick=("--quick",), mpi=False),
+    "clock_host": Entry("bench_clock_host.py", mpi=False),
+    "clock_paper": Entry("bench_clock_paper.py", mpi=False),
 }
 
 _SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}

@@ -66,6 +66,7 @@ from typing import Any
 import numpy as np
 
 from .. import _context
+from ._calibrate import calibrate
 from ._clock import Clock
 from ._platform import V100, Device, Platform, Stragglers, check_seconds
 
@@ -77,6 +78,7 @@ __all__ = [
     "Stragglers",
     "WallClock",
     "breakdown",
+    "calibrate",
     "compute",
     "now",
     "paused",
