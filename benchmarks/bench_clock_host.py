@@ -111,7 +111,8 @@ def report(result: dict) -> list[tuple[str, float, float]]:
         f"{result['bandwidth'] / 1e9:.2f} GB/s (calibrated); rank 1 three times slower"
     )
     heads = ("s/iter", "predicted", "error", "to target", "predicted", "error")
-    print(f"  {'':<17}" + "".join(f"{h:>{w}}" for h, w in zip(heads, (9, 11, 8, 11, 11, 8))))
+    widths = (9, 11, 8, 11, 11, 8)
+    print(f"  {'':<17}" + "".join(f"{h:>{w}}" for h, w in zip(heads, widths, strict=True)))
     rows = []
     for name, times in result["measured"].items():
         pred = result["predicted"][name]
