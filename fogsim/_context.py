@@ -114,8 +114,10 @@ class Context:
         self._closed = False
         # the part methods the public ops' routes reached in this world, by route (see
         # method_of): a world's parts are fixed when it is made
-        #: the world's fogsim.clock while one runs (see fogsim.clock.start)
+        #: the world's fogsim.clock while one runs, and where it writes its trace (see
+        #: fogsim.clock.start)
         self.clock: Any = None
+        self.clock_trace: str | None = None
         self.methods: dict[Callable[[Backend], Callable[..., Any]], Callable[..., Any]] = {}
 
     def _shards(self, name: str, shards: int | str | None) -> int:

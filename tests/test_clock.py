@@ -235,3 +235,30 @@ def test_bad_platforms_are_refused():
         C.start()
     with pytest.raises(TypeError, match="platform must be a fogsim.clock.Platform"):
         C.start(net)
+
+
+def test_a_trace_in_virtual_time_shows_the_straggler_and_the_waits(tmp_path):
+    import json
+
+    n, s = 6, 2
+    speed = np.ones(n)
+    speed[s] = 1 / 3
+    fs.init(size=n, topology=T.ring_graph)
+    path = tmp_path / "clock.json"
+    C.start(C.Platform.uniform(n, latency=ALPHA, bandwidth=W, speed=speed), trace=str(path))
+    x = fs.local(lambda r: np.ones(10))
+    for _ in range(3):
+        C.compute(1e-3)
+        x = fs.neighbor_allreduce(x)
+    final = float(C.now().max())
+    C.stop()
+    events = json.loads(path.read_text())["traceEvents"]
+    spans = [e for e in events if e["ph"] == "X"]
+    computing = {e["pid"]: e["dur"] for e in spans if e["name"] == "COMPUTE"}
+    assert computing[s] == pytest.approx(3e3) and computing[0] == pytest.approx(1e3)  # us
+    waits = {e["pid"] for e in spans if e["name"] == "WAIT"}
+    assert s not in waits and {s - 1, s + 1} <= waits  # its neighbours wait for it
+    last = max(e["ts"] + e["dur"] for e in spans)
+    assert last == pytest.approx(1e6 * final)  # the trace ends where the clocks do
+    names = {e["name"] for e in spans}
+    assert names == {"COMPUTE", "neighbor_allreduce", "WAIT"}

@@ -155,12 +155,17 @@ def _clock_of(ctx: _context.Context) -> Clock | WallClock | None:
     return clock
 
 
-def start(platform: Platform | None = None) -> Clock | WallClock:
+def start(
+    platform: Platform | None = None, *, trace: str | None = None, trace_agents: Any = 32
+) -> Clock | WallClock:
     """Start the current world's clock (see the module docstring) and return it.
 
     In the simulator ``platform`` is required and must have as many agents as the world;
     under MPI or torch.distributed it is optional (it gives the speeds and stragglers that
-    :func:`compute` emulates). Starting again replaces the clock.
+    :func:`compute` emulates). Starting again replaces the clock. ``trace``: a file that
+    :func:`stop` writes, a Chrome trace in virtual time with one track per agent (the first
+    ``trace_agents``, or those ranks): each computation, each op's communication and the
+    waits, where a straggler and what it holds up are seen (simulator only).
     """
     if platform is not None and not isinstance(platform, Platform):
         raise TypeError(f"platform must be a fogsim.clock.Platform, got {type(platform).__name__}")
@@ -181,7 +186,10 @@ def start(platform: Platform | None = None) -> Clock | WallClock:
             raise ValueError(
                 f"the platform has {platform.size} agents but the world {backend.size_int}"
             )
-        clock: Clock | WallClock = Clock(platform)
+        simulated = Clock(platform)
+        if trace is not None:
+            simulated.trace(trace_agents)
+        clock: Clock | WallClock = simulated
         ctx.simulator("fogsim.clock").attach_cost_model(clock)
     elif backend.name == "spmd":
         raise ValueError(
@@ -190,8 +198,14 @@ def start(platform: Platform | None = None) -> Clock | WallClock:
             "time)"
         )
     else:
+        if trace is not None:
+            raise ValueError(
+                "start(trace=) writes the simulator's virtual time; under MPI or torch record "
+                "real time with fogsim.timeline"
+            )
         clock = WallClock(platform, int(backend.rank()), backend.size_int)
     ctx.clock = clock
+    ctx.clock_trace = trace
     return clock
 
 
@@ -201,7 +215,11 @@ def stop() -> None:
     clock = _clock_of(ctx)
     if isinstance(clock, Clock):
         ctx.simulator("fogsim.clock").attach_cost_model(None)
+        path = getattr(ctx, "clock_trace", None)
+        if path is not None:
+            clock.write_trace(path)
     ctx.clock = None
+    ctx.clock_trace = None
 
 
 def current() -> Clock | WallClock:

@@ -42,6 +42,7 @@ class Clock(CostMeter):
         self._spare = self._ext.copy()
         self._scratch = np.empty(n)
         self._edges: dict[tuple[int, float], _Edges] = {}
+        self._trace: _Trace | None = None
         self._computing = np.zeros(n)
         self._computing_alike = 0.0  # what every agent computed alike (compute's fast path)
         # no speeds, no stragglers: a number of seconds is charged to every agent alike
@@ -74,6 +75,8 @@ class Clock(CostMeter):
             type(seconds) is float and flops is None and self._alike and 0 <= seconds < math.inf
         ):  # every agent charged alike: one pass, and one number for all computing times
             clocks = self.time
+            if self._trace is not None:
+                self._trace.span("COMPUTE", clocks, seconds)
             clocks += seconds
             self._computing_alike += seconds
             self._computations += 1
@@ -94,6 +97,8 @@ class Clock(CostMeter):
                 charged = charged * slow
         self._computations += 1
         clocks = self.time
+        if self._trace is not None:
+            self._trace.span("COMPUTE", clocks, charged)
         clocks += charged
         self._computing += charged
         return charged
@@ -125,10 +130,10 @@ class Clock(CostMeter):
             kept = np.array(np.broadcast_to(done, (self.n,)))
             self._started.append((kept, np.broadcast_to(own, (self.n,))))
         else:
-            self._finish(done, own, joining=False)
+            self._finish(done, own, joining=False, op=op)
         return seconds
 
-    def _finish(self, done: Any, own: Any, joining: bool) -> None:
+    def _finish(self, done: Any, own: Any, joining: bool, op: str) -> None:
         """Move each clock on to ``done``: the part of the time that the op's own transfers
         (``own``) explain is communicating (the rest is waiting). ``joining``: a nonblocking
         op waited on, which leaves a clock already past ``done`` where it is."""
@@ -137,6 +142,8 @@ class Clock(CostMeter):
             done = np.maximum(clocks, done)
         busy = np.subtract(done, clocks, out=self._scratch)
         np.minimum(busy, own, out=busy)
+        if self._trace is not None:
+            self._trace.op(op, clocks, busy, done)
         self.communicating += busy
         if isinstance(done, np.ndarray) and done.base is self._spare:
             self._ext, self._spare = self._spare, self._ext  # the exchange wrote it there
@@ -155,7 +162,7 @@ class Clock(CostMeter):
 
         def finish() -> Any:
             for done, own in pending:
-                self._finish(done, own, joining=True)
+                self._finish(done, own, joining=True, op=op)
             return result
 
         return Handle(op, finish, lambda: True, name)
@@ -204,6 +211,27 @@ class Clock(CostMeter):
                 self._edges.clear()
             hit = self._edges[key] = _Edges(topology, nbytes, self.platform)
         return hit
+
+    # -- a trace in virtual time -----------------------------------------------------------------
+    def trace(self, agents: Any = 32) -> None:
+        """Record each computation and op of some agents (the first ``agents``, or these
+        ranks) in virtual time, for :meth:`write_trace`."""
+        if isinstance(agents, int) and not isinstance(agents, bool):
+            if agents < 1:
+                raise ValueError(f"agents must be >= 1, got {agents}")
+            ranks = np.arange(min(agents, self.n))
+        else:
+            ranks = np.unique(np.asarray(agents, dtype=np.int64))
+            if ranks.size == 0 or ranks[0] < 0 or ranks[-1] >= self.n:
+                raise ValueError(f"agents must be ranks in 0..{self.n - 1}, got {agents!r}")
+        self._trace = _Trace(ranks)
+
+    def write_trace(self, path: str) -> None:
+        """Write what :meth:`trace` recorded as a Chrome trace (Perfetto, chrome://tracing):
+        one process track per agent, in virtual microseconds."""
+        if self._trace is None:
+            raise ValueError("nothing recorded: call trace() (or start(..., trace=)) first")
+        self._trace.write(path)
 
     # -- reading --------------------------------------------------------------------------------
     def breakdown(self) -> dict[str, np.ndarray]:
@@ -296,3 +324,42 @@ class _Edges:
                 shift = int(column[0])
                 circulant = np.array_equal(column, (ranks + shift) % n) and 0 < shift < n
                 self.columns.append((column, shift if circulant else None, times))
+
+
+class _Trace:
+    """The spans of some agents in virtual time (see :meth:`Clock.trace`)."""
+
+    def __init__(self, ranks: np.ndarray) -> None:
+        self.ranks = ranks
+        self.events: list[tuple[str, np.ndarray, np.ndarray]] = []  # name, starts, lengths
+
+    def span(self, name: str, starts: np.ndarray, seconds: Any) -> None:
+        lengths = np.broadcast_to(seconds, starts.shape)[self.ranks]
+        self.events.append((name, starts[self.ranks].copy(), np.array(lengths)))
+
+    def op(self, name: str, starts: np.ndarray, busy: np.ndarray, done: Any) -> None:
+        begin = starts[self.ranks].copy()
+        moving = busy[self.ranks].copy()
+        end = np.broadcast_to(done, starts.shape)[self.ranks]
+        self.events.append((name, begin, moving))
+        self.events.append(("WAIT", begin + moving, end - begin - moving))
+
+    def write(self, path: str) -> None:
+        import json
+        import os
+
+        ranks = self.ranks.tolist()
+        out: list[dict[str, Any]] = [
+            {"ph": "M", "pid": r, "name": "process_name", "args": {"name": f"agent {r}"}}
+            for r in ranks
+        ]
+        for name, starts, lengths in self.events:
+            for r, ts, dur in zip(ranks, starts.tolist(), lengths.tolist(), strict=True):
+                if dur > 0 or name == "COMPUTE":
+                    span = {"ts": 1e6 * ts, "dur": 1e6 * dur}
+                    out.append({"ph": "X", "pid": r, "tid": 0, "name": name, **span})
+        folder = os.path.dirname(path)
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+        with open(path, "w") as f:
+            json.dump({"traceEvents": out, "displayTimeUnit": "ms"}, f)
