@@ -50,7 +50,7 @@ def job(out: str) -> None:
 
 
 def run(tmp_path: Path, mode: tuple[str, ...]) -> dict:
-    out = tmp_path / ("sim.json" if mode else "mpi.json")
+    out = tmp_path / (("-".join(m.strip("-") for m in mode) or "mpi") + ".json")
     _jobs.fogrun(2, "-m", "tests.test_clock_mpi", str(out), options=mode, timeout=90).check()
     return json.loads(out.read_text())
 
@@ -61,6 +61,14 @@ def test_the_clock_is_virtual_when_simulated(tmp_path):
     ring = 2 * (1e-5 + 0.5 * 32 / 1e9)  # 2 agents: one step each way, twice (Eq. 1)
     np.testing.assert_allclose(got["after_allreduce"], [2 * WORK + ring] * 2, rtol=1e-12)
     assert got["time"][0] == 0 and np.all(np.diff(got["time"]) > 0)
+
+
+def test_the_sharded_simulator_keeps_the_same_clocks(tmp_path):
+    _jobs.environment.require_mpiexec()
+    sharded, whole = run(tmp_path, ("--sim", "--shards", "2")), run(tmp_path, ("--sim",))
+    assert sharded["charged"] == whole["charged"][:1]  # the main process's block: agent 0
+    del sharded["charged"], whole["charged"]
+    assert sharded == whole  # every clock and the history's times, bit for bit
 
 
 def test_the_same_script_under_mpi_reads_real_time(tmp_path):

@@ -72,6 +72,7 @@ from ._platform import V100, Device, Platform, Stragglers, check_seconds
 
 __all__ = [
     "V100",
+    "BlockClock",
     "Clock",
     "Device",
     "Platform",
@@ -150,14 +151,58 @@ class WallClock:
         """Real time does not pause: nothing to do."""
 
 
-def _clock_of(ctx: _context.Context) -> Clock | WallClock | None:
-    clock: Clock | WallClock | None = getattr(ctx, "clock", None)
+class BlockClock:
+    """The clock of a sharded simulation, seen from one process: every process keeps every
+    agent's clock (the same numbers everywhere: the ops' times depend on the topology and
+    the clocks alone, which every process has), and reads and charges its block's."""
+
+    def __init__(self, clock: Clock, backend: Any) -> None:
+        self.clock = clock
+        self._backend = backend
+        self._lo, self._hi = backend.block
+
+    @property
+    def time(self) -> np.ndarray:
+        """The block's agents' clocks (s)."""
+        return self.clock.time[self._lo : self._hi]
+
+    def _world(self, value: Any) -> Any:
+        """A per-agent argument for the block (one per block agent), as the world's."""
+        if value is None or np.ndim(value) == 0:
+            return value
+        arr = np.asarray(value, dtype=np.float64)
+        if arr.shape == (self._hi - self._lo,):
+            return np.asarray(self._backend.global_view(arr), dtype=np.float64)
+        return arr  # one per agent of the world: as is (its checks name what is wrong)
+
+    def compute(self, seconds: Any = None, flops: Any = None) -> Any:
+        """Charge computation (see :meth:`Clock.compute`): a number, or one per agent of the
+        block (or of the world); returns the block's charges."""
+        charged = self.clock.compute(self._world(seconds), self._world(flops))
+        return charged if np.ndim(charged) == 0 else charged[self._lo : self._hi]
+
+    def breakdown(self) -> dict[str, np.ndarray]:
+        """The block's agents' clocks and times computing, communicating and waiting."""
+        return {k: v[self._lo : self._hi] for k, v in self.clock.breakdown().items()}
+
+    def started(self, run: Any, op: str, name: str | None) -> Any:
+        return self.clock.started(run, op, name)
+
+    def pause(self) -> None:
+        self.clock.pause()
+
+    def resume(self) -> None:
+        self.clock.resume()
+
+
+def _clock_of(ctx: _context.Context) -> Clock | WallClock | BlockClock | None:
+    clock: Clock | WallClock | BlockClock | None = getattr(ctx, "clock", None)
     return clock
 
 
 def start(
     platform: Platform | None = None, *, trace: str | None = None, trace_agents: Any = 32
-) -> Clock | WallClock:
+) -> Clock | WallClock | BlockClock:
     """Start the current world's clock (see the module docstring) and return it.
 
     In the simulator ``platform`` is required and must have as many agents as the world;
@@ -172,11 +217,6 @@ def start(
     ctx = _context.current()
     backend = ctx.backend
     if ctx.is_simulated:
-        if backend.shard_index() is not None:
-            raise NotImplementedError(
-                "fogsim.clock is not implemented in the sharded simulator yet: run the "
-                "clock with every agent in one process (shards=1)"
-            )
         if platform is None:
             raise TypeError(
                 "start() in the simulator needs a platform, e.g. "
@@ -189,8 +229,10 @@ def start(
         simulated = Clock(platform)
         if trace is not None:
             simulated.trace(trace_agents)
-        clock: Clock | WallClock = simulated
-        ctx.simulator("fogsim.clock").attach_cost_model(clock)
+        clock: Clock | WallClock | BlockClock = simulated
+        if backend.shard_index() is not None:  # every process keeps every agent's clock
+            clock = BlockClock(simulated, backend)
+        ctx.simulator("fogsim.clock").attach_cost_model(simulated)
     elif backend.name == "spmd":
         raise ValueError(
             "fogsim.clock has no SPMD mode (agents as threads of one process have no time of "
@@ -213,16 +255,18 @@ def stop() -> None:
     """Stop the current world's clock (a simulated world's ops are no longer charged)."""
     ctx = _context.current()
     clock = _clock_of(ctx)
+    if isinstance(clock, BlockClock):
+        clock = clock.clock
     if isinstance(clock, Clock):
         ctx.simulator("fogsim.clock").attach_cost_model(None)
         path = getattr(ctx, "clock_trace", None)
-        if path is not None:
+        if path is not None and ctx.backend.is_main_process():
             clock.write_trace(path)
     ctx.clock = None
     ctx.clock_trace = None
 
 
-def current() -> Clock | WallClock:
+def current() -> Clock | WallClock | BlockClock:
     """Return the current world's clock, or raise if none runs."""
     clock = _clock_of(_context.current())
     if clock is None:
@@ -243,9 +287,10 @@ def compute(seconds: Any = None, *, flops: Any = None) -> Any:
 
 
 def now() -> Any:
-    """Each agent's clock in seconds: stacked in simulation, this rank's under MPI/torch."""
+    """Each agent's clock in seconds: stacked in simulation (the block's agents when
+    sharded), this rank's under MPI/torch."""
     clock = current()
-    return clock.time.copy() if isinstance(clock, Clock) else clock.time
+    return clock.time.copy() if isinstance(clock, Clock | BlockClock) else clock.time
 
 
 def breakdown() -> dict[str, Any]:
