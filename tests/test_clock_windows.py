@@ -253,3 +253,37 @@ def test_window_messages_land_at_once_while_the_clock_is_paused():
     np.testing.assert_array_equal(C.now(), 0.0)
     assert window("w").in_flight() == 0
     assert fs.get_win_version("w")[0] == {1: 1, 3: 1}
+
+
+def test_stopping_or_restarting_the_clock_lands_what_is_in_flight():
+    n = 4
+    ring_world(n)
+    x = fs.local(lambda r: np.full(D, float(r)))
+    fs.win_create(x, "w", zero_init=True)
+    fs.win_put(x, "w", dst_weights=only(n, 0, {1: 1.0}))
+    assert window("w").in_flight() == 1
+    C.start(C.Platform.uniform(n))  # a new clock: the old one's messages land
+    assert window("w").in_flight() == 0
+    assert fs.get_win_version("w")[1][0] == 1
+    fs.win_put(x, "w", dst_weights=only(n, 0, {1: 1.0}))
+    assert window("w").in_flight() == 1
+    C.stop()
+    assert window("w").in_flight() == 0
+    assert fs.get_win_version("w")[1][0] == 2
+    fs.win_put(x, "w")  # no clock: lock-step rounds, nothing in flight
+    assert window("w").in_flight() == 0
+
+
+def test_lost_messages_cost_their_sender_the_time_and_never_land():
+    n = 8
+    ring_world(n)
+    x = fs.local(lambda r: np.full(D, 1.0))
+    fs.win_create(x, "w", zero_init=True)
+    fs.set_asynchrony("all", loss=0.5, seed=3)
+    fs.win_accumulate(x, "w")
+    np.testing.assert_allclose(C.now(), ALPHA + 2 * N / W, rtol=1e-15)  # every sender paid
+    flying = window("w").in_flight()
+    assert 0 < flying < 2 * n  # some were lost
+    fs.barrier()
+    landed = sum(sum(v.values()) for v in fs.get_win_version("w"))
+    assert landed == flying

@@ -73,7 +73,7 @@ class SimBackend(StackedWorld):
         from ...clock import Clock
 
         super().attach_cost_model(meter)
-        self.windows.clock = meter if isinstance(meter, Clock) else None
+        self.windows.attach_clock(meter if isinstance(meter, Clock) else None)
 
     def close(self) -> None:
         self.windows.close()

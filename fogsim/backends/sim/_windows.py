@@ -66,12 +66,21 @@ class SimWindowOps(WindowPart):
         self._active: np.ndarray | None = None  # ascending active ranks; None: all
         self._active_mask: np.ndarray | None = None
         self._drawn = False  # whether this round's active set is drawn yet
+        self._by_clock = False  # the "clock" activation
         #: the world's clock (fogsim.clock), set by the backend: messages then take time
         self.clock: Clock | None = None
 
     def on_topology(self, topology: Topology, is_weighted: bool) -> None:
         """Create the next windows on ``topology`` (its weights when ``is_weighted``)."""
         self._topology, self._is_weighted = topology, is_weighted
+
+    def attach_clock(self, clock: Clock | None) -> None:
+        """Time the messages on ``clock`` from now on (None: rounds again); what is in
+        flight on the clock this replaces lands at once."""
+        if clock is not self.clock:
+            for win in self._windows.values():
+                win.deliver_landed(None)
+        self.clock = clock
 
     @property
     def asynchrony(self) -> Asynchrony:
@@ -156,7 +165,7 @@ class SimWindowOps(WindowPart):
     def _active_ranks(self) -> np.ndarray | None:
         """Return this round's active ranks (None: all), drawing them at its first op."""
         if not self._drawn:
-            if self._asynchrony.activation == "clock":
+            if self._by_clock:
                 self._active = self._earliest()
             else:
                 self._active = self._asynchrony.draw_active()
@@ -486,6 +495,7 @@ class SimWindowOps(WindowPart):
                 "call fogsim.clock.start(platform) first"
             )
         self._asynchrony = asynchrony
+        self._by_clock = activation == "clock"
         self._drawn = False
         if self.clock is not None:
             self.clock.busy = None
