@@ -19,6 +19,7 @@ import fogsim as fs
 from fogsim import clock as C
 from fogsim import topology as T
 from fogsim._asynchrony import Asynchrony
+from fogsim.hierarchy import Level, Network
 
 ALPHA, W = 2e-5, 1e9  # latency (s), bandwidth (bytes/s)
 D = 100  # float64 per agent: N = 800 bytes per message
@@ -93,6 +94,27 @@ def test_lock_step_puts_share_the_link_and_give_the_same_numbers():
     np.testing.assert_array_equal(timed, plain)  # every message lands before each update
     m = ALPHA + 2 * N / W  # two messages share each agent's link
     np.testing.assert_allclose(now, 3 * m, rtol=1e-14)
+
+
+def test_a_message_between_machines_takes_the_slower_levels_time():
+    n = 4  # two machines of two agents
+    fs.init(size=n, topology=T.fully_connected_graph)
+    fast, slow = Level(2, alpha=1e-6, bandwidth=1e10), Level(2, alpha=1e-4, bandwidth=1e8)
+    C.start(C.Platform(Network([fast, slow])))
+    x = fs.local(lambda r: np.full(D, float(r)))
+    fs.win_create(x, "w", zero_init=True)
+    fs.win_put(x, "w", dst_weights=only(n, 0, {1: 1.0}))  # within its machine
+    inside = 1e-6 + N / 1e10
+    np.testing.assert_allclose(C.now(), [inside, 0, 0, 0], rtol=1e-15)
+    fs.win_put(x, "w", dst_weights=only(n, 1, {2: 1.0}))  # across machines: levels 0 and 1
+    across = max(1e-6 + N / 1e10, 1e-4 + N / 1e8)
+    np.testing.assert_allclose(C.now(), [inside, across, 0, 0], rtol=1e-15)
+    C.compute(np.array([0, 0, across * (1 - 1e-9), 0]))
+    assert fs.get_win_version("w")[2][1] == 0
+    C.compute(np.array([0, 0, across * 2e-9, 0]))
+    assert fs.get_win_version("w")[2][1] == 1
+    assert fs.get_win_version("w")[1][0] == 1  # agent 1, at across > inside, has it: both
+    assert window("w").versions.sum() == 2
 
 
 def test_a_get_moves_the_readers_clock_and_fills_its_buffers():
