@@ -235,14 +235,19 @@ def set_asynchrony(
     * ``"bernoulli"``: each agent independently with probability ``p_active``;
     * ``"speeds"``: agent i with probability ``speeds[i] / max(speeds)`` (stragglers are
       the slow ones).
+    * ``"clock"``: the agents whose virtual clocks are the earliest (the first to finish
+      the computation charged with :func:`fogsim.clock.compute`); needs a running
+      :mod:`fogsim.clock`. Agents then act at the rate their speeds allow.
 
     Each message of put, accumulate or get arrives ``d`` rounds late, ``d`` uniform in
     ``0..max_delay`` (bounded staleness), and is lost with probability ``loss`` (then mass
     is no longer conserved). All windows share one clock. :func:`barrier` delivers
     everything in flight and makes every agent active until the round ends, as agents
     leave a barrier together (so ``barrier(); win_update_then_collect(name)`` collects
-    everything, as under MPI). Under MPI the processes are really asynchronous and this
-    call only checks its arguments.
+    everything, as under MPI). While a :mod:`fogsim.clock` runs, messages take virtual time
+    on its network instead of rounds (``max_delay`` must be 0; ``loss`` still applies), and
+    each agent's window ops see what has landed by its clock. Under MPI the processes are
+    really asynchronous and this call only checks its arguments.
     """
     ctx = _context.current()  # without a seed, the world's (init(seed=...)), if it has one
     ctx.backend.set_asynchrony(

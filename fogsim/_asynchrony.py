@@ -19,7 +19,7 @@ import numpy as np
 __all__ = ["ACTIVATIONS", "DEFAULT_SEED", "Asynchrony"]
 
 #: The activation rules (see :func:`fogsim.set_asynchrony`).
-ACTIVATIONS = ("all", "one", "bernoulli", "speeds")
+ACTIVATIONS = ("all", "one", "bernoulli", "speeds", "clock")
 
 #: The seed used when neither the call nor the world gives one, so runs stay reproducible.
 DEFAULT_SEED = 0
@@ -49,7 +49,9 @@ class Asynchrony:
 
     ``activation``: ``"all"`` (every agent every round), ``"one"`` (one agent drawn
     uniformly), ``"bernoulli"`` (each agent with probability ``p_active``) or ``"speeds"``
-    (agent i with probability ``speeds[i] / max(speeds)``). Each message is ``d`` rounds
+    (agent i with probability ``speeds[i] / max(speeds)``) or ``"clock"`` (the agents whose
+    virtual clocks are the earliest: the simulator's window ops decide, from the world's
+    :mod:`fogsim.clock`; :meth:`draw_active` cannot). Each message is ``d`` rounds
     late, ``d`` uniform in ``0..max_delay``, and lost with probability ``loss``.
     """
 
@@ -126,6 +128,8 @@ class Asynchrony:
         """Return the ascending ranks active in a new round (None: every agent)."""
         if self.activation == "all":
             return None
+        if self.activation == "clock":
+            raise ValueError("activation='clock' is decided by the agents' clocks, not drawn")
         if self.activation == "one":
             return np.array([self.rng.integers(self.n)], dtype=np.int64)
         if self.activation == "bernoulli":
@@ -151,6 +155,7 @@ class Asynchrony:
         extra = {
             "one": "",
             "all": "",
+            "clock": "",
             "bernoulli": f", p_active={self.p_active}",
             "speeds": f", speeds={self.speeds}",
         }[self.activation]

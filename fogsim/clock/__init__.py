@@ -26,6 +26,25 @@ device. Then:
     each agent's clock on to when the op is done for it, if that is later: communication
     overlaps the computation charged in between (``communicating`` counts only what it
     did not hide);
+  - a window op (``win_put``, ``win_accumulate``, ``win_get``) is truly asynchronous:
+    each of its messages leaves its origin (the sender; a get's reader) at the origin's
+    clock and lands ``alpha + c N / w`` later (N the agent's share of the window, ``c`` the
+    op's messages sharing one link, as above); the origin's clock moves on until its last
+    message has landed (MPI's put then unlock: the op is complete at both ends). Messages
+    wait in flight, with their landing times, and a receiver's ``win_update``,
+    ``win_update_then_collect``, ``win_get`` and ``get_win_version`` see exactly those
+    that have landed by its clock (puts to one buffer in landing order, the last landed
+    wins; accumulates add up, so push-sum's mass stays exact). ``win_update`` itself
+    takes no time (local arithmetic). :func:`fogsim.barrier` and ``win_free`` land
+    everything in flight; every agent leaves them at the last arrival or landing plus a
+    barrier's ``ceil(lg n) alpha``;
+  - with ``fogsim.set_asynchrony("clock")`` the window ops' rounds follow the clocks: in
+    each round the agents whose clocks are the earliest (the first to finish their
+    computation) act, and the others stay busy in the computation they were charged
+    (:func:`compute` does not charge them again until they act), so an agent k times
+    faster makes about k times more updates per second of virtual time. The other
+    activation rules still choose who acts; ``loss`` still drops messages; round delays
+    (``max_delay``) are refused: the network delays the messages;
 
 * :func:`now` reads the clocks, :func:`breakdown` each agent's time computing,
   communicating and waiting; every reference algorithm records ``history["time"]`` (the
@@ -52,8 +71,15 @@ clock is not written yet: both refuse :func:`start` with an error that says so.
 
 What the model leaves out: congestion beyond the cost model's link sharing (messages of
 different ops never meet), OS noise, and the time of the local arithmetic of an op (the
-weighted sums). Window ops, ``neighbor_allgather`` and the machine-local ``allreduce`` do
-not move the clock yet.
+weighted sums). ``neighbor_allgather`` and the machine-local ``allreduce`` do not move
+the clock yet. In the window ops a stacked round is one event per acting agent, so a read
+can miss a message sent in a later round that lands before it (never one sent earlier):
+with the ``"clock"`` activation that needs a message faster than the reader's own
+transfer (one crossing fewer levels, or sharing its link with fewer messages); with the
+other rules the agents' clocks drift apart and reads can lag more. A ``win_get`` reads
+its in-neighbor's exposed value as it is at the call (the simulator keeps no history of
+it), and the ``*_nonblocking`` window ops are eager in the simulator: they cost what the
+blocking ones do.
 """
 
 from __future__ import annotations

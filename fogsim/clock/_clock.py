@@ -13,7 +13,29 @@ from ..hierarchy.cost import CostMeter, CostModel, _link_loads
 from ..topology import Topology
 from ._platform import Platform, check_seconds
 
-__all__ = ["Clock"]
+__all__ = ["Clock", "message_times"]
+
+
+def message_times(network: Any, senders: np.ndarray, receivers: np.ndarray, nbytes: float) -> Any:
+    """Each message's seconds on ``network``: a message ``senders[k] -> receivers[k]`` of
+    ``nbytes`` crossing levels 0..L takes the longest of those levels' ``alpha_l + c_l N /
+    w_l``, ``c_l`` the most of these messages that one link of level l carries one way (the
+    cost model's link sharing)."""
+    if not senders.size:
+        return np.zeros(0)
+    loads = _link_loads(network, senders, receivers)
+    per_level = np.array(
+        [
+            level.alpha + c * nbytes / level.bandwidth if c else 0.0
+            for level, c in zip(network.levels, loads, strict=True)
+        ]
+    )
+    upto = np.maximum.accumulate(per_level)  # a message crossing level L: max over 0..L
+    sizes = np.array(network.sizes, dtype=np.int64)
+    strides = np.concatenate([[1], np.cumprod(sizes)[:-1]])
+    differ = (senders[:, None] // strides) % sizes != (receivers[:, None] // strides) % sizes
+    crossed = differ.shape[1] - 1 - np.argmax(differ[:, ::-1], axis=1)
+    return upto[crossed]
 
 
 class Clock(CostMeter):
@@ -48,6 +70,9 @@ class Clock(CostMeter):
         # no speeds, no stragglers: a number of seconds is charged to every agent alike
         self._alike = uniform and platform.stragglers is None
         self.communicating = np.zeros(n)
+        #: agents still in the computation they were last charged (the window ops'
+        #: ``"clock"`` activation): compute() does not charge them again; None: none
+        self.busy: np.ndarray | None = None
 
     @property
     def time(self) -> np.ndarray:
@@ -72,7 +97,11 @@ class Clock(CostMeter):
         ``flops`` on the platform's device, at its speed and its straggler draw; return the
         seconds charged: one number when every agent was charged alike, else one each."""
         if (
-            type(seconds) is float and flops is None and self._alike and 0 <= seconds < math.inf
+            type(seconds) is float
+            and flops is None
+            and self._alike
+            and 0 <= seconds < math.inf
+            and self.busy is None
         ):  # every agent charged alike: one pass, and one number for all computing times
             clocks = self.time
             if self._trace is not None:
@@ -95,6 +124,8 @@ class Clock(CostMeter):
             slow = stragglers.draw(self._rng, self.n, self._computations)
             if slow is not None:
                 charged = charged * slow
+        if self.busy is not None:  # still computing: the same computation, not a new one
+            charged = np.where(self.busy, 0.0, charged)
         self._computations += 1
         clocks = self.time
         if self._trace is not None:
@@ -132,6 +163,50 @@ class Clock(CostMeter):
         else:
             self._finish(done, own, joining=False, op=op)
         return seconds
+
+    def send(
+        self,
+        op: str,
+        senders: np.ndarray,
+        receivers: np.ndarray,
+        origin: np.ndarray,
+        nbytes: float,
+    ) -> np.ndarray | None:
+        """A window op's messages ``senders[k] -> receivers[k]``, each run by agent
+        ``origin[k]`` (the sender of a put or accumulate, the reader of a get): return when
+        each lands, its origin's clock plus its :func:`message_times` (None while paused:
+        they land at once), and move each origin's clock on until its last message has
+        landed (a nonblocking op: at wait)."""
+        if self._paused:
+            return None
+        times = message_times(self.platform.network, senders, receivers, float(nbytes))
+        landing: np.ndarray = self.time[origin] + times
+        seconds = float(times.max()) if times.size else 0.0
+        self.total += seconds
+        self.current += seconds
+        self.per_op[op] = self.per_op.get(op, 0.0) + seconds
+        self.calls[op] = self.calls.get(op, 0) + 1
+        own = np.zeros(self.n)
+        np.maximum.at(own, origin, times)
+        done = self.time + own
+        if self._started is not None:
+            self._started.append((done, own))
+        else:
+            self._finish(done, own, joining=False, op=op)
+        return landing
+
+    def barrier(self, landed: float = -math.inf) -> None:
+        """A barrier after window messages landing up to ``landed``: every agent leaves
+        at the last arrival or landing plus the cost model's barrier time."""
+        self.busy = None
+        if self._paused:
+            return
+        seconds = super().record("barrier", 0.0, size=self.n)
+        done = max(float(self.time.max()), landed) + seconds
+        if self._started is not None:
+            self._started.append((np.full(self.n, done), np.full(self.n, seconds)))
+        else:
+            self._finish(done, seconds, joining=False, op="barrier")
 
     def _finish(self, done: Any, own: Any, joining: bool, op: str) -> None:
         """Move each clock on to ``done``: the part of the time that the op's own transfers
@@ -284,19 +359,7 @@ class _Edges:
             self.out_time = np.zeros(n)
             self.own_time = np.zeros(n)
             return
-        loads = _link_loads(network, senders, receivers)
-        per_level = np.array(
-            [
-                level.alpha + c * nbytes / level.bandwidth if c else 0.0
-                for level, c in zip(network.levels, loads, strict=True)
-            ]
-        )
-        upto = np.maximum.accumulate(per_level)  # a message crossing level L: max over 0..L
-        sizes = np.array(network.sizes, dtype=np.int64)
-        strides = np.concatenate([[1], np.cumprod(sizes)[:-1]])
-        differ = (senders[:, None] // strides) % sizes != (receivers[:, None] // strides) % sizes
-        crossed = differ.shape[1] - 1 - np.argmax(differ[:, ::-1], axis=1)
-        self.time = upto[crossed]
+        self.time = message_times(network, senders, receivers, nbytes)
         self.seconds = float(self.time.max())
         out_time = np.zeros(n)
         np.maximum.at(out_time, senders, self.time)

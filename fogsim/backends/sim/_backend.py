@@ -21,7 +21,7 @@ from . import _torchops
 from ._collectives import SimCollectives
 from ._machines import SimMachines
 from ._neighbors import SimNeighbors
-from ._state import SimState
+from ._state import CostMeter, SimState
 from ._window import SimWindow
 from ._windows import SimWindowOps
 from ._world import StackedWorld, world_size
@@ -66,6 +66,14 @@ class SimBackend(StackedWorld):
         self.collectives = SimCollectives(state, self.windows.barrier)
         self.neighbors = SimNeighbors(state)
         self.machines = SimMachines(state)
+
+    def attach_cost_model(self, meter: CostMeter | None) -> None:
+        """Charge every communication op to ``meter`` (None: stop); a clock
+        (:class:`fogsim.clock.Clock`) also times the window ops' messages."""
+        from ...clock import Clock
+
+        super().attach_cost_model(meter)
+        self.windows.attach_clock(meter if isinstance(meter, Clock) else None)
 
     def close(self) -> None:
         self.windows.close()

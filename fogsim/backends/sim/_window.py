@@ -6,7 +6,9 @@ in the order of ``topology.offdiag_csr()``: receiver rows, senders ascending), a
 (version) per buffer, the push-sum weight ``p_i`` with one p-buffer ``q`` per edge, and the
 *exposed* value and ``p`` that ``win_get`` reads (the registered value as it stood after
 agent ``i``'s own last put, accumulate or update). Messages that the modelled asynchrony
-holds back wait in the window's queue (see :mod:`fogsim.backends.sim._windows`).
+holds back wait in the window's queue, by round; with a clock (:mod:`fogsim.clock`) they
+wait with their landing times until their receiver's clock reaches them (see
+:mod:`fogsim.backends.sim._windows`).
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ class SimWindow:
         # arrival round -> [(send sequence number, kind, edges, values, p values or None)]
         self._queue: dict[int, list[tuple[int, str, np.ndarray, np.ndarray, Any]]] = {}
         self._sent = 0
+        # with a clock: [(landing times, send sequence number, kind, edges, values, p's)]
+        self._timed: list[tuple[np.ndarray, int, str, np.ndarray, np.ndarray, Any]] = []
 
     # -- read-only views (tests, debugging) -------------------------------------------------
     @staticmethod
@@ -102,7 +106,8 @@ class SimWindow:
 
     def in_flight(self) -> int:
         """Return how many messages are on their way (sent, not delivered yet, not lost)."""
-        return sum(len(b[2]) for batches in self._queue.values() for b in batches)
+        rounds = sum(len(b[2]) for batches in self._queue.values() for b in batches)
+        return rounds + sum(len(b[0]) for b in self._timed)
 
     def in_flight_mass(self) -> tuple[np.ndarray, float]:
         """Return the sums of the values and of the p's that messages in flight carry.
@@ -116,6 +121,9 @@ class SimWindow:
             for _, _, _, vals, pvals in batches:
                 x += vals.sum(axis=0, dtype=np.float64)
                 p += 0.0 if pvals is None else float(pvals.sum())
+        for _, _, _, _, vals, pvals in self._timed:
+            x += vals.sum(axis=0, dtype=np.float64)
+            p += 0.0 if pvals is None else float(pvals.sum())
         return x.reshape(self.shape[1:]), p
 
     # -- messages ---------------------------------------------------------------------------
@@ -150,6 +158,69 @@ class SimWindow:
         for _, *batch in batches:
             self.apply(*batch)
 
+    # -- messages in virtual time (fogsim.clock) --------------------------------------------
+    def launch(
+        self, landing: np.ndarray, kind: str, edges: np.ndarray, vals: np.ndarray, pvals: Any
+    ) -> None:
+        """Hold messages until their receivers' clocks reach ``landing`` (one per edge)."""
+        if edges.size:
+            self._timed.append((landing, self._sent, kind, edges, vals, pvals))
+            self._sent += 1
+
+    def latest_landing(self) -> float:
+        """When the last message in flight lands (-inf: none is in flight)."""
+        return max((float(b[0].max()) for b in self._timed), default=-np.inf)
+
+    def deliver_landed(self, clocks: np.ndarray | None) -> None:
+        """Land each message whose landing time its receiver's clock (``clocks``; None:
+        every message) has reached, in landing order (ties: send order)."""
+        if not self._timed:
+            return
+        due, kept = [], []
+        for batch in self._timed:
+            landing, seq, kind, edges, vals, pvals = batch
+            if clocks is None:
+                mask = np.ones(landing.size, bool)
+            else:
+                mask = landing <= clocks[self.recv[edges]]
+            if mask.all():
+                due.append(batch)
+            elif mask.any():
+                rest = ~mask
+                due.append((landing[mask], seq, kind, edges[mask], vals[mask], _pick(pvals, mask)))
+                kept.append((landing[rest], seq, kind, edges[rest], vals[rest], _pick(pvals, rest)))
+            else:
+                kept.append(batch)
+        self._timed = kept
+        if not due:
+            return
+        landing = np.concatenate([b[0] for b in due])
+        sent = np.concatenate([np.full(b[0].size, b[1]) for b in due])
+        # each message's run: a change of kind, or of carrying p, starts a new one
+        label = np.concatenate(
+            [np.full(b[0].size, 2 * (b[2] == ACCUMULATE) + (b[5] is not None)) for b in due]
+        )
+        edges = np.concatenate([b[3] for b in due])
+        vals = np.concatenate([b[4] for b in due])
+        pvals = np.concatenate([np.zeros(b[0].size) if b[5] is None else b[5] for b in due])
+        order = np.lexsort((sent, landing))
+        label, edges, vals, pvals = label[order], edges[order], vals[order], pvals[order]
+        cuts = np.flatnonzero(np.diff(label)) + 1
+        for a, b in zip(np.r_[0, cuts], np.r_[cuts, label.size], strict=True):
+            code = int(label[a])
+            e, v, pv = edges[a:b], vals[a:b], pvals[a:b] if code & 1 else None
+            if code & 2:  # accumulates add up, repeated edges too
+                np.add.at(self.buf, e, v)
+                if pv is not None:
+                    np.add.at(self.q, e, pv)
+            else:  # puts and gets overwrite: the last to land wins
+                _, first = np.unique(e[::-1], return_index=True)
+                last = e.size - 1 - first
+                self.buf[e[last]] = v[last]
+                if pv is not None:
+                    self.q[e[last]] = pv[last]
+            np.add.at(self.ver, e, 1)
+
     def expose(self, rows: np.ndarray | None) -> None:
         """Refresh the exposed value and p of ``rows`` (None: every agent)."""
         if rows is None:
@@ -158,3 +229,7 @@ class SimWindow:
         else:
             self.exposed[rows] = self.fmt.decode(self.raw[rows])
             self.exposed_p[rows] = self.p[rows]
+
+
+def _pick(pvals: Any, mask: np.ndarray) -> Any:
+    return None if pvals is None else pvals[mask]

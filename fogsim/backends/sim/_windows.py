@@ -17,12 +17,18 @@ delay, and is delivered at the start of its round in send order. ``barrier()`` l
 agent catch up: it delivers everything in flight (in send order) and makes every agent
 active for the rest of the round. The default schedule is lock-step: every agent acts,
 every message lands at once.
+
+With a clock (:mod:`fogsim.clock`, attached by the backend as ``clock``) messages take
+time instead of rounds: each leaves its origin at the origin's clock and waits in the
+window's flight list until its receiver's clock reaches its landing time; reads (update,
+get, versions, inspection) land what has arrived by then. ``activation="clock"`` picks each
+round's agents by their clocks (the earliest act). With no clock, none of this runs.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +40,9 @@ from .._weights import is_matrix
 from .._windows import WindowPart, check_flag, check_update_args, window_view
 from ._plan import rank_rows, self_weights, slot_add
 from ._window import ACCUMULATE, GET, PUT, SimWindow
+
+if TYPE_CHECKING:
+    from ...clock import Clock
 
 __all__ = ["SimWindowOps"]
 
@@ -57,10 +66,21 @@ class SimWindowOps(WindowPart):
         self._active: np.ndarray | None = None  # ascending active ranks; None: all
         self._active_mask: np.ndarray | None = None
         self._drawn = False  # whether this round's active set is drawn yet
+        self._by_clock = False  # the "clock" activation
+        #: the world's clock (fogsim.clock), set by the backend: messages then take time
+        self.clock: Clock | None = None
 
     def on_topology(self, topology: Topology, is_weighted: bool) -> None:
         """Create the next windows on ``topology`` (its weights when ``is_weighted``)."""
         self._topology, self._is_weighted = topology, is_weighted
+
+    def attach_clock(self, clock: Clock | None) -> None:
+        """Time the messages on ``clock`` from now on (None: rounds again); what is in
+        flight on the clock this replaces lands at once."""
+        if clock is not self.clock:
+            for win in self._windows.values():
+                win.deliver_landed(None)
+        self.clock = clock
 
     @property
     def asynchrony(self) -> Asynchrony:
@@ -71,9 +91,13 @@ class SimWindowOps(WindowPart):
     def window(self, name: Any, op: str = "window") -> SimWindow:
         """Return the window ``name``'s state; raise naming ``op`` when there is none.
 
-        Its properties are read-only views, for tests and debugging.
+        Its properties are read-only views, for tests and debugging. With a clock, the
+        messages that have landed by their receivers' clocks are in its buffers.
         """
-        return self._win(name, op)
+        win = self._win(name, op)
+        if self.clock is not None:
+            win.deliver_landed(self.clock.time)
+        return win
 
     def _win(self, name: Any, op: str) -> SimWindow:
         if not isinstance(name, str):
@@ -141,7 +165,10 @@ class SimWindowOps(WindowPart):
     def _active_ranks(self) -> np.ndarray | None:
         """Return this round's active ranks (None: all), drawing them at its first op."""
         if not self._drawn:
-            self._active = self._asynchrony.draw_active()
+            if self._by_clock:
+                self._active = self._earliest()
+            else:
+                self._active = self._asynchrony.draw_active()
             if self._active is None:
                 self._active_mask = None
             else:
@@ -149,6 +176,24 @@ class SimWindowOps(WindowPart):
                 self._active_mask[self._active] = True
             self._drawn = True
         return self._active
+
+    def _earliest(self) -> np.ndarray | None:
+        """The ``"clock"`` activation: the agents whose clocks are the earliest act (they
+        finish their computation first); the others stay busy in theirs (not charged again
+        by ``fogsim.clock.compute`` until they act). None: every agent."""
+        clock = self.clock
+        if clock is None:
+            raise ValueError(
+                "set_asynchrony('clock') activates agents by their clocks, but no clock runs: "
+                "call fogsim.clock.start(platform) first"
+            )
+        t = clock.time
+        mask = t <= t.min()
+        if mask.all():
+            clock.busy = None
+            return None
+        clock.busy = ~mask
+        return np.flatnonzero(mask)
 
     def _mask(self) -> np.ndarray:
         """This round's active agents as a mask (only while not every agent acts)."""
@@ -168,8 +213,12 @@ class SimWindowOps(WindowPart):
         edges: np.ndarray,
         vals: np.ndarray,
         pvals: np.ndarray | None,
+        op: str,
     ) -> None:
         """Send one message per edge: land it now, later (delayed) or never (lost)."""
+        if self.clock is not None:
+            self._send_timed(self.clock, win, kind, edges, vals, pvals, op)
+            return
         delays = self._asynchrony.draw_delays(edges.size)
         lost = self._asynchrony.draw_lost(edges.size)
         if delays is None and lost is None:
@@ -186,14 +235,51 @@ class SimWindowOps(WindowPart):
                 self._round + d, kind, edges[sel], vals[sel], None if pvals is None else pvals[sel]
             )
 
+    def _send_timed(
+        self,
+        clock: Clock,
+        win: SimWindow,
+        kind: str,
+        edges: np.ndarray,
+        vals: np.ndarray,
+        pvals: np.ndarray | None,
+        op: str,
+    ) -> None:
+        """Send one message per edge in virtual time: it leaves at its origin's clock (the
+        sender's; a get's reader) and lands after its time on the network, or is lost."""
+        if self._asynchrony.max_delay:
+            raise ValueError(
+                f"{op}: set_asynchrony(max_delay=...) delays messages by rounds, but a clock "
+                "runs (fogsim.clock), whose network delays them in time: set max_delay=0"
+            )
+        send, recv = win.send[edges], win.recv[edges]
+        origin = recv if kind == GET else send
+        landing = clock.send(op, send, recv, origin, win.raw.nbytes / self._n)
+        lost = self._asynchrony.draw_lost(edges.size)
+        if lost is not None:  # sent (the origin spent the time), lost on the way
+            keep = ~lost
+            edges, vals = edges[keep], vals[keep]
+            pvals = None if pvals is None else pvals[keep]
+            landing = None if landing is None else landing[keep]
+        if landing is None:  # a paused clock: they land at once
+            win.apply(kind, edges, vals, pvals)
+        else:
+            win.launch(landing, kind, edges, vals, pvals)
+
     def barrier(self) -> None:
         """Land every message in flight (in send order); all agents act until the round ends.
 
         Every agent catches up at a barrier, so ``barrier(); win_update_then_collect()``
-        collects everything, whatever the activation rule.
+        collects everything, whatever the activation rule. With a clock, every agent
+        leaves it at the last arrival or landing plus the barrier's time.
         """
+        clock = self.clock
+        if clock is not None:
+            landed = max((w.latest_landing() for w in self._windows.values()), default=-np.inf)
+            clock.barrier(landed)
         for win in self._windows.values():
             win.deliver_all()
+            win.deliver_landed(None)
         self._active = self._active_mask = None
         self._drawn = True
 
@@ -219,12 +305,14 @@ class SimWindowOps(WindowPart):
         return True
 
     def win_free(self, name: str | None) -> bool:
-        # Messages still in flight to a freed window are dropped with it.
-        if name is None:
-            self._windows.clear()
-        else:
-            self._win(name, "win_free")
-            del self._windows[name]
+        # Messages still in flight to a freed window are dropped with it; with a clock the
+        # free is collective: every agent leaves it once the window's messages have landed.
+        freed = list(self._windows) if name is None else [self._win(name, "win_free").name]
+        clock = self.clock
+        if clock is not None and freed:
+            clock.barrier(max(self._windows[w].latest_landing() for w in freed))
+        for w in freed:
+            del self._windows[w]
         return True
 
     def win_names(self) -> list[str]:
@@ -268,7 +356,7 @@ class SimWindowOps(WindowPart):
         flat = win.fmt.decode(raw).reshape(win.raw.shape)
         vals = flat[src] * w.astype(win.dtype)[:, None]
         pvals = w * win.p[src] if self._with_p else None
-        self._send(win, kind, edges, vals, pvals)
+        self._send(win, kind, edges, vals, pvals, op)
         if sw is not None:
             rows = slice(None) if active is None else active
             scaled = flat[rows] * sw.astype(win.dtype)[rows][:, None]
@@ -282,13 +370,15 @@ class SimWindowOps(WindowPart):
         win = self._win(name, "win_get")
         check_flag(require_mutex, "require_mutex", "win_get")
         edges, w = self._edges(win, src_weights, "src_weights", "win_get", by_sender=False)
+        if self.clock is not None:
+            win.deliver_landed(self.clock.time)
         if self._active_ranks() is not None:
             keep = self._mask()[win.recv[edges]]
             edges, w = edges[keep], w[keep]
         src = win.send[edges]
         vals = win.exposed[src] * w.astype(win.dtype)[:, None]
         pvals = w * win.exposed_p[src] if self._with_p else None
-        self._send(win, GET, edges, vals, pvals)
+        self._send(win, GET, edges, vals, pvals, "win_get")
         return True
 
     # -- update -------------------------------------------------------------------------------
@@ -331,6 +421,8 @@ class SimWindowOps(WindowPart):
         """``x_i <- sw_i x_i + sum_j w_ij b[i<-j]`` for the active i; then end the round."""
         n = self._n
         rows = self._active_ranks()
+        if self.clock is not None:  # what has landed by each reader's clock
+            win.deliver_landed(self.clock.time)
         recv = win.recv[edges]
         counts = np.bincount(recv, minlength=n)
         if rows is not None:
@@ -380,7 +472,7 @@ class SimWindowOps(WindowPart):
         return contextlib.nullcontext()
 
     def get_win_version(self, name: str) -> list[dict[int, int]]:
-        win = self._win(name, "get_win_version")
+        win = self.window(name, "get_win_version")
         ver, send, ptr = win.ver.tolist(), win.send.tolist(), win.indptr.tolist()
         rows = zip(ptr[:-1], ptr[1:], strict=True)
         return [dict(zip(send[a:b], ver[a:b], strict=True)) for a, b in rows]
@@ -396,8 +488,17 @@ class SimWindowOps(WindowPart):
 
         The current round's active set is drawn afresh; messages in flight stay in flight.
         """
-        self._asynchrony = Asynchrony(self._n, activation, **options)
+        asynchrony = Asynchrony(self._n, activation, **options)
+        if activation == "clock" and self.clock is None:
+            raise ValueError(
+                "set_asynchrony('clock') activates agents by their clocks, but no clock runs: "
+                "call fogsim.clock.start(platform) first"
+            )
+        self._asynchrony = asynchrony
+        self._by_clock = activation == "clock"
         self._drawn = False
+        if self.clock is not None:
+            self.clock.busy = None
 
     def close(self) -> None:
         self.win_free(None)
