@@ -8,7 +8,9 @@ device. Then:
 
 * :func:`compute` charges computation: seconds (a number or one per agent), or ``flops=``
   on the platform's :class:`Device`, divided by the agent's speed and multiplied by its
-  straggler draw (:class:`Stragglers`, seeded: a run is reproducible);
+  straggler draw (:class:`Stragglers`, seeded: a run is reproducible); the
+  :mod:`fogsim.optim` wrappers charge each training pass so, from the FLOPs torch counts
+  for the model's forward and backward (see :class:`fogsim.optim.DistributedOptimizer`);
 * every communication op moves the clocks on, as a real runtime would:
 
   - a neighbor op (``neighbor_allreduce``, the dynamic and weighted ones too) finishes for

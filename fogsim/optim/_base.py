@@ -19,8 +19,10 @@ from torch import nn
 
 import fogsim as fs
 from fogsim import _context, _settings
+from fogsim import clock as _clock
 from fogsim import timeline as _timeline
 
+from . import _flops
 from ._agents import is_simulated
 
 if TYPE_CHECKING:
@@ -131,6 +133,22 @@ class DistributedOptimizer(torch.optim.Optimizer):
     (default when distributed). In simulation nonblocking ops complete at once, so by
     default the whole step runs in ``step()`` with one fused message per dtype; the
     numbers are the same either way.
+
+    Simulated time: while a :mod:`fogsim.clock` runs on a platform with a
+    :class:`~fogsim.clock.Device`, every training pass (a forward call in training mode
+    with gradients enabled, and its backward) is charged to the agents' clocks with
+    :func:`fogsim.clock.compute`, ``flops=`` the FLOPs that
+    ``torch.utils.flop_counter.FlopCounterMode`` counts for the model's forward and
+    backward, counted once per input shape on a meta copy of the model (one agent's module
+    and inputs for an :class:`~fogsim.optim.AgentModel`; the loss is not counted). The
+    passes of a step are charged together, once per step, before the step's first
+    communication (at ``step()``, or in the hook that starts it), so each agent's speed and
+    straggler draw scale its step's computation; under MPI or torch.distributed the rank
+    sleeps that long (see :class:`fogsim.clock.WallClock`). The numbers trained are the
+    same with and without a clock. :meth:`time` reads the clocks for a training loop's log;
+    ``last_step_flops`` is the FLOPs (per agent) charged at the last step; set
+    ``count_flops = False`` to charge computation by hand instead. Without a clock nothing
+    is counted.
     """
 
     #: communication types a subclass supports, the first being its default
@@ -214,6 +232,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._handles: list[tuple[list[torch.Tensor], Any]] = []
         self._hooks: list[Any] = []
         self._trace_phases(model)
+        # simulated time: each training pass's FLOPs, charged at the step (see the docstring)
+        self.count_flops = True
+        self.last_step_flops = 0.0
+        self._pending_flops = 0.0
+        self._flops_of: dict[Any, float] = {}  # per input signature
+        self._stacked_agents = len(fs.rank()) if is_simulated() else 1
+        self._clock_hook = model.register_forward_pre_hook(self._flops_hook, with_kwargs=True)
 
     # -- the wrapped optimizer's state, always (load_state_dict replaces its objects) -----
     @property
@@ -329,6 +354,37 @@ class DistributedOptimizer(torch.optim.Optimizer):
             f"{type(self).__name__}: add the parameter group to the optimizer before wrapping it"
         )
 
+    # -- simulated time -------------------------------------------------------------------
+    def time(self) -> Any:
+        """The clock now (:func:`fogsim.clock.now`: each agent's, stacked, in simulation;
+        this rank's under MPI or torch.distributed), or None when no clock runs."""
+        return _clock.now() if _clock.running() else None
+
+    def _flops_hook(self, module: nn.Module, args: Any, kwargs: Any) -> None:
+        """Forward pre-hook: add a training pass's FLOPs to the step's, if a clock runs."""
+        if not (self.count_flops and module.training and torch.is_grad_enabled()):
+            return
+        if not _clock.running():
+            return
+        platform = _clock.current().platform
+        if platform is None or platform.device is None:
+            return  # FLOPs need a device to take time on
+        key = _flops.signature(args, kwargs, module.training)
+        flops = self._flops_of.get(key)
+        if flops is None:
+            if len(self._flops_of) >= 64:
+                self._flops_of.clear()
+            flops = _flops.pass_flops(module, args, kwargs, self._stacked_agents)
+            self._flops_of[key] = flops
+        self._pending_flops += flops
+
+    def _charge_compute(self) -> None:
+        """Charge the step's training passes to the clock (before its communication)."""
+        flops, self._pending_flops = self._pending_flops, 0.0
+        if flops and _clock.running():
+            _clock.compute(flops=flops)
+            self.last_step_flops = flops
+
     # -- communication --------------------------------------------------------------------
     def _weights(self) -> tuple[SelfWeight, Weights, Weights]:
         """Return ``(self_weight, src_weights, dst_weights)`` for this step's neighbor op."""
@@ -344,6 +400,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
         Distributed, each value gets its own op (the runtime fuses small ones).
         """
+        if self._pending_flops:  # a hook starts the step's communication
+            self._charge_compute()
         if not _in_one_process() or len(pairs) < 2 or self.compressor is not None:
             for p, value in pairs:
                 self._start(p, value)
@@ -466,6 +524,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """Remove the hooks this wrapper registered on the model and the parameters."""
         for hook in self._hooks + self._trace_hooks:
             hook.remove()
+        self._clock_hook.remove()
         self._hooks.clear()
         self._trace_hooks.clear()
 

@@ -77,6 +77,8 @@ class DistributedWinPutOptimizer(_ForwardCounted):
     def _start_params(self, params: list[torch.Tensor]) -> None:
         if not self._windows:
             raise ValueError(f"{type(self).__name__}: the windows were freed")
+        if self._pending_flops:  # charged before the step's communication
+            self._charge_compute()
         for p in params:
             handle = fs.win_put_nonblocking(
                 p.detach(),

@@ -116,6 +116,8 @@ class _BackwardHooked(DistributedOptimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if self._pending_flops:
+            self._charge_compute()
         if not self._backward_seen:  # no backward pass since the last step: count one
             self._passes = {p: k + 1 for p, k in self._passes.items()}
         self._backward_seen = False
@@ -202,6 +204,8 @@ class _ForwardCounted(DistributedOptimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if self._pending_flops:
+            self._charge_compute()
         if not self._forward_seen:  # no forward pass since the last step: count one
             self._forwards += 1
         self._forward_seen = False
