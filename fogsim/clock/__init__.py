@@ -190,6 +190,11 @@ class BlockClock:
         self._lo, self._hi = backend.block
 
     @property
+    def platform(self) -> Platform:
+        """The platform the clock models."""
+        return self.clock.platform
+
+    @property
     def time(self) -> np.ndarray:
         """The block's agents' clocks (s)."""
         return self.clock.time[self._lo : self._hi]
