@@ -68,8 +68,12 @@ Under MPI or torch.distributed the same script runs unchanged and the clock read
 time: :func:`now` is the seconds since :func:`start` on this rank, and :func:`compute`
 sleeps for the computation it is given (at the rank's speed and straggler draw from the
 same seeded platform, so the same agents are slow), so that prediction and measurement go
-on one plot. The SPMD mode (agents as threads) has no clock, and the sharded simulator's
-clock is not written yet: both refuse :func:`start` with an error that says so.
+on one plot. In the sharded simulator every process keeps every agent's clock (the ops'
+times depend only on the topology and the clocks, which every process has, so the clocks
+are the same everywhere without a message) and reads and charges its block's
+(:class:`BlockClock`): the same clocks as one process, bit for bit, at the cost of n floats
+and the exchanges' arithmetic over all agents on every process. The SPMD mode (agents as
+threads) has no clock and refuses :func:`start`, saying so.
 
 What the model leaves out: congestion beyond the cost model's link sharing (messages of
 different ops never meet), OS noise, and the time of the local arithmetic of an op (the
