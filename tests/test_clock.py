@@ -104,6 +104,18 @@ def test_a_fully_connected_exchange_on_equal_clocks_shares_each_link():
     ) == pytest.approx(want)
 
 
+def test_on_a_fully_connected_graph_everyone_waits_for_the_slowest_as_in_an_allreduce():
+    n, d = 6, 50
+    fs.init(size=n, topology=T.fully_connected_graph)
+    C.start(C.Platform.uniform(n, latency=ALPHA, bandwidth=W))
+    C.compute([1e-3, 1e-3, 4e-3, 1e-3, 1e-3, 1e-3])
+    fs.neighbor_allreduce(fs.local(lambda r: np.ones(d)))
+    m = ALPHA + (n - 1) * 8 * d / W
+    np.testing.assert_allclose(C.now(), np.full(n, 4e-3 + m), rtol=1e-12)  # one step: all
+    waiting = C.breakdown()["waiting"]
+    np.testing.assert_allclose(waiting, [3e-3, 3e-3, 0, 3e-3, 3e-3, 3e-3], atol=1e-15)
+
+
 def test_a_message_between_machines_takes_the_slower_levels_time():
     # 2 machines of 2 agents; a directed ring 0 -> 1 -> 2 -> 3 -> 0: messages 1 -> 2 and
     # 3 -> 0 cross machines, 0 -> 1 and 2 -> 3 do not
