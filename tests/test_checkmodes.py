@@ -182,8 +182,17 @@ def test_every_example_agrees_in_both_modes(example):
     assert report.ok and report.ops > 0, str(report)
 
 
+#: Notebooks about the simulator alone, and why: they run in the simulator only (their
+#: execution is tested in notebooks/test_notebooks.py).
+SIMULATOR_NOTEBOOKS = {
+    "07_when_decentralization_pays_off.ipynb": "simulated time (fogsim.clock) is the "
+    "simulator's: SPMD agents, threads of one process, have no clock of their own",
+}
+
 #: The notebooks, checked as 16 agents (their own number; 04 takes fs.size() fish).
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = [
+    p for p in sorted((ROOT / "notebooks").glob("*.ipynb")) if p.name not in SIMULATOR_NOTEBOOKS
+]
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
@@ -205,6 +214,9 @@ def test_every_example_and_notebook_is_checked():
     checked = examples - simulation_only - sharded
     assert checked == set(EXAMPLES), sorted(checked)
     assert len(NOTEBOOKS) >= 4
+    every = {p.name for p in (ROOT / "notebooks").glob("*.ipynb")}
+    assert set(SIMULATOR_NOTEBOOKS) <= every  # no stale entry
+    assert {p.name for p in NOTEBOOKS} | set(SIMULATOR_NOTEBOOKS) == every
 
 
 # -- the simulator's own guard: per-agent values that grew an agent axis ------------------
