@@ -183,7 +183,7 @@ def test_every_example_agrees_in_both_modes(example):
 
 
 #: Notebooks about the simulator alone, and why: they run in the simulator only (their
-#: execution is tested in notebooks/test_notebooks.py).
+#: execution is tested in tests/test_notebooks.py).
 SIMULATOR_NOTEBOOKS = {
     "07_when_decentralization_pays_off.ipynb": "simulated time (fogsim.clock) is the "
     "simulator's: SPMD agents, threads of one process, have no clock of their own",
