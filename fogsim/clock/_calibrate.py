@@ -25,10 +25,11 @@ def calibrate(sizes: Sequence[int] = (8, 1 << 20), repeats: int = 15) -> Platfor
     changes protocol with the message size (a line fits it only piecewise), so give the
     sizes the run sends: with two sizes the line passes through both.
     """
-    import fogsim as fs
-    from fogsim import topology as T
+    from .. import _api as fs
+    from .. import _api_topology, _context
+    from .. import topology as T
 
-    ctx = fs._context.current()
+    ctx = _context.current()
     if ctx.is_simulated or ctx.backend.name == "spmd":
         raise ValueError(
             "calibrate() measures real processes: run it under fogrun -np N (N >= 2), "
@@ -41,8 +42,8 @@ def calibrate(sizes: Sequence[int] = (8, 1 << 20), repeats: int = 15) -> Platfor
         raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
     if len(sizes) < 2 or any(not isinstance(s, int) or s < 8 for s in sizes):
         raise ValueError("sizes must hold two sizes or more, each an int >= 8 (bytes)")
-    before = fs.load_topology()
-    fs.set_topology(T.ring_graph(n))
+    before = _api_topology.load_topology()
+    _api_topology.set_topology(T.ring_graph(n))
     try:
         measured = []
         for size in sizes:
@@ -57,7 +58,7 @@ def calibrate(sizes: Sequence[int] = (8, 1 << 20), repeats: int = 15) -> Platfor
             worst = np.max(fs.allgather(np.array([best])))  # the slowest rank's best
             measured.append(float(worst))
     finally:
-        fs.set_topology(before)
+        _api_topology.set_topology(before)
     per_link = 1 if n == 2 else 2
     nbytes = np.array([s // 8 * 8 for s in sizes], dtype=np.float64)
     a = np.stack([np.ones_like(nbytes), per_link * nbytes], axis=1)

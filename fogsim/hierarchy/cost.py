@@ -494,10 +494,10 @@ def attach_cost_model(model: CostModel | Network | CostMeter) -> CostMeter:
     Returns the meter: ``meter.mark()`` after each iteration gives the modelled time per
     iteration; a running timeline shows the modelled COMMUNICATE spans.
     """
-    import fogsim as fs
+    from .. import _context
 
     meter = model if isinstance(model, CostMeter) else CostMeter(model)
-    backend = fs._context.current().simulator("attach_cost_model")
+    backend = _context.current().simulator("attach_cost_model")
     if meter.model.network.size != backend.size_int:
         raise ValueError(
             f"the network has {meter.model.network.size} processes but the "
@@ -509,8 +509,8 @@ def attach_cost_model(model: CostModel | Network | CostMeter) -> CostMeter:
 
 def detach_cost_model() -> None:
     """Stop charging the current simulated world's ops to a cost meter."""
-    import fogsim as fs
+    from .. import _context
 
-    ctx = fs._context.current()
+    ctx = _context.current()
     if ctx.is_simulated:
         ctx.simulator("detach_cost_model").attach_cost_model(None)

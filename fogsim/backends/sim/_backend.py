@@ -23,7 +23,7 @@ from ._machines import SimMachines
 from ._neighbors import SimNeighbors
 from ._state import CostMeter, SimState
 from ._window import SimWindow
-from ._windows import SimWindowOps
+from ._windows import MessageClock, SimWindowOps
 from ._world import StackedWorld, world_size
 
 __all__ = ["SimBackend"]
@@ -68,12 +68,11 @@ class SimBackend(StackedWorld):
         self.machines = SimMachines(state)
 
     def attach_cost_model(self, meter: CostMeter | None) -> None:
-        """Charge every communication op to ``meter`` (None: stop); a clock
-        (:class:`fogsim.clock.Clock`) also times the window ops' messages."""
-        from ...clock import Clock
-
+        """Charge every communication op to ``meter`` (None: stop); a clock (a
+        :class:`~._windows.MessageClock`: :class:`fogsim.clock.Clock`) also times the window
+        ops' messages."""
         super().attach_cost_model(meter)
-        self.windows.attach_clock(meter if isinstance(meter, Clock) else None)
+        self.windows.attach_clock(meter if isinstance(meter, MessageClock) else None)
 
     def close(self) -> None:
         self.windows.close()

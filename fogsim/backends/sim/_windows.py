@@ -28,7 +28,7 @@ round's agents by their clocks (the earliest act). With no clock, none of this r
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -41,10 +41,30 @@ from .._windows import WindowPart, check_flag, check_update_args, window_view
 from ._plan import rank_rows, self_weights, slot_add
 from ._window import ACCUMULATE, GET, PUT, SimWindow
 
-if TYPE_CHECKING:
-    from ...clock import Clock
 
-__all__ = ["SimWindowOps"]
+@runtime_checkable
+class MessageClock(Protocol):
+    """What times the window ops' messages (a :class:`fogsim.clock.Clock`): the agents'
+    clocks, who is still busy computing, a message's landing, a barrier."""
+
+    busy: np.ndarray | None
+
+    @property
+    def time(self) -> np.ndarray: ...
+
+    def send(
+        self,
+        op: str,
+        senders: np.ndarray,
+        receivers: np.ndarray,
+        origin: np.ndarray,
+        nbytes: float,
+    ) -> np.ndarray | None: ...
+
+    def barrier(self, landed: float = ...) -> None: ...
+
+
+__all__ = ["MessageClock", "SimWindowOps"]
 
 
 class SimWindowOps(WindowPart):
@@ -68,13 +88,13 @@ class SimWindowOps(WindowPart):
         self._drawn = False  # whether this round's active set is drawn yet
         self._by_clock = False  # the "clock" activation
         #: the world's clock (fogsim.clock), set by the backend: messages then take time
-        self.clock: Clock | None = None
+        self.clock: MessageClock | None = None
 
     def on_topology(self, topology: Topology, is_weighted: bool) -> None:
         """Create the next windows on ``topology`` (its weights when ``is_weighted``)."""
         self._topology, self._is_weighted = topology, is_weighted
 
-    def attach_clock(self, clock: Clock | None) -> None:
+    def attach_clock(self, clock: MessageClock | None) -> None:
         """Time the messages on ``clock`` from now on (None: rounds again); what is in
         flight on the clock this replaces lands at once."""
         if clock is not self.clock:
@@ -237,7 +257,7 @@ class SimWindowOps(WindowPart):
 
     def _send_timed(
         self,
-        clock: Clock,
+        clock: MessageClock,
         win: SimWindow,
         kind: str,
         edges: np.ndarray,
