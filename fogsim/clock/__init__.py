@@ -113,6 +113,7 @@ __all__ = [
     "breakdown",
     "calibrate",
     "compute",
+    "current",
     "now",
     "paused",
     "running",
@@ -348,6 +349,3 @@ def paused() -> Iterator[None]:
         yield
     finally:
         clock.resume()
-
-
-__all__ += ["current"]
