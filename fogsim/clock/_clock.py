@@ -174,7 +174,7 @@ class Clock(CostMeter):
     ) -> np.ndarray | None:
         """A window op's messages ``senders[k] -> receivers[k]``, each run by agent
         ``origin[k]`` (the sender of a put or accumulate, the reader of a get): return when
-        each lands, its origin's clock plus its :func:`message_times` (None while paused:
+        each lands, its origin's clock plus its ``message_times`` (None while paused:
         they land at once), and move each origin's clock on until its last message has
         landed (a nonblocking op: at wait)."""
         if self._paused:

@@ -69,7 +69,7 @@ class SimBackend(StackedWorld):
 
     def attach_cost_model(self, meter: CostMeter | None) -> None:
         """Charge every communication op to ``meter`` (None: stop); a clock (a
-        :class:`~._windows.MessageClock`: :class:`fogsim.clock.Clock`) also times the window
+        ``MessageClock``: :class:`fogsim.clock.Clock`) also times the window
         ops' messages."""
         super().attach_cost_model(meter)
         self.windows.attach_clock(meter if isinstance(meter, MessageClock) else None)
