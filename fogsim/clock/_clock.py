@@ -15,6 +15,26 @@ from ._platform import Platform, check_seconds
 
 __all__ = ["Clock", "message_times"]
 
+# Exchanges run in numba (``_clock_nb``, the same numbers) once a clock has visited this
+# many messages in all: numpy's passes cost about 0.5-1 ns a message and a microsecond a
+# pass, importing numba and loading the kernel about 0.15 s (1-3 s compiling it the first
+# time), so small runs never import numba.
+_COMPILE_AFTER = 1 << 22
+_kernels: Any = None  # the module _clock_nb, once imported
+
+
+def kernels() -> Any:
+    """The compiled exchanges (``_clock_nb``), or None where numba is missing."""
+    global _kernels
+    if _kernels is None:
+        try:
+            from . import _clock_nb
+        except ImportError:  # numba missing: the numpy passes give the same numbers
+            _kernels = False
+        else:
+            _kernels = _clock_nb
+    return _kernels or None
+
 
 def message_times(network: Any, senders: np.ndarray, receivers: np.ndarray, nbytes: float) -> Any:
     """Each message's seconds on ``network``: a message ``senders[k] -> receivers[k]`` of
@@ -47,12 +67,18 @@ class Clock(CostMeter):
     of each op, as the cost model gives it with every agent arriving at once).
     """
 
-    def __init__(self, platform: Platform) -> None:
+    def __init__(self, platform: Platform, block: tuple[int, int] | None = None) -> None:
         super().__init__(CostModel(platform.network, platform.allreduce))
         self.platform = platform
-        self.n = n = platform.size
-        uniform = bool(np.all(platform.speed == 1))
-        self._inverse_speed = None if uniform else 1.0 / platform.speed
+        #: the world's agents, and those whose clocks this clock holds: ``[lo, hi)`` (all
+        #: of them but in a sharded simulation, see :class:`~fogsim.clock.BlockClock`)
+        self.size = platform.size
+        self._lo, self._hi = block if block is not None else (0, platform.size)
+        self.n = n = self._hi - self._lo
+        uniform = bool(np.all(platform.speed == 1))  # the world's: every process agrees
+        speed = platform.speed[self._lo : self._hi]
+        self._inverse_speed = None if uniform else 1.0 / speed
+        self._scaled: tuple[float, np.ndarray] | None = None  # seconds, and each agent's
         self._rng = np.random.default_rng([platform.seed, 1])
         self._computations = 0
         self._paused = 0
@@ -62,28 +88,52 @@ class Clock(CostMeter):
         self._ext = np.zeros(n + 1)
         self._ext[n] = -np.inf
         self._spare = self._ext.copy()
+        # while every clock reads the same, _level holds it and _ext[:n] may be stale
+        # (computations and ops alike on every agent move one number; see _clocks)
+        self._level: float | None = 0.0
         self._scratch = np.empty(n)
         self._edges: dict[tuple[int, float], _Edges] = {}
+        self._visited = 0  # messages the exchanges visited (see _COMPILE_AFTER)
         self._trace: _Trace | None = None
         self._computing = np.zeros(n)
         self._computing_alike = 0.0  # what every agent computed alike (compute's fast path)
         # no speeds, no stragglers: a number of seconds is charged to every agent alike
         self._alike = uniform and platform.stragglers is None
-        self.communicating = np.zeros(n)
+        self._communicating = np.zeros(n)
+        self._communicating_alike = 0.0  # what every agent communicated alike
         #: agents still in the computation they were last charged (the window ops'
         #: ``"clock"`` activation): compute() does not charge them again; None: none
         self.busy: np.ndarray | None = None
 
     @property
     def time(self) -> np.ndarray:
-        """Each agent's clock (s)."""
-        return self._ext[:-1]
+        """Each agent's clock (s), read-only."""
+        clocks = self._ext[:-1]
+        if self._level is not None:
+            clocks.fill(self._level)
+        view = clocks.view()
+        view.flags.writeable = False
+        return view
+
+    def _clocks(self) -> np.ndarray:
+        """The clocks, to be moved agent by agent: written out if one number held them."""
+        clocks = self._ext[:-1]
+        if self._level is not None:
+            clocks.fill(self._level)
+            self._level = None
+        return clocks
 
     @property
     def computing(self) -> np.ndarray:
         """The time each agent spent computing (s)."""
         computing: np.ndarray = self._computing + self._computing_alike
         return computing
+
+    @property
+    def communicating(self) -> np.ndarray:
+        """The time each agent spent in its ops' own transfers (s)."""
+        communicating: np.ndarray = self._communicating + self._communicating_alike
+        return communicating
 
     @property
     def waiting(self) -> np.ndarray:
@@ -102,32 +152,44 @@ class Clock(CostMeter):
             and self._alike
             and 0 <= seconds < math.inf
             and self.busy is None
-        ):  # every agent charged alike: one pass, and one number for all computing times
-            clocks = self.time
+        ):  # every agent charged alike: one number for all computing times
             if self._trace is not None:
-                self._trace.span("COMPUTE", clocks, seconds)
-            clocks += seconds
+                self._trace.span("COMPUTE", self.time, seconds)
+            if self._level is not None:
+                self._level += seconds
+            else:
+                self._ext[:-1] += seconds
             self._computing_alike += seconds
             self._computations += 1
             return seconds
         if (seconds is None) == (flops is None):
             raise TypeError("compute() takes seconds or flops=, one of them")
         if seconds is None:
-            flops = check_seconds(flops, self.n, "flops")
+            flops = self._per_agent(flops, "flops")
             device = self.platform.device
             seconds = flops if device is None else device.seconds(flops)
         else:
-            seconds = check_seconds(seconds, self.n, "seconds")
-        charged: Any = seconds if self._inverse_speed is None else seconds * self._inverse_speed
+            seconds = self._per_agent(seconds, "seconds")
+        charged: Any = seconds
+        if self._inverse_speed is not None:
+            if isinstance(seconds, float):  # a loop charges the same number each step
+                scaled = self._scaled
+                if scaled is None or scaled[0] != seconds:
+                    each = seconds * self._inverse_speed
+                    each.flags.writeable = False
+                    self._scaled = scaled = (seconds, each)
+                charged = scaled[1]
+            else:
+                charged = seconds * self._inverse_speed
         stragglers = self.platform.stragglers
-        if stragglers is not None:
-            slow = stragglers.draw(self._rng, self.n, self._computations)
+        if stragglers is not None:  # the world's draws (the same on every process)
+            slow = stragglers.draw(self._rng, self.size, self._computations)
             if slow is not None:
-                charged = charged * slow
+                charged = charged * self._held(slow)
         if self.busy is not None:  # still computing: the same computation, not a new one
             charged = np.where(self.busy, 0.0, charged)
         self._computations += 1
-        clocks = self.time
+        clocks = self._clocks()
         if self._trace is not None:
             self._trace.span("COMPUTE", clocks, charged)
         clocks += charged
@@ -150,13 +212,24 @@ class Clock(CostMeter):
             self.current += seconds
             self.per_op[op] = self.per_op.get(op, 0.0) + seconds
             self.calls[op] = self.calls.get(op, 0) + 1
+            if self._started is None:
+                if self._level is not None and edges.own_alike is not None:
+                    # every clock alike, every agent's transfers alike: they stay alike
+                    self._finish(self._level + edges.own_alike, edges.own_alike, False, op)
+                    return seconds
+                if self._trace is None and self._compiled(edges):
+                    return seconds
             done, own = self._exchange(edges)
         else:
             seconds = super().record(op, nbytes, **info)
-            if op == "hierarchical_neighbor_allreduce":
+            if op == "hierarchical_neighbor_allreduce" and self._level is None:
                 done, own = self._machines(info["machine_topology"], seconds)
-            else:  # a collective: every agent leaves at the last arrival plus its time
-                done, own = float(self.time.max()) + seconds, seconds
+            elif op == "local_allreduce" and self._level is None:
+                local = info.get("local_size") or self.platform.network.levels[0].size
+                done, own = self._within_machines(local, seconds)
+            else:  # a collective (or a hierarchical step from clocks alike): every agent
+                # leaves at the last arrival plus the op's time
+                done, own = self._latest() + seconds, seconds
         if self._started is not None:  # a nonblocking op: the agents go on until wait
             kept = np.array(np.broadcast_to(done, (self.n,)))
             self._started.append((kept, np.broadcast_to(own, (self.n,))))
@@ -202,24 +275,56 @@ class Clock(CostMeter):
         if self._paused:
             return
         seconds = super().record("barrier", 0.0, size=self.n)
-        done = max(float(self.time.max()), landed) + seconds
+        done = max(self._latest(), landed) + seconds
         if self._started is not None:
             self._started.append((np.full(self.n, done), np.full(self.n, seconds)))
         else:
             self._finish(done, seconds, joining=False, op="barrier")
 
+    def _latest(self) -> float:
+        """The latest clock."""
+        return self._level if self._level is not None else float(self._ext[:-1].max())
+
+    def _per_agent(self, value: Any, argname: str) -> Any:
+        """``value`` as seconds (or FLOPs): a number, or one per agent."""
+        return check_seconds(value, self.n, argname)
+
+    def _held(self, world: np.ndarray) -> np.ndarray:
+        """The clock's agents' entries of one entry per agent of the world."""
+        return world if self.n == self.size else world[self._lo : self._hi]
+
+    def _machine_starts(self, local: int) -> np.ndarray:
+        """Each machine's last arrival (``local`` agents a machine)."""
+        starts: np.ndarray = self.time.reshape(-1, local).max(axis=1)
+        return starts
+
     def _finish(self, done: Any, own: Any, joining: bool, op: str) -> None:
         """Move each clock on to ``done``: the part of the time that the op's own transfers
         (``own``) explain is communicating (the rest is waiting). ``joining``: a nonblocking
         op waited on, which leaves a clock already past ``done`` where it is."""
-        clocks = self.time
+        if not joining and not isinstance(done, np.ndarray):  # every agent leaves at done
+            if self._level is not None:
+                alike = min(done - self._level, own)
+                if self._trace is not None:
+                    self._trace.op(op, self.time, np.broadcast_to(alike, (self.n,)), done)
+                self._communicating_alike += alike
+            else:
+                clocks = self._ext[:-1]
+                busy = np.subtract(done, clocks, out=self._scratch)
+                np.minimum(busy, own, out=busy)
+                if self._trace is not None:
+                    self._trace.op(op, clocks, busy, done)
+                self._communicating += busy
+            self._level = float(done)
+            return
+        clocks = self._clocks()
         if joining:
             done = np.maximum(clocks, done)
         busy = np.subtract(done, clocks, out=self._scratch)
         np.minimum(busy, own, out=busy)
         if self._trace is not None:
             self._trace.op(op, clocks, busy, done)
-        self.communicating += busy
+        self._communicating += busy
         if isinstance(done, np.ndarray) and done.base is self._spare:
             self._ext, self._spare = self._spare, self._ext  # the exchange wrote it there
         else:
@@ -242,11 +347,39 @@ class Clock(CostMeter):
 
         return Handle(op, finish, lambda: True, name)
 
+    def _compiled(self, edges: _Edges) -> bool:
+        """Run a blocking exchange and its finish in compiled code, if the clock has visited
+        enough messages to pay for numba (see ``_COMPILE_AFTER``); False: not run."""
+        self._visited += edges.senders.size
+        compiled = kernels() if self._visited > _COMPILE_AFTER else None
+        if compiled is None:
+            return False
+        ext = self._ext
+        start = self._clocks()
+        done, communicating = self._spare, self._communicating
+        if edges.columns is not None:
+            arrays = edges.kernel_arrays()
+            compiled.exchange(ext, edges.out_time, edges.own_time, *arrays, done, communicating)
+        else:
+            compiled.exchange_csr(
+                start,
+                ext,
+                edges.senders,
+                edges.time,
+                edges.indptr,
+                edges.out_time,
+                edges.own_time,
+                done,
+                communicating,
+            )
+        self._ext, self._spare = self._spare, ext
+        return True
+
     def _exchange(self, edges: _Edges) -> tuple[np.ndarray, np.ndarray]:
         """A neighbor exchange: agent i is done when its own messages are out and every
         message it receives has arrived, each leaving its sender at the sender's clock."""
         ext, n = self._ext, self.n
-        start = ext[:-1]
+        start = self._clocks()
         done = np.add(start, edges.out_time, out=self._spare[:-1])
         if edges.columns is not None:  # in-degrees alike: one pass per column of senders
             arrival = self._scratch
@@ -268,15 +401,21 @@ class Clock(CostMeter):
         """A hierarchical step: each machine starts when its last agent arrives, and is
         done when its own and its in-neighbor machines' starts plus the op's time have
         passed (a slow machine delays its neighbors, not the others)."""
-        local = self.n // machine_topology.size
-        machine_start = self.time.reshape(-1, local).max(axis=1)
+        local = self.size // machine_topology.size
+        machine_start = self._machine_starts(local)
         indptr, senders, _ = machine_topology.offdiag_csr()
         ready = machine_start.copy()
         has = np.diff(indptr) > 0
         if senders.size:
             latest = np.maximum.reduceat(machine_start[senders], indptr[:-1][has])
             ready[has] = np.maximum(ready[has], latest)
-        return np.repeat(ready + seconds, local), np.full(self.n, seconds)
+        return self._held(np.repeat(ready + seconds, local)), np.full(self.n, seconds)
+
+    def _within_machines(self, local: int, seconds: float) -> tuple[np.ndarray, np.ndarray]:
+        """A machine-local collective (``local`` agents per machine): each machine's agents
+        leave at its last arrival plus the op's time (machines do not wait for each other)."""
+        machine_start = self._machine_starts(local)
+        return self._held(np.repeat(machine_start + seconds, local)), np.full(self.n, seconds)
 
     def _edges_of(self, topology: Topology, nbytes: float) -> _Edges:
         key = (id(topology), nbytes)
@@ -291,15 +430,17 @@ class Clock(CostMeter):
     def trace(self, agents: Any = 32) -> None:
         """Record each computation and op of some agents (the first ``agents``, or these
         ranks) in virtual time, for :meth:`write_trace`."""
+        size = self.size
         if isinstance(agents, int) and not isinstance(agents, bool):
             if agents < 1:
                 raise ValueError(f"agents must be >= 1, got {agents}")
-            ranks = np.arange(min(agents, self.n))
+            ranks = np.arange(min(agents, size))
         else:
             ranks = np.unique(np.asarray(agents, dtype=np.int64))
-            if ranks.size == 0 or ranks[0] < 0 or ranks[-1] >= self.n:
-                raise ValueError(f"agents must be ranks in 0..{self.n - 1}, got {agents!r}")
-        self._trace = _Trace(ranks)
+            if ranks.size == 0 or ranks[0] < 0 or ranks[-1] >= size:
+                raise ValueError(f"agents must be ranks in 0..{size - 1}, got {agents!r}")
+        lo, hi = self._lo, self._hi  # the clock's own agents among them
+        self._trace = _Trace(ranks[(ranks >= lo) & (ranks < hi)] - lo, lo)
 
     def write_trace(self, path: str) -> None:
         """Write what :meth:`trace` recorded as a Chrome trace (Perfetto, chrome://tracing):
@@ -343,17 +484,22 @@ class _Edges:
 
     def __init__(self, topology: Topology, nbytes: float, platform: Platform) -> None:
         self.topology = topology
-        self.columns: list[tuple[np.ndarray, int | None, np.ndarray]] | None = None
+        # each column: its senders, its shift when circulant, its seconds (one number when
+        # they are alike); see below
+        self.columns: list[tuple[np.ndarray, int | None, Any]] | None = None
+        self._kernel: tuple[np.ndarray, ...] | None = None
         n = topology.size
         network = platform.network
         indptr, senders, _ = topology.offdiag_csr()
         senders = senders.astype(np.int64)
         counts = np.diff(indptr)
         receivers = np.repeat(np.arange(n), counts)
-        self.senders = senders
+        self.senders, self.indptr = senders, indptr.astype(np.int64)
         self.receiving = np.flatnonzero(counts)  # the agents that receive
         self.starts = indptr[:-1][counts > 0]
         self.seconds = 0.0
+        #: every agent's own transfers' time when it is the same number for all, else None
+        self.own_alike: float | None = 0.0
         if not senders.size:
             self.time = np.zeros(0)
             self.out_time = np.zeros(n)
@@ -367,6 +513,8 @@ class _Edges:
         in_time[self.receiving] = np.maximum.reduceat(self.time, self.starts)
         self.out_time = out_time
         self.own_time = np.maximum(out_time, in_time)
+        first = float(self.own_time[0])
+        self.own_alike = first if bool(np.all(self.own_time == first)) else None
         # Where the in-degrees are alike (circulant, exponential, one-peer steps), column j
         # holds each agent's j-th sender and its message time, padded with sender n (whose
         # clock is -inf) where an agent has fewer: k contiguous passes instead of a reduceat;
@@ -386,14 +534,52 @@ class _Edges:
             for column, times in zip(index, seconds, strict=True):
                 shift = int(column[0])
                 circulant = np.array_equal(column, (ranks + shift) % n) and 0 < shift < n
-                self.columns.append((column, shift if circulant else None, times))
+                sent = times[column < n]  # a padding's seconds do not count: it never arrives
+                alike = sent.size > 0 and bool(np.all(sent == sent[0]))
+                self.columns.append(
+                    (column, shift if circulant else None, float(sent[0]) if alike else times)
+                )
+
+    def kernel_arrays(self) -> tuple[np.ndarray, ...]:
+        """The columns as ``fogsim.clock._clock_nb.exchange`` reads them: shifts, index,
+        rows, seconds, second_rows, alike."""
+        if self._kernel is None:
+            assert self.columns is not None
+            n, k = self.topology.size, len(self.columns)
+            shifts = np.full(k, -1, dtype=np.int64)
+            rows = np.full(k, -1, dtype=np.int64)
+            second_rows = np.full(k, -1, dtype=np.int64)
+            alike = np.zeros(k)
+            index: list[np.ndarray] = []
+            seconds: list[np.ndarray] = []
+            for c, (column, shift, times) in enumerate(self.columns):
+                if shift is None:
+                    rows[c] = len(index)
+                    index.append(column)
+                else:
+                    shifts[c] = shift
+                if isinstance(times, np.ndarray):
+                    second_rows[c] = len(seconds)
+                    seconds.append(times)
+                else:
+                    alike[c] = times
+            self._kernel = (
+                shifts,
+                np.array(index, dtype=np.int64).reshape(len(index), n),
+                rows,
+                np.array(seconds, dtype=np.float64).reshape(len(seconds), n),
+                second_rows,
+                alike,
+            )
+        return self._kernel
 
 
 class _Trace:
     """The spans of some agents in virtual time (see :meth:`Clock.trace`)."""
 
-    def __init__(self, ranks: np.ndarray) -> None:
-        self.ranks = ranks
+    def __init__(self, ranks: np.ndarray, first: int = 0) -> None:
+        self.ranks = ranks  # among the clock's agents, whose first is agent ``first``
+        self.first = first
         self.events: list[tuple[str, np.ndarray, np.ndarray]] = []  # name, starts, lengths
 
     def span(self, name: str, starts: np.ndarray, seconds: Any) -> None:
@@ -411,7 +597,7 @@ class _Trace:
         import json
         import os
 
-        ranks = self.ranks.tolist()
+        ranks = (self.ranks + self.first).tolist()
         out: list[dict[str, Any]] = [
             {"ph": "M", "pid": r, "name": "process_name", "args": {"name": f"agent {r}"}}
             for r in ranks

@@ -351,6 +351,23 @@ def schedule_time(network: Network, n: float, steps: Iterable[DynamicStep | Topo
     return float(np.mean(times))
 
 
+def _local_allreduce_time(network: Network, n: float, local_size: int | None = None) -> float:
+    """Return an all-reduce of n bytes inside every machine of ``local_size`` ranks at once
+    (default level 0's size): twice Eq. (3) at the latency and narrowest share of the
+    links that all the machines' rings use together (see :class:`CostModel`)."""
+    n = _check_n(n)
+    p = network.levels[0].size if local_size is None else local_size
+    if isinstance(p, bool) or not isinstance(p, numbers.Integral):
+        raise TypeError(f"local_size must be an integer, got {type(p).__name__}")
+    if p < 1 or network.size % p:
+        raise ValueError(f"local_size must divide the network's {network.size} ranks, got {p}")
+    if p == 1:
+        return 0.0
+    ranks = np.arange(network.size)
+    successor = ranks - ranks % p + (ranks + 1) % p
+    return 2 * best_time(int(p), n, *_ring_link(network, ranks, successor))
+
+
 def hierarchical_neighbor_allreduce_time(
     network: Network, n: float, machine_topology: TopologyLike
 ) -> float:
@@ -377,7 +394,11 @@ class CostModel:
     ``allgather`` is a ring all-gather of ``size * nbytes`` (Eq. 1), ``broadcast`` Eq. (4)
     and ``barrier`` ``ceil(lg P)`` latencies (dissemination), all at the latency and
     bandwidth of the one-level ring; ``neighbor_allgather`` moves what
-    ``neighbor_allreduce`` moves.
+    ``neighbor_allreduce`` moves; ``local_allreduce`` (``allreduce(...,
+    is_hierarchical_local=True)``) is every machine's all-reduce at once, as
+    ``hierarchical_neighbor_allreduce`` does it inside a machine: twice Eq. (3) among the
+    machine's ``local_size`` ranks (default level 0's size) at its ring's latency and
+    narrowest share, ``alpha_0`` and ``w_0`` when the machines are level 0's groups.
     """
 
     OPS = (
@@ -387,6 +408,7 @@ class CostModel:
         "neighbor_allreduce",
         "neighbor_allgather",
         "hierarchical_neighbor_allreduce",
+        "local_allreduce",
         "barrier",
     )
 
@@ -409,8 +431,10 @@ class CostModel:
         machine_topology: TopologyLike | None = None,
         algorithm: str | None = None,
         factors: Sequence[int] | None = None,
+        local_size: int | None = None,
     ) -> float:
-        """Return the seconds ``op`` takes on ``nbytes`` per process among ``size``."""
+        """Return the seconds ``op`` takes on ``nbytes`` per process among ``size``
+        (``local_size``: the machine size of a ``local_allreduce``)."""
         net = self.network
         if size != net.size:
             raise ValueError(f"the run has size={size} processes but the network {net.size}")
@@ -425,6 +449,8 @@ class CostModel:
             return broadcast_time(size, nbytes, alpha, w)
         if op == "barrier":
             return math.ceil(math.log2(size)) * alpha
+        if op == "local_allreduce":
+            return _local_allreduce_time(net, nbytes, local_size)
         if op == "hierarchical_neighbor_allreduce":
             if machine_topology is None:
                 raise ValueError("hierarchical_neighbor_allreduce needs machine_topology=")

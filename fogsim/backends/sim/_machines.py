@@ -96,6 +96,8 @@ class SimMachines(Machines):
         return wrap_like(out, kind)
 
     def local_allreduce(self, x: AgentValue, average: bool = True, name: CallName = None) -> Any:
+        """Return every agent the sum (or average) over its machine's agents; the cost
+        meter is charged a ``local_allreduce`` among ``local_size`` agents per machine."""
         _arrays.check_name(name)
         check_average(average)
         st = self._state
@@ -107,6 +109,8 @@ class SimMachines(Machines):
         total = grid.sum(axis=1, dtype=arr.dtype)
         out = st.pool.empty(arr.shape, arr.dtype)
         out.reshape(grid.shape)[...] = (total / k if average else total)[:, None]
+        if st.cost is not None:
+            st.charge("local_allreduce", arr, local_size=k)
         return wrap_like(out, kind)
 
     def decomposed_allreduce(

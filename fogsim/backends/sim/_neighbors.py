@@ -2,7 +2,9 @@
 
 A neighbor allreduce is one weight-matrix product ``X <- W X`` run by the kernels of
 :mod:`fogsim._core` through the step's plan (no Python loop over agents on the per-step
-path); tensors on a device are combined there (``_torchops``).
+path); tensors on a device are combined there (``_torchops``). Both ops charge the
+attached cost meter (a clock: :mod:`fogsim.clock`) with their messages ``j -> i``, each
+one agent's value.
 """
 
 from __future__ import annotations
@@ -10,10 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from ... import _arrays
 from ... import timeline as _timeline
 from ..._arrays import NUMPY, Kind, wrap_like
+from ...topology import Topology, as_topology
 from .._parts import Neighbors
 from .._stacking import AgentRanks, AgentSelfWeight, AgentValue, AgentWeights, CallName
 from . import _torchops
@@ -48,6 +52,7 @@ class SimNeighbors(Neighbors):
         self._sent_add = state.sent.add
         self._pool_empty = state.pool.empty
         self._n = state.n
+        self._gathers: dict[tuple[bytes, bytes], Topology] = {}  # see gather_messages
 
     def neighbor_allreduce(
         self,
@@ -113,11 +118,32 @@ class SimNeighbors(Neighbors):
         st, n = self._state, self._n
         if _torchops.takes(x):
             t = _torchops.stacked(st, x, "neighbor_allgather", averaging=False)[0]
-            senders = st.senders(src_ranks, dst_ranks)
-            st.sent.add_tensor(t, st.sent.gather(senders[1], n))
-            return _torchops.neighbor_allgather(st, t, *senders)
+            indptr, indices = st.senders(src_ranks, dst_ranks)
+            st.sent.add_tensor(t, st.sent.gather(indices, n))
+            messages = None if st.cost is None else self.gather_messages(st, indptr, indices)
+            return _torchops.neighbor_allgather(st, t, indptr, indices, messages)
         arr, kind = self._stacked(x, "neighbor_allgather", averaging=False)
         indptr, indices = st.senders(src_ranks, dst_ranks)
         self._sent_add(arr, st.sent.gather(indices, n))
         per_agent = arr[:, None] if arr.ndim == 1 else arr
-        return by_receiver(per_agent[indices], indptr, np.diff(indptr), n, kind)
+        out = by_receiver(per_agent[indices], indptr, np.diff(indptr), n, kind)
+        if st.cost is not None:
+            st.charge("neighbor_allgather", arr, topology=self.gather_messages(st, indptr, indices))
+        return out
+
+    def gather_messages(self, st: SimState, indptr: np.ndarray, indices: np.ndarray) -> Topology:
+        """Return a topology whose off-diagonal entries are a neighbor_allgather's messages
+        ``j -> i`` (CSR ``indptr``/``indices``, row i: whom i hears), for the cost meter:
+        the world's topology when they are its, else one made once per pattern (the meters
+        cache a topology's times by its identity)."""
+        topology = st.topology
+        if indices is topology.offdiag_csr()[1]:
+            return topology
+        key = (indptr.tobytes(), indices.tobytes())
+        made = self._gathers.get(key)
+        if made is None:
+            if len(self._gathers) >= 64:
+                self._gathers.clear()
+            edges = sp.csr_array((np.ones(indices.size), indices, indptr), shape=(st.n, st.n))
+            made = self._gathers[key] = as_topology(edges)
+        return made

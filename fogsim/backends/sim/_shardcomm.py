@@ -60,12 +60,15 @@ class ShardComm:
         self._splits: OrderedDict[tuple[tuple[int, ...], bool], tuple[Plan, Any]] = OrderedDict()
         #: the device steps of this process's splits (see ``_sharded_device``), by id
         self.device_steps: dict[int, tuple[ShardPlan, CsrPlan]] = {}
+        #: message patterns as plans (see neighbor_values), by their arrays' ids
+        self._patterns: OrderedDict[tuple[int, int], tuple[CsrPlan, ShardPlan]] = OrderedDict()
 
     def clear(self) -> None:
         """Forget the buffers and the split plans."""
         self._extended.clear()
         self._splits.clear()
         self.device_steps.clear()
+        self._patterns.clear()
 
     # -- blocks ---------------------------------------------------------------------------
     def blocks(self) -> list[tuple[int, int]]:
@@ -164,6 +167,38 @@ class ShardComm:
         with _timeline.phase("COMPUTE_AVERAGE"):
             combine_overlapped(split, ext, out, request)
         return out[:b]
+
+    # -- per-agent numbers (the clock of a sharded run, fogsim.clock.BlockClock) ----------
+    def neighbor_values(
+        self, indptr: np.ndarray, indices: np.ndarray, values: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """For the world's message pattern ``indptr``, ``indices`` (CSR by receiver), the
+        block's ``values`` (one float each) followed by the halo's, and for each edge of the
+        block's receivers, in the pattern's order, the row of its sender among them."""
+        key = (id(indptr), id(indices))
+        hit = self._patterns.get(key)
+        if hit is None or hit[0].indptr is not indptr or hit[0].indices is not indices:
+            plan = CsrPlan(np.zeros(self.n), indptr, indices, np.ones(len(indices)))
+            hit = self._patterns[key] = (plan, shard_plan(plan, self.n, self.parts, self.me))
+            if len(self._patterns) > CACHED_SHARDS:
+                self._patterns.popitem(last=False)
+        else:
+            self._patterns.move_to_end(key)
+        shard = hit[1]
+        flat = np.ascontiguousarray(values, dtype=np.float64).reshape(-1, 1)
+        ext, request = self.with_halo(flat, shard)
+        request.wait()
+        b = self.rows
+        return ext[:, 0], shard.indices[: shard.indptr[b]]
+
+    def max_over_shards(self, values: np.ndarray) -> np.ndarray:
+        """Entry by entry, the largest of every process's ``values`` (alike in shape)."""
+        arr = np.ascontiguousarray(values, dtype=np.float64)
+        parts = np.empty((self.parts, arr.size))
+        parts[self.me] = arr.ravel()
+        self.all_to_all(parts[self.me], list(parts), TAG_GATHER)
+        most: np.ndarray = parts.max(axis=0).reshape(arr.shape)
+        return most
 
     # -- per-agent arguments --------------------------------------------------------------
     def gather_json(self, value: Any, argname: str) -> list[Any]:

@@ -192,6 +192,18 @@ class ShardedSimBackend(StackedWorld):
     def is_main_process(self) -> bool:
         return self._comm.me == 0
 
+    def neighbor_values(
+        self, indptr: np.ndarray, indices: np.ndarray, values: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The block's per-agent ``values`` with those of the senders it hears from in the
+        world's pattern ``indptr``, ``indices``, and where each edge's sender lies among
+        them (see ``ShardComm.neighbor_values``; what ``fogsim.clock`` reads)."""
+        return self._comm.neighbor_values(indptr, indices, values)
+
+    def max_over_shards(self, values: np.ndarray) -> np.ndarray:
+        """Entry by entry, the largest of every process's ``values`` (alike in shape)."""
+        return self._comm.max_over_shards(values)
+
     def close(self) -> None:
         if self._opened is not None:  # every process closes its world
             self._opened.free()

@@ -108,12 +108,17 @@ class ShardedMachines(SimMachines):
         return wrap_like(self._machine_rows(mixed, arr), kind)
 
     def local_allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any:
+        """Return every agent the sum (or average) over its machine's agents, charged to
+        the cost meter as one process charges it."""
         _arrays.check_name(name)
         check_average(average)
-        arr, kind = self._block.stacked(x, "allreduce", averaging=average, adds=True)
+        st = self._block
+        arr, kind = st.stacked(x, "allreduce", averaging=average, adds=True)
         totals = self._machine_totals(arr)
         if average:
-            totals = totals / self._block.local
+            totals = totals / st.local
+        if st.cost is not None:
+            st.charge("local_allreduce", arr, local_size=st.local)
         return wrap_like(self._machine_rows(totals, arr), kind)
 
     def decomposed_allreduce(

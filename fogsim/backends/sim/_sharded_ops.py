@@ -194,6 +194,9 @@ class ShardedNeighbors(SimNeighbors):
         request.wait()
         indptr = shard.indptr[: st.rows + 1]
         gathered = ext[shard.indices[: indptr[-1]]].reshape(-1, *per_agent.shape[1:])
+        if st.cost is not None:  # every process charges the whole world's messages
+            messages = self.gather_messages(st, plan.indptr, plan.indices)
+            st.charge("neighbor_allgather", arr, topology=messages)
         return by_receiver(gathered, indptr, np.diff(plan.indptr), st.rows, kind)
 
     def _static_gather_plan(self) -> CsrPlan:

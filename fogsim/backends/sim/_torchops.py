@@ -35,6 +35,7 @@ from ._plan import CircPlan, Plan, PlanCache, plan_matrix, plan_messages
 if TYPE_CHECKING:
     import torch
 
+    from ...topology import Topology
     from ._state import SimState
 
 __all__ = [
@@ -267,13 +268,15 @@ def allreduce(state: SimState, x: torch.Tensor, average: bool) -> torch.Tensor:
 
 
 def local_allreduce(state: SimState, x: torch.Tensor, average: bool) -> torch.Tensor:
-    """Return every agent the sum (or average) over its machine's agents."""
+    """Return every agent the sum (or average) over its machine's agents; charged to the
+    cost meter as ``local_allreduce`` among the world's ``local`` agents per machine."""
     t, dtype = stacked(state, x, "allreduce", averaging=average, adds=True)
     k = state.local
     grid = t.reshape(state.rows // k, k, *t.shape[1:])
     total = _sum(grid, 1)
     if average:
         total = total / k
+    _charge(state, "local_allreduce", t, local_size=k)
     return _out(total[:, None].expand(grid.shape).reshape(t.shape), dtype)
 
 
@@ -317,11 +320,17 @@ def global_view(state: SimState, x: torch.Tensor) -> torch.Tensor:
 
 
 def neighbor_allgather(
-    state: SimState, t: torch.Tensor, indptr: np.ndarray, indices: np.ndarray
+    state: SimState,
+    t: torch.Tensor,
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    messages: Topology | None,
 ) -> Any:
     """Return each agent its in-neighbors' values (CSR ``indptr``/``indices``), concatenated.
 
     Agents with as many in-neighbors each get one stacked tensor, else a list per agent.
+    ``messages`` (a topology whose off-diagonal entries are the call's messages, or None:
+    no meter) is charged to the cost meter, one agent's value per message.
     """
     torch = _torch()
     per_agent = t[:, None] if t.dim() == 1 else t
@@ -332,6 +341,8 @@ def neighbor_allgather(
         lambda: torch.tensor(indices, dtype=torch.int64, device=t.device),
     )
     gathered = per_agent.index_select(0, index)  # (nnz, k, ...)
+    if messages is not None:
+        _charge(state, "neighbor_allgather", t, topology=messages)
     degrees = np.diff(indptr)
     if degrees.size and np.all(degrees == degrees[0]):
         return gathered.reshape(state.rows, -1, *per_agent.shape[2:])
