@@ -12,8 +12,6 @@ starting when the machine's last agent arrives.
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 
@@ -21,9 +19,8 @@ import fogsim as fs
 from fogsim import clock as C
 from fogsim import hierarchy as H
 from fogsim import topology as T
-from fogsim.backends._runtime.inprocess import InProcessWorld
 from fogsim.backends.sim import _torchops
-from fogsim.backends.sim._sharded import ShardedSimBackend
+from tests._threads import sharded
 
 ALPHA, W = 1e-3, 1e6  # latency (s), bandwidth (bytes/s)
 D = 100  # float64 per agent: N = 800 bytes, 0.8 ms on a link of its own
@@ -183,29 +180,6 @@ def test_the_cost_meter_prices_both_ops_without_a_clock():
 
 
 # -- the sharded simulator ------------------------------------------------------------------
-def sharded(n: int, parts: int, work, **options) -> list:
-    """Run ``work(backend)`` on each of ``parts`` blocks in threads; return the results."""
-    world = InProcessWorld(parts, timeout=20)
-    results: list = [None] * parts
-    errors: list = []
-
-    def block(rank: int) -> None:
-        try:
-            backend = ShardedSimBackend(size=n, transport=world.transport(rank), **options)
-            results[rank] = work(backend)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=block, args=(r,)) for r in range(parts)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return results
-
-
 @pytest.mark.parametrize("parts", [2, 3])
 def test_the_sharded_simulator_moves_each_blocks_clocks_alike(parts):
     """Each process's clock (its block's agents) moves as one process's: messages cross

@@ -7,18 +7,15 @@ must equal its agents' clocks in one process, bit for bit, and hold no one else'
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 
 from fogsim import clock as C
 from fogsim import topology as T
-from fogsim.backends._runtime.inprocess import InProcessWorld
 from fogsim.backends.sim._backend import SimBackend
-from fogsim.backends.sim._sharded import ShardedSimBackend
 from fogsim.clock import _clock
 from fogsim.hierarchy import Level, Network
+from tests._threads import sharded
 
 N = 12  # agents: 3 machines of 4 (blocks of 6 and of 4 do not all align with them)
 
@@ -75,29 +72,16 @@ def one_process(per_agent: bool, **options) -> list[np.ndarray]:
 
 
 def blocks(parts: int, per_agent: bool, **options) -> list[tuple[tuple[int, int], list]]:
-    world = InProcessWorld(parts, timeout=20)
-    results: list = [None] * parts
-    errors: list = []
-
-    def run(rank: int) -> None:
+    def work(backend):
+        clock = C.BlockClock(platform(**options), backend)
+        backend.attach_cost_model(clock)
+        lo, hi = backend.block
         try:
-            backend = ShardedSimBackend(size=N, local_size=4, transport=world.transport(rank))
-            clock = C.BlockClock(platform(**options), backend)
-            backend.attach_cost_model(clock)
-            lo, hi = backend.block
-            results[rank] = ((lo, hi), script(backend, clock, lo, hi, per_agent=per_agent))
+            return (lo, hi), script(backend, clock, lo, hi, per_agent=per_agent)
+        finally:
             backend.close()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
-            errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(parts)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return results
+    return sharded(N, parts, work, local_size=4)
 
 
 CASES = {
@@ -129,22 +113,13 @@ def test_a_block_takes_its_own_or_the_worlds_per_agent_seconds():
     """``compute`` takes one number per agent of the block (as fogsim.local builds them) or
     of the world; either way each agent is charged its own."""
     for world_sized in (False, True):
-        world = InProcessWorld(2, timeout=20)
-        charged: list = [None] * 2
 
-        def run(rank: int, world_sized: bool = world_sized, world=world, charged=charged):
-            backend = ShardedSimBackend(size=N, transport=world.transport(rank))
+        def work(backend, world_sized=world_sized):
             clock = C.BlockClock(C.Platform.uniform(N), backend)
             lo, hi = backend.block
             seconds = np.arange(N) * 1e-3 if world_sized else np.arange(lo, hi) * 1e-3
-            charged[rank] = ((lo, hi), clock.compute(seconds), clock.time.copy())
-            backend.close()
+            return (lo, hi), clock.compute(seconds), clock.time.copy()
 
-        threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        for (lo, hi), mine, time in charged:
+        for (lo, hi), mine, time in sharded(N, 2, work):
             np.testing.assert_array_equal(mine, np.arange(lo, hi) * 1e-3)
             np.testing.assert_array_equal(time, np.arange(lo, hi) * 1e-3)

@@ -18,30 +18,7 @@ from fogsim import topology as T
 from fogsim.backends._runtime.inprocess import InProcessWorld
 from fogsim.backends.sim._bands import BandPlan
 from fogsim.backends.sim._sharded import ShardedSimBackend
-
-
-def sharded(n: int, parts: int, work, cls=ShardedSimBackend, **options) -> list:
-    """Run ``work(backend)`` on each of ``parts`` blocks in threads (each a ``cls``);
-    return the results."""
-    world = InProcessWorld(parts, timeout=20)
-    results: list = [None] * parts
-    errors: list = []
-
-    def block(rank: int) -> None:
-        try:
-            backend = cls(size=n, transport=world.transport(rank), **options)
-            results[rank] = work(backend)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=block, args=(r,)) for r in range(parts)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return results
+from tests._threads import sharded
 
 
 def circulants(n: int):
