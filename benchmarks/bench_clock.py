@@ -34,6 +34,7 @@ from _record import record, save
 
 import fogsim as fs
 import fogsim.hierarchy
+from fogsim import algorithms as A
 from fogsim import clock as C
 from fogsim import topology as T
 
@@ -46,10 +47,13 @@ def platform_of(n: int, apart: bool) -> C.Platform:
 
 
 def step_times(
-    n: int, d: int, topo: str, apart: bool, rounds: int, reps: int
+    n: int, d: int, topo: str, apart: bool, rounds: int, reps: int, dgd: bool = False
 ) -> tuple[float, float]:
-    """Seconds per step, clock off and on (median over rounds of the best of ``reps``)."""
+    """Seconds per step, clock off and on (median over rounds of the best of ``reps``);
+    ``dgd``: a step is decentralized gradient descent's on least squares (8 rows of d
+    unknowns per agent), the exchange then the local gradient."""
     fs.init(size=n, topology=T.ring_graph if topo == "ring" else T.exponential_two_graph)
+    problem = A.LeastSquares.random(8, d, seed=0) if dgd else None
     schedule = None
     if topo == "one-peer":  # one pass of the schedule, repeated
         steps = T.one_peer_exponential_two(n)
@@ -68,11 +72,15 @@ def step_times(
     def off() -> None:
         nonlocal x
         x = exchange(x)
+        if problem is not None:
+            x -= 0.01 * problem.grad(x)
 
     def on() -> None:
         nonlocal x
         C.compute(1e-3)
         x = exchange(x)
+        if problem is not None:
+            x -= 0.01 * problem.grad(x)
 
     for _ in range(2 * len(schedule or [0])):  # plans and caches made before timing
         off()
@@ -226,6 +234,20 @@ def main(argv: list[str] | None = None) -> int:
                     goal="<= 1.2",
                 )
         print(f"  agents {agents}: worst ratio {worst:.2f} (goal <= 1.2)")
+    print("a step of decentralized gradient descent (least squares, 8 rows a agent), ring")
+    for apart in (False, True):
+        agents = "apart" if apart else "alike"
+        for d in (8, 64):
+            t_off, t_on = step_times(args.n, d, "ring", apart, rounds, reps, dgd=True)
+            off_ms, on_ms = 1e3 * t_off, 1e3 * t_on
+            print(f"  {agents:<8}{'DGD':<10}{d:>4}{off_ms:>9.3f}{on_ms:>9.3f}{t_on / t_off:>8.2f}")
+            record(
+                "clock",
+                f"{args.n} agents {agents}, DGD step on a ring, d={d}: with clock / without",
+                t_on,
+                t_off,
+                goal="<= 1.2",
+            )
     if not args.quick:
         for apart in (False, True):
             agents = "apart" if apart else "alike"
