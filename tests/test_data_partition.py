@@ -253,6 +253,17 @@ def test_same_seed_same_split_other_seed_other_split(scheme):
     assert not all(np.array_equal(x, z) for x, z in zip(a, c, strict=True))
 
 
+def test_each_process_takes_its_agents_by_rank():
+    y = balanced_labels(10, 100)
+    part = data.dirichlet(y, 4, 0.5, seed=3)
+    fs.init(size=4)
+    try:
+        mine = part[fs.rank()]  # simulated: every agent's, in rank order
+    finally:
+        fs.shutdown()
+    assert len(mine) == 4 and all(np.array_equal(m, part[r]) for r, m in enumerate(mine))
+
+
 def test_split_does_not_depend_on_the_world():
     y = balanced_labels(10, 100)
     before = data.dirichlet(y, 4, 0.5, seed=3)
@@ -273,6 +284,10 @@ def test_partition_from_indices():
     assert part[-1].dtype == np.int64 and part.of(1)[0] == 2
     assert list(part.sizes) == [2, 1, 0]
     assert list(part.owner()) == [0, -1, 1, -1, 0, -1]
+    assert [list(p) for p in part[np.array([2, 0])]] == [[], [0, 4]]
+    assert list(part[np.int64(1)]) == [2] and len(part[1:]) == 2
+    with pytest.raises(TypeError, match="index"):
+        part[np.array([0.5])]
     with pytest.raises(ValueError):
         part[0][0] = 3  # read-only
     with pytest.raises(IndexError, match="agent"):
@@ -317,7 +332,8 @@ def test_report_leaves_empty_agents_out_and_says_so():
     assert rep.tv[0] == pytest.approx(0.25) and rep.tv[2] == pytest.approx(0.25)
     assert rep.mean_tv == pytest.approx(0.25)
     assert rep.mean_classes == pytest.approx(2.0)
-    assert "empty" in rep.summary() and "empty" in repr(rep)
+    assert "empty" in rep.summary() and str(rep) == rep.summary()
+    assert "1 empty" in repr(rep) and "mean TV 0.250" in repr(rep)
     with pytest.raises(ValueError, match="labels"):
         part.report(y[:3])
 

@@ -12,6 +12,7 @@ an SPMD thread:
 >>> len(part), int(part.sizes.sum())
 (8, 1000)
 >>> idx = part[3]                                     # agent 3's indices, sorted
+>>> mine = part[np.arange(8)]         # a list, one per agent: part[fs.rank()] in any mode
 >>> rep = part.report(y)                              # label histograms, TV distances
 >>> rep.counts.shape
 (8, 10)

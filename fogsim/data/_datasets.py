@@ -33,7 +33,7 @@ class Dataset:
     ----------
     X : numpy.ndarray or None
         The features, float64, one row per sample (``(n_samples, ...)``); None when the
-        samples stay in :attr:`source` (:func:`from_torch`, :func:`from_hf`).
+        samples stay in ``source`` (:func:`from_torch`, :func:`from_hf`).
     y : numpy.ndarray
         The targets, one per sample: int64 classes ``0 .. n_classes-1`` for
         classification, float64 values for regression.
@@ -42,10 +42,10 @@ class Dataset:
     name : str
         A short name.
     source : object, optional
-        The object the samples are read from when not loaded into :attr:`X` (a torch
+        The object the samples are read from when not loaded into ``X`` (a torch
         ``Dataset``, a Hugging Face ``Dataset``).
     kind : {"arrays", "torch", "hf"}
-        Where the samples are: in :attr:`X`, or in :attr:`source` as a torch or Hugging
+        Where the samples are: in ``X``, or in ``source`` as a torch or Hugging
         Face data set; :meth:`select` uses it.
     """
 

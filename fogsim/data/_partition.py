@@ -113,12 +113,22 @@ class Partition(Sequence[np.ndarray]):
     @overload
     def __getitem__(self, index: int) -> np.ndarray: ...
     @overload
-    def __getitem__(self, index: slice) -> list[np.ndarray]: ...
-    def __getitem__(self, index: int | slice) -> np.ndarray | list[np.ndarray]:
-        """Return agent ``index``'s sample indices (a list of them for a slice)."""
+    def __getitem__(self, index: slice | Sequence[int] | np.ndarray) -> list[np.ndarray]: ...
+    def __getitem__(
+        self, index: int | slice | Sequence[int] | np.ndarray
+    ) -> np.ndarray | list[np.ndarray]:
+        """Return agent ``index``'s sample indices; a list of them for a slice or an array of
+        agents, so ``partition[fs.rank()]`` is this process's agents' in every mode."""
         if isinstance(index, slice):
             return self._parts[index]
-        return self._parts[self._agent(index)]
+        if isinstance(index, numbers.Integral):
+            return self._parts[self._agent(int(index))]
+        agents = np.asarray(index)
+        if agents.ndim == 0:
+            return self._parts[self._agent(agents.item())]
+        if agents.ndim != 1 or (agents.size and agents.dtype.kind not in "iu"):
+            raise TypeError("index must be an agent, a slice or a 1-D array of agents")
+        return [self._parts[self._agent(int(a))] for a in agents]
 
     def __len__(self) -> int:
         return len(self._parts)
@@ -248,7 +258,7 @@ def dirichlet(
     as implemented by most federated-learning code (Yurochkin et al. 2019, *Bayesian
     nonparametric federated learning of neural networks*; Flower Datasets'
     ``DirichletPartitioner``): the agents' class proportions are not drawn per agent, so
-    agent sizes vary too. Small ``alpha`` (0.1) gives agents dominated by one or two
+    agent sizes vary too. Small ``alpha`` (0.1) gives agents holding mostly one or two
     classes; large ``alpha`` (100) an almost IID split. If some agent gets fewer than
     ``min_size`` samples, all ``q_k`` are drawn again, at most ``max_retries`` times.
 
@@ -414,7 +424,7 @@ def size_skew(
     sigma : float, optional
         The log-normal's spread, ``>= 0`` (0: equal sizes); ``kind="lognormal"`` only.
     min_size : int, optional
-        The fewest samples an agent holds (default 1).
+        The fewest samples an agent holds (default 1; 0 accepts empty agents).
     """
     n = _n_samples(n_samples_or_labels)
     agents = _count(agents, "agents")

@@ -84,7 +84,7 @@ class Report:
         return float(self.classes_per_agent[held].mean()) if held.any() else float("nan")
 
     def summary(self) -> str:
-        """Return a few lines describing the split."""
+        """Return a few lines describing the split (what ``print(report)`` shows)."""
         s = self.sizes
         lines = [
             f"{self.scheme or 'split'}: {self.agents} agents, {int(s.sum())} samples, "
@@ -103,8 +103,14 @@ class Report:
             )
         return "\n".join(lines)
 
+    def __str__(self) -> str:
+        return self.summary()
+
     def __repr__(self) -> str:
-        return f"<Report {self.summary()}>"
+        return (
+            f"Report({self.scheme or 'split'}: {self.agents} agents, {self.n_classes} classes, "
+            f"mean TV {self.mean_tv:.3f}, {self.empty.size} empty)"
+        )
 
     def plot(self, ax: Axes | None = None, *, kind: str = "auto") -> Axes:
         """Draw each agent's class proportions and return the matplotlib Axes.
