@@ -264,6 +264,24 @@ def test_each_process_takes_its_agents_by_rank():
     assert len(mine) == 4 and all(np.array_equal(m, part[r]) for r, m in enumerate(mine))
 
 
+def test_spmd_agents_compute_the_same_split_and_take_their_own():
+    import fogsim.spmd
+
+    y = balanced_labels(10, 100)
+
+    def main():
+        fs.init()
+        mine = data.dirichlet(y, fs.size(), 0.5, seed=3)[fs.rank()]  # one array per agent
+        counts = np.bincount(y[mine], minlength=10)
+        return mine, fs.allreduce(counts, average=False)
+
+    results = fogsim.spmd.run(main, size=4, timeout=60)
+    whole = data.dirichlet(y, 4, 0.5, seed=3)
+    for r, (mine, total) in enumerate(results):
+        assert np.array_equal(mine, whole[r])
+        assert np.array_equal(total, np.bincount(y))  # every sample counted once
+
+
 def test_split_does_not_depend_on_the_world():
     y = balanced_labels(10, 100)
     before = data.dirichlet(y, 4, 0.5, seed=3)

@@ -105,7 +105,7 @@ class Partition(Sequence[np.ndarray]):
         """Build from ``owner[s]``, the agent holding sample s (-1: none), trusted."""
         held = owner >= 0
         sizes = np.bincount(owner[held], minlength=agents)
-        order = np.argsort(owner, kind="stable")[owner.size - int(held.sum()) :]
+        order = _stable_order(owner + 1, agents + 1)[owner.size - int(held.sum()) :]
         self = cls.__new__(cls)
         self._init(list(np.split(order, np.cumsum(sizes)[:-1])), owner.size, scheme, allow_empty)
         return self
@@ -299,7 +299,9 @@ def dirichlet(
         )
     per_class = np.bincount(y)
     perm = rng.permutation(n)
-    order = perm[np.argsort(y[perm], kind="stable")]  # grouped by class, shuffled within
+    order = perm[
+        _stable_order(y[perm], max(per_class.size, 1))
+    ]  # grouped by class, shuffled within
     for _ in range(max_retries):
         p = rng.dirichlet(np.full(agents, alpha), size=per_class.size)
         if weights is not None:
@@ -382,7 +384,7 @@ def pathological(
     h = holders[holder_class]
     share = n_k[holder_class] // h + (j < n_k[holder_class] % h)
     perm = rng.permutation(y.size)
-    order = perm[np.argsort(y[perm], kind="stable")]
+    order = perm[_stable_order(y[perm], n_k.size)]
     owner = np.empty(y.size, dtype=np.int64)
     owner[order] = np.repeat(holder_agent, share)
     scheme = f"pathological(classes_per_agent={m}, agents={agents}, seed={seed})"
@@ -487,6 +489,13 @@ def as_labels(labels: npt.ArrayLike, name: str = "labels") -> np.ndarray:
         i = int(np.argmin(out))
         raise ValueError(f"{name} must be classes >= 0, got {out[i]} at index {i}")
     return out
+
+
+def _stable_order(keys: np.ndarray, bound: int) -> np.ndarray:
+    """Return the stable argsort of ``keys`` in ``[0, bound)``: numpy radix-sorts 16-bit keys."""
+    if bound <= 1 << 16:
+        keys = keys.astype(np.uint16)
+    return np.argsort(keys, kind="stable")
 
 
 def _refuse_empty(sizes: np.ndarray, scheme: str) -> None:
