@@ -11,7 +11,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from ._partition import _count, as_labels
+from ._checks import as_labels, check_count
 
 __all__ = [
     "Dataset",
@@ -118,13 +118,13 @@ def make_classification(
     ``n_informative`` dimensions (default: enough for ``n_classes``, at least 2), the other
     features noise. Needs scikit-learn.
     """
-    n_samples = _count(n_samples, "n_samples")
-    n_features = _count(n_features, "n_features")
-    n_classes = _count(n_classes, "n_classes", minimum=2)
-    seed = _count(seed, "seed", minimum=0)
+    n_samples = check_count(n_samples, "n_samples")
+    n_features = check_count(n_features, "n_features")
+    n_classes = check_count(n_classes, "n_classes", minimum=2)
+    seed = check_count(seed, "seed", minimum=0)
     if n_informative is None:
         n_informative = min(n_features, max(2, int(np.ceil(np.log2(n_classes))) + 1))
-    n_informative = _count(n_informative, "n_informative")
+    n_informative = check_count(n_informative, "n_informative")
     if n_informative > n_features:
         raise ValueError(f"n_informative ({n_informative}) exceeds n_features ({n_features})")
     if n_classes > 2**n_informative:
@@ -155,9 +155,9 @@ def make_regression(
     """Return scikit-learn's ``make_regression`` data (a random linear model plus Gaussian
     ``noise``) drawn from ``seed``; ``y`` is float64 and ``n_classes`` 0. Needs scikit-learn.
     """
-    n_samples = _count(n_samples, "n_samples")
-    n_features = _count(n_features, "n_features")
-    seed = _count(seed, "seed", minimum=0)
+    n_samples = check_count(n_samples, "n_samples")
+    n_features = check_count(n_features, "n_features")
+    seed = check_count(seed, "seed", minimum=0)
     X, y = _sklearn_datasets().make_regression(
         n_samples=n_samples, n_features=n_features, noise=noise, random_state=seed
     )
@@ -190,7 +190,7 @@ def from_arrays(
     found = int(labels.max()) + 1 if labels.size else 0
     if n_classes is None:
         n_classes = found
-    elif _count(n_classes, "n_classes") < found:
+    elif check_count(n_classes, "n_classes") < found:
         raise ValueError(f"n_classes ({n_classes}) is below max(y) + 1 ({found})")
     return _dataset(features.astype(np.float64), standardize, labels, n_classes, name)
 

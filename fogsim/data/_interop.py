@@ -13,8 +13,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ._checks import as_labels, check_count
 from ._datasets import Dataset
-from ._partition import Partition, _count, as_labels
+from ._partition import Partition
 
 __all__ = [
     "FlwrPartitionerLike",
@@ -141,8 +142,8 @@ def from_flwr(
     partitioner's ``num_partitions``) must equal ``num_partitions``. Needs
     ``flwr-datasets`` only to build the partitioner.
     """
-    n = _count(partitioner.num_partitions, "partitioner.num_partitions")
-    if agents is not None and _count(agents, "agents") != n:
+    n = check_count(partitioner.num_partitions, "partitioner.num_partitions")
+    if agents is not None and check_count(agents, "agents") != n:
         raise ValueError(f"agents ({agents}) must equal partitioner.num_partitions ({n})")
     if dataset is not None:
         if partitioner.is_dataset_assigned():
@@ -189,6 +190,6 @@ def _classes(y: np.ndarray, n_classes: int | None) -> int:
     found = int(y.max()) + 1 if y.size else 0
     if n_classes is None:
         return found
-    if _count(n_classes, "n_classes") < found:
+    if check_count(n_classes, "n_classes") < found:
         raise ValueError(f"n_classes ({n_classes}) is below the largest label + 1 ({found})")
     return n_classes

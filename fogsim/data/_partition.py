@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Literal, overload
 import numpy as np
 import numpy.typing as npt
 
+from ._checks import as_labels, check_count, check_n_samples, check_positive, check_weights
+
 if TYPE_CHECKING:
     from ._report import Report
 
@@ -55,7 +57,7 @@ class Partition(Sequence[np.ndarray]):
         *,
         allow_empty: bool = False,
     ) -> None:
-        n_samples = _count(n_samples, "n_samples", minimum=0)
+        n_samples = check_count(n_samples, "n_samples", minimum=0)
         if not isinstance(scheme, str):
             raise TypeError(f"scheme must be a str, got {type(scheme).__name__}")
         parts: list[np.ndarray] = []
@@ -224,8 +226,8 @@ def iid(
     allow_empty : bool, optional
         Accept more agents than samples (some agents then hold none).
     """
-    n = _n_samples(n_samples_or_labels)
-    agents = _count(agents, "agents")
+    n = check_n_samples(n_samples_or_labels)
+    agents = check_count(agents, "agents")
     rng = _rng(seed, "iid")
     if n < agents and not allow_empty:
         raise ValueError(f"agents ({agents}) exceeds the number of samples ({n})")
@@ -286,11 +288,11 @@ def dirichlet(
         Accept agents holding no sample.
     """
     y = as_labels(labels)
-    agents = _count(agents, "agents")
-    alpha = _positive(alpha, "alpha")
-    min_size = _count(min_size, "min_size", minimum=0)
-    max_retries = _count(max_retries, "max_retries")
-    weights = None if sizes is None else _weights(sizes, agents)
+    agents = check_count(agents, "agents")
+    alpha = check_positive(alpha, "alpha")
+    min_size = check_count(min_size, "min_size", minimum=0)
+    max_retries = check_count(max_retries, "max_retries")
+    weights = None if sizes is None else check_weights(sizes, agents)
     rng = _rng(seed, "dirichlet")
     n = y.size
     if min_size * agents > n:
@@ -350,8 +352,8 @@ def pathological(
     or when a class has fewer samples than holders.
     """
     y = as_labels(labels)
-    agents = _count(agents, "agents")
-    m = _count(classes_per_agent, "classes_per_agent")
+    agents = check_count(agents, "agents")
+    m = check_count(classes_per_agent, "classes_per_agent")
     rng = _rng(seed, "pathological")
     present = np.flatnonzero(np.bincount(y)) if y.size else np.zeros(0, np.int64)
     k = present.size
@@ -428,16 +430,16 @@ def size_skew(
     min_size : int, optional
         The fewest samples an agent holds (default 1; 0 accepts empty agents).
     """
-    n = _n_samples(n_samples_or_labels)
-    agents = _count(agents, "agents")
-    min_size = _count(min_size, "min_size", minimum=0)
+    n = check_n_samples(n_samples_or_labels)
+    agents = check_count(agents, "agents")
+    min_size = check_count(min_size, "min_size", minimum=0)
     rng = _rng(seed, "size_skew")
     if kind == "lognormal":
-        sigma = _positive(sigma, "sigma", allow_zero=True)
+        sigma = check_positive(sigma, "sigma", allow_zero=True)
         w = np.exp(sigma * rng.standard_normal(agents))
         law = f"lognormal, sigma={sigma:g}"
     elif kind == "power":
-        exponent = _positive(exponent, "exponent")
+        exponent = check_positive(exponent, "exponent")
         if not exponent > 1:
             raise ValueError(f"exponent must be > 1, got {exponent!r}")
         w = (1.0 - rng.random(agents)) ** (-1.0 / (exponent - 1.0))
@@ -465,32 +467,6 @@ def apportion(total: int, weights: np.ndarray) -> np.ndarray:
     return out
 
 
-def as_labels(labels: npt.ArrayLike, name: str = "labels") -> np.ndarray:
-    """Return ``labels`` as a 1-D int64 array of class ids ``>= 0``, or raise naming ``name``."""
-    if isinstance(labels, str | bytes):
-        raise TypeError(
-            f"{name} must be an array of integer classes, got a {type(labels).__name__}"
-        )
-    a = np.asarray(labels)
-    if a.ndim != 1:
-        raise ValueError(f"{name} must be 1-D (one class per sample), got shape {a.shape}")
-    if a.dtype.kind == "f":
-        bad = ~np.isfinite(a) | (a != np.round(a))
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise ValueError(f"{name} must be integer classes, got {a[i]!r} at index {i}")
-    elif a.dtype.kind not in "iub":
-        raise TypeError(
-            f"{name} must be integer classes, got dtype {a.dtype} "
-            f"(map other labels with np.unique({name}, return_inverse=True)[1])"
-        )
-    out = a.astype(np.int64)
-    if out.size and out.min() < 0:
-        i = int(np.argmin(out))
-        raise ValueError(f"{name} must be classes >= 0, got {out[i]} at index {i}")
-    return out
-
-
 def _stable_order(keys: np.ndarray, bound: int) -> np.ndarray:
     """Return the stable argsort of ``keys`` in ``[0, bound)``: numpy radix-sorts 16-bit keys."""
     if bound <= 1 << 16:
@@ -506,48 +482,6 @@ def _refuse_empty(sizes: np.ndarray, scheme: str) -> None:
         raise ValueError(
             f"{scheme} leaves {noun} {who} with no sample; pass allow_empty=True to accept that"
         )
-
-
-def _n_samples(value: int | npt.ArrayLike) -> int:
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        return _count(value, "n_samples_or_labels", minimum=0)
-    if isinstance(value, str | bytes | bool | numbers.Number):
-        raise TypeError(
-            f"n_samples_or_labels must be an int or a 1-D array, got {type(value).__name__}"
-        )
-    shape = np.shape(value)
-    if len(shape) != 1:
-        raise ValueError(f"n_samples_or_labels must be an int or a 1-D array, got shape {shape}")
-    return int(shape[0])
-
-
-def _count(value: object, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
-
-
-def _positive(value: object, name: str, *, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    v = float(value)
-    if not (np.isfinite(v) and (v >= 0 if allow_zero else v > 0)):
-        raise ValueError(f"{name} must be a finite number {'>=' if allow_zero else '>'} 0, got {v}")
-    return v
-
-
-def _weights(sizes: npt.ArrayLike, agents: int) -> np.ndarray:
-    w = np.asarray(sizes)
-    if w.dtype.kind not in "iuf":
-        raise TypeError(f"sizes must be numbers, got dtype {w.dtype}")
-    w = w.astype(np.float64)
-    if w.shape != (agents,):
-        raise ValueError(f"sizes must hold one number per agent ({agents}), got shape {w.shape}")
-    if not (np.all(np.isfinite(w)) and np.all(w > 0)):
-        raise ValueError("sizes must be finite and > 0")
-    return w
 
 
 def _rng(seed: object, scheme: str) -> np.random.Generator:
