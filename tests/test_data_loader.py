@@ -257,6 +257,37 @@ def test_spmd_agents_draw_the_rows_of_the_simulation():
             np.testing.assert_array_equal(value, sim[key][:, r], err_msg=f"{key}, agent {r}")
 
 
+def test_spmd_agents_count_their_own_epochs():
+    def main():
+        fs.init()
+        loader = AgentLoader(np.arange(60), UNEQUAL, 4, seed=9)
+        draw(loader, 5)
+        return loader.epoch, loader.shard_sizes
+
+    for r, (epoch, size) in enumerate(spmd.run(main, size=4)):
+        assert type(epoch) is int and type(size) is int
+        assert (epoch, size) == (20 // len(UNEQUAL[r]), len(UNEQUAL[r]))
+
+
+class Shards:
+    """A sequence of shards that is no ``collections.abc.Sequence``."""
+
+    def __len__(self):
+        return len(UNEQUAL)
+
+    def __getitem__(self, r):
+        return UNEQUAL[r]
+
+
+def test_any_sequence_of_index_arrays_is_a_partition():
+    fs.init(size=4)
+    want = draw(AgentLoader(np.arange(60), UNEQUAL, 3, seed=1), 4)
+    for partition in (Shards(), tuple(UNEQUAL), [s.astype(np.int32) for s in UNEQUAL]):
+        np.testing.assert_array_equal(
+            draw(AgentLoader(np.arange(60), partition, 3, seed=1), 4), want
+        )
+
+
 # -- MPI and the sharded simulation: this file is the job ----------------------------------------
 def job(out: str) -> None:
     batches = _agent_batches()
@@ -299,6 +330,7 @@ def test_other_modes_draw_what_the_simulated_agents_draw(tmp_path, n, options):
         ({"partition": [*UNEQUAL[:3], np.array([60])]}, ValueError, "partition[3]"),
         ({"partition": [*UNEQUAL[:3], np.array([-1])]}, ValueError, "partition[3]"),
         ({"partition": [UNEQUAL[0], np.array([], int), *UNEQUAL[2:]]}, ValueError, "agent 1"),
+        ({"partition": [UNEQUAL[0], [], *UNEQUAL[2:]]}, ValueError, "partition[1] is empty"),
         ({"partition": [*UNEQUAL[:3], np.array([1.0])]}, TypeError, "partition[3]"),
         ({"partition": [*UNEQUAL[:3], np.ones((2, 2), int)]}, ValueError, "partition[3]"),
         ({"partition": 5}, TypeError, "partition"),

@@ -246,8 +246,10 @@ class AgentLoader:
 
 
 def _shards(partition: Any, n: int, length: int) -> list[np.ndarray]:
-    """Return the partition's n shards as int64 arrays, checked against ``data``'s length."""
-    if isinstance(partition, str | bytes) or not isinstance(partition, Sequence | np.ndarray):
+    """Return the partition's n shards as integer arrays, checked against ``data``'s length."""
+    if isinstance(partition, str | bytes | Mapping) or not (
+        hasattr(partition, "__len__") and hasattr(partition, "__getitem__")
+    ):
         raise TypeError(
             f"partition must be a sequence of {n} index arrays (one per agent), got "
             f"{type(partition).__name__}"
@@ -258,14 +260,15 @@ def _shards(partition: Any, n: int, length: int) -> list[np.ndarray]:
             "one index array per agent"
         )
     shards = []
-    for r, part in enumerate(partition):
+    for r in range(n):
+        part = partition[r]
         arr = np.asarray(part)
         if arr.ndim != 1:
             raise ValueError(f"partition[{r}] must be a 1-d index array, got shape {arr.shape}")
-        if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
-            raise TypeError(f"partition[{r}] must hold integer indices, got dtype {arr.dtype}")
         if arr.size == 0:
             raise ValueError(f"partition[{r}] is empty: agent {r} has no samples to draw from")
+        if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+            raise TypeError(f"partition[{r}] must hold integer indices, got dtype {arr.dtype}")
         if arr.size >= 1 << 32:
             raise ValueError(f"partition[{r}] has {arr.size} indices; at most 2**32 - 1")
         shards.append(arr)
