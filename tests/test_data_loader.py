@@ -229,6 +229,21 @@ def test_torch_datasets_give_the_samples_a_dataloader_would():
     np.testing.assert_array_equal(yb.numpy(), idx[0])
 
 
+class Doubled(TensorDataset):
+    """A TensorDataset whose samples are its tensors' rows doubled."""
+
+    def __getitem__(self, i):
+        return tuple(2 * t[i] for t in self.tensors)
+
+
+def test_a_tensor_dataset_subclass_is_read_through_its_own_getitem():
+    fs.init(size=3)
+    shards = np.array_split(np.arange(30), 3)
+    idx = AgentLoader(np.arange(30), shards, 4, seed=6).next()
+    (xb,) = AgentLoader(Doubled(torch.arange(30.0)), shards, 4, seed=6).next()
+    np.testing.assert_array_equal(xb.numpy(), 2 * idx)
+
+
 # -- SPMD ---------------------------------------------------------------------------------------
 def _agent_batches(size=None):
     """What one agent draws: epochs and replacement, arrays, tensors, a Dataset."""

@@ -100,7 +100,8 @@ class AgentLoader:
     A batch is ``data[idx]`` for the agents' indices ``idx``: numpy arrays and tensors
     gathered along axis 0 (a tuple of them as a tuple), a torch Dataset's samples
     ``data[i]`` collated with ``torch.utils.data.default_collate`` (as a torch
-    ``DataLoader`` would; a ``TensorDataset`` gathered from its tensors, a list), stacked
+    ``DataLoader`` would; a ``TensorDataset`` gathered from its tensors, a list; a
+    subclass of it through its own ``data[i]``), stacked
     along a leading agent axis in simulation.
 
     Examples
@@ -348,7 +349,7 @@ def _dataset_gather(dataset: Any, torch: Any) -> tuple[Any, int]:
             f"data is a torch Dataset without len() ({type(dataset).__name__}); an iterable "
             "Dataset cannot be indexed per agent: give a map-style one"
         ) from None
-    if isinstance(dataset, torch.utils.data.TensorDataset):
+    if type(dataset) is torch.utils.data.TensorDataset:  # a subclass may redefine data[i]
         gathers = [_field_gather(t) for t in dataset.tensors]
         return (lambda idx: [g(idx) for g in gathers]), length
 

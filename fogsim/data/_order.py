@@ -23,7 +23,14 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["EpochOrders", "agent_streams", "replacement_positions", "scaled", "splitmix"]
+__all__ = [
+    "EpochOrders",
+    "agent_streams",
+    "epoch_positions",
+    "replacement_positions",
+    "scaled",
+    "splitmix",
+]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
