@@ -1,4 +1,5 @@
-"""Data across agents: seeded partitioners, a heterogeneity report, small data sets.
+"""Data across agents: seeded partitioners, a heterogeneity report, small data sets, and
+per-agent batches.
 
 A partitioner splits a data set's sample indices over ``n`` agents from a seed. Every
 process computes the whole split (a few vectorized passes over the labels) and takes its
@@ -40,6 +41,11 @@ on disk; :func:`from_torch` (a torch ``Dataset``, labels from ``.targets`` when 
 (a Hugging Face ``datasets.Dataset``) and :func:`from_flwr` (a Flower Datasets
 partitioner, as a :class:`Partition`) use those libraries' objects without importing
 them. ``import fogsim.data`` imports neither scikit-learn nor torch.
+
+:class:`AgentLoader` gives every agent batches of its own shard: stacked ``(n, b, ...)``
+in the simulator, the rank's own ``(b, ...)`` under MPI, torch.distributed and SPMD, and
+agent r the same samples in the same order in every mode (each agent shuffles its shard
+per epoch from its own counter-based keys, or samples it with replacement).
 """
 
 from __future__ import annotations
@@ -53,10 +59,12 @@ from ._interop import (
     from_hf,
     from_torch,
 )
+from ._loader import AgentLoader
 from ._partition import Partition, dirichlet, iid, pathological, size_skew
 from ._report import Report
 
 __all__ = [
+    "AgentLoader",
     "Dataset",
     "FlwrPartitionerLike",
     "HFDatasetLike",
