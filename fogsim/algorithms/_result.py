@@ -61,7 +61,10 @@ class Result:
 
     def __repr__(self) -> str:
         shape = tuple(np.shape(self.x))
-        last = ", ".join(f"{k}={v[-1]:.3e}" for k, v in self.history.items() if len(v))
+        # a batch of problems (history of shape (iters + 1, S)) shows its worst
+        last = ", ".join(
+            f"{k}={float(np.max(v[-1])):.3e}" for k, v in self.history.items() if len(v)
+        )
         iters = max((len(v) for v in self.history.values()), default=1) - 1
         return f"Result(x: shape {shape}, iters={iters}{', ' if last else ''}{last})"
 
