@@ -46,21 +46,18 @@ sweep it; the results come back as a tidy table and as plots of the mean over se
 
 from __future__ import annotations
 
-from ._configs import Config, Value, grid
+from ._configs import grid
 from ._main import main
 from ._results import Results
 from ._runner import ALGORITHMS, DEFAULTS, TOPOLOGIES, optimize, unstack, world
-from ._sweep import RunFunction, SweepError, sweep
+from ._sweep import SweepError, sweep
 
 __all__ = [
     "ALGORITHMS",
     "DEFAULTS",
     "TOPOLOGIES",
-    "Config",
     "Results",
-    "RunFunction",
     "SweepError",
-    "Value",
     "grid",
     "main",
     "optimize",

@@ -98,7 +98,7 @@ def sweep(
         Runs at once (joblib's meaning: ``-1`` all CPUs). 1 with no ``backend`` runs them
         one after the other in this process.
     backend : str, optional
-        A joblib backend for :func:`joblib.parallel_config`: ``"loky"`` (processes, the
+        A joblib backend for ``joblib.parallel_config``: ``"loky"`` (processes, the
         default when ``n_jobs != 1``), ``"multiprocessing"``, ``"dask"`` (a
         ``dask.distributed.Client`` must be open: ``pip install dask distributed``) or
         ``"ray"`` (registered here; ``pip install ray``), or any registered one.
