@@ -19,7 +19,7 @@ sweep it; the results come back as a tidy table and as plots of the mean over se
     results.plot("distance", hue="alpha")                 # mean line, std band
 
 * :func:`grid` is the cartesian product of its axes (the first slowest, the last
-  fastest), in :func:`itertools.product` order.
+  fastest), in ``itertools.product`` order.
 * :func:`sweep` runs what the ``cache`` folder lacks (one JSON file per configuration,
   keyed by a hash of the configuration, the run's name and ``version``, written
   atomically), so a sweep that was stopped, or in which some runs failed, resumes on the

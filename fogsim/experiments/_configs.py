@@ -24,7 +24,7 @@ def grid(**axes: Value | Iterable[Value]) -> list[Config]:
     """Return the cartesian product of the axes as a list of configurations.
 
     ``grid(alpha=[0.1, 0.01], seed=range(3))`` gives six dicts, in
-    :func:`itertools.product` order: the first axis varies slowest, the last fastest
+    ``itertools.product`` order: the first axis varies slowest, the last fastest
     (``alpha=0.1`` with seeds 0, 1, 2, then ``alpha=0.01`` with seeds 0, 1, 2). The dicts'
     keys follow the order of the keywords.
 

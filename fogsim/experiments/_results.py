@@ -5,15 +5,12 @@ from __future__ import annotations
 import csv
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ._cache import Outcome
 from ._configs import Config, Value, axes_of, check_value
-
-if TYPE_CHECKING:
-    import pandas
 
 __all__ = ["Results"]
 
@@ -83,7 +80,7 @@ class Results:
 
     # -- tables ---------------------------------------------------------------------------
     @property
-    def rows(self) -> list[dict[str, Value]]:
+    def rows(self) -> list[dict[str, bool | int | float | str | None]]:
         """One dict per run per iteration: the axes, ``iteration``, then each metric."""
         rows: list[dict[str, Value]] = []
         for config, outcome in zip(self.configs, self.outcomes, strict=True):
@@ -97,7 +94,7 @@ class Results:
         return rows
 
     @property
-    def runs(self) -> list[dict[str, Value]]:
+    def runs(self) -> list[dict[str, bool | int | float | str | None]]:
         """One dict per run: the axes, then each metric's final value and the scalars."""
         out = []
         for config, outcome in zip(self.configs, self.outcomes, strict=True):
@@ -120,8 +117,8 @@ class Results:
             for row in table:
                 writer.writerow({k: "" if v is None else v for k, v in row.items()})
 
-    def to_pandas(self, what: str = "rows") -> pandas.DataFrame:
-        """Return the tidy ``rows`` (or the ``runs``) as a pandas DataFrame.
+    def to_pandas(self, what: str = "rows") -> Any:
+        """Return the tidy ``rows`` (or the ``runs``) as a ``pandas.DataFrame``.
 
         Raises ImportError when pandas is not installed (``pip install pandas``).
         """

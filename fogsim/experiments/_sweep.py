@@ -166,7 +166,7 @@ def sweep(
         logger.info(note)
 
     failures: list[tuple[int, str]] = []
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     bar = tqdm(
         total=len(checked),
