@@ -6,7 +6,7 @@
                                                   # torch_raw, hierarchy, timeline, spmd, kernels,
                                                   # notebooks, internal_numba, sharded,
                                                   # compress, clock, clock_host,
-                                                  # clock_paper, data
+                                                  # clock_paper, data, experiments
                                                   # (SUITE below)
     python -m benchmarks -np 2                    # MPI/torch jobs on 2 processes (default 4)
     python -m benchmarks --compare OLD.json       # run, then the change from an earlier run
@@ -86,6 +86,7 @@ SUITE = {
     "clock_host": Entry("bench_clock_host.py", mpi=False),
     "clock_paper": Entry("bench_clock_paper.py", mpi=False),
     "data": Entry("bench_data.py", quick=("--quick",), mpi=False),
+    "experiments": Entry("bench_experiments.py", quick=("--quick",), mpi=False),
 }
 
 _SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}

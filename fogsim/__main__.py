@@ -1,4 +1,5 @@
-"""The ``fogsim`` command: ``fogsim timeline summarize PREFIX [--gantt FILE]``.
+"""The ``fogsim`` command: ``fogsim timeline summarize PREFIX [--gantt FILE]``,
+``fogsim experiments SPEC.json`` (a sweep; see :mod:`fogsim.experiments`).
 
 (``fogrun`` is the launcher; see :mod:`fogsim.run`.)
 """
@@ -7,7 +8,10 @@ from __future__ import annotations
 
 import sys
 
-COMMANDS = {"timeline": "summarize timeline files (fogsim timeline summarize PREFIX)"}
+COMMANDS = {
+    "timeline": "summarize timeline files (fogsim timeline summarize PREFIX)",
+    "experiments": "sweep a grid of simulated runs (fogsim experiments SPEC.json)",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,6 +21,10 @@ def main(argv: list[str] | None = None) -> int:
         for name, text in COMMANDS.items():
             print(f"  {name:<10} {text}", file=sys.stderr)
         return 0 if args and args[0] in ("-h", "--help") else 2
+    if args[0] == "experiments":
+        from . import experiments
+
+        return experiments.main(args[1:])
     from . import timeline
 
     return timeline.main(args[1:])

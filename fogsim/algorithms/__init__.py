@@ -34,8 +34,11 @@ is faster (the same numbers).
   :func:`gradient_tracking`, :func:`push_diging` (time-varying directed graphs);
 * compressed communication: :func:`choco_gossip`, :func:`choco_sgd`;
 * adaptation: :func:`diffusion_lms` with a :class:`MovingTarget` stream;
-* problems: :class:`LeastSquares`; helpers: :func:`push_weights`, :func:`push_sum_estimate`
-  (push-sum's ``x / p``, guarded where ``p`` underflows).
+* problems: :class:`LeastSquares`, also S problems at once (``LeastSquares.random(m, d,
+  seed=[0, 1, 2])``: iterates ``(n, S, d)``, each metric recorded per problem, shape
+  ``(iters + 1, S)``; :mod:`fogsim.experiments` runs seeds so); helpers:
+  :func:`push_weights`, :func:`push_sum_estimate` (push-sum's ``x / p``, guarded where
+  ``p`` underflows).
 """
 
 from ._result import Result

@@ -50,6 +50,10 @@ class Result:
         * ``"time"``, while a :mod:`fogsim.clock` runs: the simulated seconds since the run
           began (the agents' clocks averaged; wall-clock seconds under MPI or torch), for
           ``plot(against="time")``.
+
+        For a batch of S problems (a problem with ``batch_shape == (S,)``, such as
+        ``LeastSquares.random(m, d, seed=[...])``) every metric but ``"bytes"`` and
+        ``"time"`` has shape ``(iters + 1, S)``, one column per problem.
     state : dict of str to array
         The algorithm's other final agent-local variables (e.g. ``"y"`` of gradient
         tracking, ``"p"`` of push-sum), to inspect or to continue from.
@@ -61,7 +65,10 @@ class Result:
 
     def __repr__(self) -> str:
         shape = tuple(np.shape(self.x))
-        last = ", ".join(f"{k}={v[-1]:.3e}" for k, v in self.history.items() if len(v))
+        # a batch of problems (history of shape (iters + 1, S)) shows its worst
+        last = ", ".join(
+            f"{k}={float(np.max(v[-1])):.3e}" for k, v in self.history.items() if len(v)
+        )
         iters = max((len(v) for v in self.history.values()), default=1) - 1
         return f"Result(x: shape {shape}, iters={iters}{', ' if last else ''}{last})"
 

@@ -27,6 +27,7 @@ __all__ = [
     "Mixer",
     "check_form",
     "check_iters",
+    "batch_of",
     "check_step",
     "grad_of",
     "initial_point",
@@ -141,13 +142,20 @@ def grad_of(problem: Any) -> Callable[[Any], Any]:
 
 
 def initial_point(problem: Any, x0: Any, agents: Agents) -> np.ndarray:
-    """Return ``x0``, or zeros of the problem's dimension when ``x0`` is None."""
+    """Return ``x0``, or zeros of the problem's dimension when ``x0`` is None (one vector
+    per problem of the batch when the problem has a ``batch_shape``)."""
     if x0 is not None:
         return agents.array(x0, "x0").copy()
     dim = getattr(problem, "dim", None)
     if dim is None:
         raise ValueError("x0 is required when the problem has no dim attribute")
-    return np.zeros((*agents.lead, int(dim)))
+    return np.zeros((*agents.lead, *batch_of(problem), int(dim)))
+
+
+def batch_of(problem: Any) -> tuple[int, ...]:
+    """Return the problem's ``batch_shape`` (S problems solved at once), ``()`` if none."""
+    batch = getattr(problem, "batch_shape", ())
+    return tuple(int(s) for s in batch)
 
 
 def optimum(problem: Any, x_star: Any, agents: Agents) -> np.ndarray | None:
@@ -277,24 +285,29 @@ class History:
     ``bytes_sent()`` is read at construction, so ``"bytes"`` counts from there: what each
     agent has sent since the run began, whatever the user's own count says; so is the
     clock (:mod:`fogsim.clock`), if one runs, for ``"time"``.
+
+    ``batch``: the shape of a batch of independent problems held in every agent's value
+    after the agent axis (``x`` of shape ``lead + batch + (d,)``); each metric but
+    ``"bytes"`` and ``"time"`` is then kept per problem, ``(iters + 1, *batch)``.
     """
 
-    def __init__(self, agents: Agents, iters: int) -> None:
+    def __init__(self, agents: Agents, iters: int, batch: tuple[int, ...] = ()) -> None:
         self._agents = agents
+        self._batch = batch
         self._length = iters + 1
         self._sent0 = _sent()
         self._time0 = np.asarray(_clock.now(), dtype=np.float64) if _clock.running() else None
         self.arrays: dict[str, np.ndarray] = {}
 
-    def add(self, k: int, values: dict[str, float]) -> None:
+    def add(self, k: int, values: dict[str, Any]) -> None:
         for key, value in values.items():
             if key not in self.arrays:
-                self.arrays[key] = np.full(self._length, np.nan)
+                self.arrays[key] = np.full((self._length, *np.shape(value)), np.nan)
             self.arrays[key][k] = value
 
     def metrics(
         self, x: np.ndarray, target: Any = None, grad: Callable[[Any], Any] | None = None
-    ) -> dict[str, float]:
+    ) -> dict[str, Any]:
         """Return the metrics of the state ``x``, the same on every agent and process.
 
         ``consensus_error = sqrt(mean_i ||x_i - xbar||^2)`` with ``xbar = mean_i x_i``;
@@ -304,6 +317,8 @@ class History:
         around it, so no cancellation spoils tiny errors.
         """
         with _clock.paused():  # observing the run takes no simulated time
+            if self._batch:
+                return self._batched_metrics(x, target, grad)
             return self._metrics(x, target, grad)
 
     def _metrics(
@@ -343,6 +358,50 @@ class History:
             out["time"] = float(second[-2] if into_second else row[-2])
         return out
 
+    def _batched_metrics(
+        self, x: np.ndarray, target: Any = None, grad: Callable[[Any], Any] | None = None
+    ) -> dict[str, Any]:
+        """Return the metrics of each problem of the batch (arrays of shape ``batch``)."""
+        ag = self._agents
+        lead, batch = ag.lead, self._batch
+        count = int(np.prod(batch))
+        per = np.reshape(x, (*lead, count, -1))  # each problem's value, flattened
+        size = per.shape[-1]
+
+        def sqnorms(v: Any) -> np.ndarray:
+            flat = np.reshape(v, (*lead, count, -1))
+            out: np.ndarray = np.einsum("...i,...i->...", flat, flat)
+            return out
+
+        sent = (_sent() - self._sent0).astype(np.float64).reshape(*lead, 1)
+        if self._time0 is not None:
+            clock = (np.asarray(_clock.now(), dtype=np.float64) - self._time0).reshape(*lead, 1)
+            sent = np.concatenate([clock, sent], axis=-1)
+        first_parts = [per.reshape(*lead, count * size)]
+        if target is not None:
+            first_parts.append(sqnorms(x - target))
+        first_parts.append(sent)
+        first = np.asarray(fs.allreduce(np.concatenate(first_parts, axis=-1)))
+        xbar = first[..., : count * size].reshape(np.shape(x))
+        parts = [sqnorms(x - xbar)]
+        if grad is not None:
+            parts.append(np.reshape(np.asarray(grad(xbar), dtype=np.float64), (*lead, -1)))
+        second = ag.mean(np.concatenate(parts, axis=-1))
+        row = first.reshape(-1, first.shape[-1])[0]
+        out: dict[str, Any] = {
+            "consensus_error": np.sqrt(np.maximum(second[:count], 0.0)).reshape(batch)
+        }
+        if target is not None:
+            spread = row[count * size : count * size + count]
+            out["distance"] = np.sqrt(np.maximum(spread, 0.0)).reshape(batch)
+        if grad is not None:
+            grads = second[count:].reshape(count, -1)
+            out["grad_norm"] = np.linalg.norm(grads, axis=-1).reshape(batch)
+        out["bytes"] = float(row[-1])
+        if sent.shape[-1] == 2:
+            out["time"] = float(row[-2])
+        return out
+
 
 def _sent() -> np.ndarray:
     """Return the bytes each agent here has sent (``fs.bytes_sent()``) as int64."""
@@ -361,7 +420,9 @@ def steps(iters: int, progress: bool, desc: str) -> Iterable[int]:
     return range(1, iters + 1)
 
 
-def show(bar: Iterable[int], k: int, iters: int, values: dict[str, float]) -> None:
+def show(bar: Iterable[int], k: int, iters: int, values: dict[str, Any]) -> None:
     """Put the latest metrics on the progress bar now and then."""
     if hasattr(bar, "set_postfix") and (k % max(1, iters // 100) == 0 or k == iters):
-        bar.set_postfix({key: f"{v:.2e}" for key, v in values.items()}, refresh=False)
+        # a batch of problems shows its worst
+        shown = {key: f"{float(np.max(v)):.2e}" for key, v in values.items()}
+        bar.set_postfix(shown, refresh=False)

@@ -28,6 +28,7 @@ from ._util import (
     Agents,
     History,
     Mixer,
+    batch_of,
     check_form,
     check_iters,
     check_step,
@@ -70,7 +71,7 @@ class _Run:
                 f"x_star of shape {self.x_star.shape} does not match the iterates' shape "
                 f"{self.x0.shape}"
             )
-        self.history = History(self.agents, self.iters)
+        self.history = History(self.agents, self.iters, batch_of(problem))
         self.bar = steps(self.iters, progress, name)
 
     def gradient(self, x: np.ndarray) -> np.ndarray:

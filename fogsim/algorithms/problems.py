@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,16 @@ class LeastSquares:
     b_local : array
         This agent's right-hand side ``b_i`` of shape ``(m,)``; stacked ``(n, m)``.
 
+    Attributes
+    ----------
+    batch_shape : tuple of int
+        ``()`` for one problem. ``(S,)`` when ``A_local`` is ``(S, m, d)`` per agent
+        (stacked ``(n, S, m, d)``): S independent problems solved at once, e.g. one per
+        seed (``random(m, d, seed=[0, 1, 2])``); the iterates are then ``(n, S, d)`` and
+        the algorithms of :mod:`fogsim.algorithms` record each metric per problem
+        (``history[key]`` of shape ``(iters + 1, S)``; ``"bytes"`` and ``"time"`` stay one
+        column: what the agents sent for all S problems together).
+
     Notes
     -----
     :meth:`grad` is written with batched ``einsum``, so the same line serves the stacked
@@ -41,9 +52,12 @@ class LeastSquares:
         A = agents.array(A_local, "A_local").astype(np.float64, copy=False)
         b = agents.array(b_local, "b_local").astype(np.float64, copy=False)
         lead = len(agents.lead)
-        if A.ndim != lead + 2:
+        if A.ndim not in (lead + 2, lead + 3):
             where = "stacked (n, m, d) in simulation" if agents.stacked else "(m, d) per agent"
-            raise ValueError(f"A_local must be {where}, got shape {A.shape}")
+            raise ValueError(
+                f"A_local must be {where} (with an extra axis S after the agents' for S "
+                f"problems at once), got shape {A.shape}"
+            )
         if b.shape != A.shape[:-1]:
             raise ValueError(
                 f"b_local must have shape {A.shape[:-1]} to match A_local {A.shape}, got {b.shape}"
@@ -52,11 +66,14 @@ class LeastSquares:
             raise ValueError("A_local has no columns (d = 0)")
         self.A = A
         self.b = b
+        self.batch_shape: tuple[int, ...] = tuple(A.shape[lead:-2])
         self.x_true: np.ndarray | None = None
         self._solution: np.ndarray | None = None
 
     @classmethod
-    def random(cls, m: int, d: int, seed: int = 0, noise: float = 0.1) -> LeastSquares:
+    def random(
+        cls, m: int, d: int, seed: int | Sequence[int] | np.ndarray = 0, noise: float = 0.1
+    ) -> LeastSquares:
         """Return a random problem with ``m`` rows per agent and ``d`` unknowns.
 
         ``b_i = A_i x_true + noise * e_i`` with standard normal ``A_i``, ``e_i`` and
@@ -64,7 +81,26 @@ class LeastSquares:
         ``fogsim.local``, so it is the same in simulation and under MPI and does not depend
         on the number of agents; ``x_true`` (from ``SeedSequence(seed)``) is kept as
         ``self.x_true``.
+
+        A sequence of S seeds gives S problems at once (``batch_shape == (S,)``, ``A`` of
+        shape ``(n, S, m, d)`` in simulation, ``x_true`` of shape ``(S, d)``): problem s is
+        ``random(m, d, seed=seed[s], noise=noise)``'s data, bit for bit.
         """
+        if isinstance(seed, (Sequence, np.ndarray)) and not isinstance(seed, str):
+            seeds = list(seed)
+            if not seeds or not all(
+                isinstance(s, numbers.Integral) and not isinstance(s, bool) for s in seeds
+            ):
+                raise ValueError(
+                    f"seed must be an int >= 0 or a non-empty sequence of them, got {seed!r}"
+                )
+            parts = [cls.random(m, d, seed=int(s), noise=noise) for s in seeds]
+            lead = len(Agents().lead)
+            batched = cls(
+                np.stack([p.A for p in parts], axis=lead), np.stack([p.b for p in parts], axis=lead)
+            )
+            batched.x_true = np.stack([p.x_true for p in parts if p.x_true is not None])
+            return batched
         for name, value in (("m", m), ("d", d)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
@@ -110,6 +146,9 @@ class LeastSquares:
             H = fs.allreduce(np.einsum("...ki,...kj->...ij", self.A, self.A))
             g = fs.allreduce(np.einsum("...ki,...k->...i", self.A, self.b))
             H, g = np.asarray(H), np.asarray(g)
+            if self.batch_shape:
+                self._solution = self._batched_solution(H, g)
+                return self._solution.copy()
             try:  # in simulation every row is the same: solve once
                 x = np.linalg.solve(H.reshape(-1, *H.shape[-2:])[0], g.reshape(-1, g.shape[-1])[0])
             except np.linalg.LinAlgError:
@@ -119,8 +158,27 @@ class LeastSquares:
             self._solution = np.broadcast_to(x, g.shape).copy()
         return self._solution.copy()
 
+    def _batched_solution(self, H: np.ndarray, g: np.ndarray) -> np.ndarray:
+        """Return the optimum of each of the batch's problems, agent-local like ``g``."""
+        batch = len(self.batch_shape)
+        d = self.dim
+        # in simulation every agent's row is the same: solve the first one's
+        first_H = H.reshape(-1, *H.shape[-batch - 2 :])[0]
+        first_g = g.reshape(-1, *g.shape[-batch - 1 :])[0]
+        try:
+            x = np.linalg.solve(first_H, first_g[..., None])[..., 0]
+        except np.linalg.LinAlgError:
+            raise ValueError(
+                "sum_i A_i^T A_i is singular for one of the batch's problems: its "
+                "least-squares optimum is not unique"
+            ) from None
+        solution: np.ndarray = np.broadcast_to(x.reshape(*self.batch_shape, d), g.shape).copy()
+        return solution
+
     def lipschitz(self) -> float:
         """Return ``L = max_i ||A_i||_2^2``, the largest local smoothness constant (collective).
+
+        For a batch of problems, the largest over the batch too.
 
         Step sizes below ``1 / L`` are a safe start for the methods of this package.
         """
