@@ -10,8 +10,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .. import _context
-from .._rng import DEFAULT_SEED
 from . import _order
 
 __all__ = ["AgentLoader"]
@@ -128,6 +126,9 @@ class AgentLoader:
         mode: str = "epochs",
         steps: int | None = None,
     ) -> None:
+        from .. import _context  # here: the world's modules (and scipy) load with a world
+        from .._rng import DEFAULT_SEED
+
         ctx = _context.current()
         backend = ctx.backend
         self._stacked = ctx.is_simulated

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ._configs import Value
-
-if TYPE_CHECKING:
-    from ._results import Results
 
 __all__ = ["draw"]
 
@@ -18,7 +15,7 @@ _BANDS = ("std", "minmax", None)
 
 
 def draw(
-    results: Results,
+    results: Any,
     metric: str,
     x: str,
     hue: str | None,
@@ -27,7 +24,8 @@ def draw(
     logy: bool,
     ax: Any,
 ) -> Any:
-    """Draw :meth:`Results.plot`'s figure; return its axes (a list of them with ``col``)."""
+    """Draw :meth:`Results.plot`'s figure for ``results`` (a ``Results``, which imports
+    this module when it plots); return its axes (a list of them with ``col``)."""
     results._check_plain(metric)
     if x not in _X:
         raise ValueError(f"x must be 'iteration', 'bytes' or 'time', got {x!r}")
