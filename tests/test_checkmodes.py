@@ -187,6 +187,8 @@ def test_every_example_agrees_in_both_modes(example):
 SIMULATOR_NOTEBOOKS = {
     "07_when_decentralization_pays_off.ipynb": "simulated time (fogsim.clock) is the "
     "simulator's: SPMD agents, threads of one process, have no clock of their own",
+    "08_heterogeneous_data.ipynb": "its runs are sweeps (fogsim.experiments), each run in a "
+    "simulated world of its own (experiments.world): nothing runs in the notebook's world",
 }
 
 #: The notebooks, checked as 16 agents (their own number; 04 takes fs.size() fish).

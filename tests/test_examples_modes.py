@@ -124,6 +124,7 @@ def test_every_example_is_covered():
         "cost_model",
         "fault_tolerance",
         "sharded_consensus",
+        "heterogeneity",  # sweeps of one-process worlds: test_heterogeneity.py
     }
     examples = {p.stem for p in (ROOT / "examples").glob("*.py") if not p.stem.startswith("_")}
     assert examples <= tested, sorted(examples - tested)

@@ -49,7 +49,8 @@ DEFAULTS: dict[str, Any] = {
 
 @contextlib.contextmanager
 def world(size: int, topology: Any = None, seed: int | None = None) -> Iterator[fs.Context]:
-    """Run the block in a new simulated world of ``size`` agents; close it afterwards.
+    """Run the block in a new simulated world of ``size`` agents, all in this process;
+    close it afterwards.
 
     The world is current for this thread only (``with fs.Context(...)``), so a world the
     caller has open (``fs.init``) stays open and current outside the block, and runs in
@@ -61,7 +62,9 @@ def world(size: int, topology: Any = None, seed: int | None = None) -> Iterator[
     ...     print(fs.size())
     4
     """
-    ctx = fs.Context(backend="sim", size=size, topology=topology, seed=seed)
+    # every agent in this process (shards=1): under a launcher a plain "sim" world would be
+    # split over the launched processes, which do not run this run
+    ctx = fs.Context(backend="sim", size=size, topology=topology, seed=seed, shards=1)
     try:
         with ctx:
             yield ctx
