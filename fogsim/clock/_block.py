@@ -8,7 +8,8 @@ import numpy as np
 
 from ..topology import Topology
 from . import _clock
-from ._clock import Clock, kernels, message_times
+from ._clock import Clock, kernels
+from ._messages import message_times
 from ._platform import Platform, check_seconds
 
 __all__ = ["BlockClock", "Shards"]
@@ -124,7 +125,7 @@ class BlockClock(Clock):
 
 class _BlockEdges:
     """A step's messages into the block's receivers, and each one's time on the network
-    (as :class:`~fogsim.clock._clock._Edges` computes them over the world: the link
+    (as ``fogsim.clock._messages.Edges`` computes them over the world: the link
     sharing is the world's); ``own_alike`` is the world's, the same on every process."""
 
     def __init__(

@@ -9,11 +9,12 @@ from typing import Any
 import numpy as np
 
 from .._handles import Handle
-from ..hierarchy.cost import CostMeter, CostModel, _link_loads
+from ..hierarchy.cost import CostMeter, CostModel
 from ..topology import Topology
+from ._messages import Edges, message_times
 from ._platform import Platform, check_seconds
 
-__all__ = ["Clock", "message_times"]
+__all__ = ["Clock", "kernels"]
 
 # Exchanges run in numba (``_clock_nb``, the same numbers) once a clock has visited this
 # many messages in all: numpy's passes cost about 0.5-1 ns a message and a microsecond a
@@ -34,28 +35,6 @@ def kernels() -> Any:
         else:
             _kernels = _clock_nb
     return _kernels or None
-
-
-def message_times(network: Any, senders: np.ndarray, receivers: np.ndarray, nbytes: float) -> Any:
-    """Each message's seconds on ``network``: a message ``senders[k] -> receivers[k]`` of
-    ``nbytes`` crossing levels 0..L takes the longest of those levels' ``alpha_l + c_l N /
-    w_l``, ``c_l`` the most of these messages that one link of level l carries one way (the
-    cost model's link sharing)."""
-    if not senders.size:
-        return np.zeros(0)
-    loads = _link_loads(network, senders, receivers)
-    per_level = np.array(
-        [
-            level.alpha + c * nbytes / level.bandwidth if c else 0.0
-            for level, c in zip(network.levels, loads, strict=True)
-        ]
-    )
-    upto = np.maximum.accumulate(per_level)  # a message crossing level L: max over 0..L
-    sizes = np.array(network.sizes, dtype=np.int64)
-    strides = np.concatenate([[1], np.cumprod(sizes)[:-1]])
-    differ = (senders[:, None] // strides) % sizes != (receivers[:, None] // strides) % sizes
-    crossed = differ.shape[1] - 1 - np.argmax(differ[:, ::-1], axis=1)
-    return upto[crossed]
 
 
 class Clock(CostMeter):
@@ -92,7 +71,7 @@ class Clock(CostMeter):
         # (computations and ops alike on every agent move one number; see _clocks)
         self._level: float | None = 0.0
         self._scratch = np.empty(n)
-        self._edges: dict[tuple[int, float], _Edges] = {}
+        self._edges: dict[tuple[int, float], Edges] = {}
         self._visited = 0  # messages the exchanges visited (see _COMPILE_AFTER)
         self._trace: _Trace | None = None
         self._computing = np.zeros(n)
@@ -347,7 +326,7 @@ class Clock(CostMeter):
 
         return Handle(op, finish, lambda: True, name)
 
-    def _compiled(self, edges: _Edges) -> bool:
+    def _compiled(self, edges: Edges) -> bool:
         """Run a blocking exchange and its finish in compiled code, if the clock has visited
         enough messages to pay for numba (see ``_COMPILE_AFTER``); False: not run."""
         self._visited += edges.senders.size
@@ -375,7 +354,7 @@ class Clock(CostMeter):
         self._ext, self._spare = self._spare, ext
         return True
 
-    def _exchange(self, edges: _Edges) -> tuple[np.ndarray, np.ndarray]:
+    def _exchange(self, edges: Edges) -> tuple[np.ndarray, np.ndarray]:
         """A neighbor exchange: agent i is done when its own messages are out and every
         message it receives has arrived, each leaving its sender at the sender's clock."""
         ext, n = self._ext, self.n
@@ -417,13 +396,13 @@ class Clock(CostMeter):
         machine_start = self._machine_starts(local)
         return self._held(np.repeat(machine_start + seconds, local)), np.full(self.n, seconds)
 
-    def _edges_of(self, topology: Topology, nbytes: float) -> _Edges:
+    def _edges_of(self, topology: Topology, nbytes: float) -> Edges:
         key = (id(topology), nbytes)
         hit = self._edges.get(key)
         if hit is None or hit.topology is not topology:
             if len(self._edges) >= 64:
                 self._edges.clear()
-            hit = self._edges[key] = _Edges(topology, nbytes, self.platform)
+            hit = self._edges[key] = Edges(topology, nbytes, self.platform)
         return hit
 
     # -- a trace in virtual time -----------------------------------------------------------------
@@ -471,107 +450,6 @@ class Clock(CostMeter):
         t = self.time
         ops = sum(self.calls.values())
         return f"Clock(n={self.n}, time=[{t.min():.6g}..{t.max():.6g}] s, ops={ops})"
-
-
-class _Edges:
-    """A step's messages (receiver by receiver) and each one's time on the network.
-
-    A message crossing levels 0..L takes the longest of those levels' times, ``alpha_l +
-    c_l N / w_l`` with ``c_l`` the most messages of the step that one link of level l
-    carries one way (the cost model's link sharing), so that with every agent arriving
-    at once the step lasts what :func:`~fogsim.hierarchy.neighbor_allreduce_time` says.
-    """
-
-    def __init__(self, topology: Topology, nbytes: float, platform: Platform) -> None:
-        self.topology = topology
-        # each column: its senders, its shift when circulant, its seconds (one number when
-        # they are alike); see below
-        self.columns: list[tuple[np.ndarray, int | None, Any]] | None = None
-        self._kernel: tuple[np.ndarray, ...] | None = None
-        n = topology.size
-        network = platform.network
-        indptr, senders, _ = topology.offdiag_csr()
-        senders = senders.astype(np.int64)
-        counts = np.diff(indptr)
-        receivers = np.repeat(np.arange(n), counts)
-        self.senders, self.indptr = senders, indptr.astype(np.int64)
-        self.receiving = np.flatnonzero(counts)  # the agents that receive
-        self.starts = indptr[:-1][counts > 0]
-        self.seconds = 0.0
-        #: every agent's own transfers' time when it is the same number for all, else None
-        self.own_alike: float | None = 0.0
-        if not senders.size:
-            self.time = np.zeros(0)
-            self.out_time = np.zeros(n)
-            self.own_time = np.zeros(n)
-            return
-        self.time = message_times(network, senders, receivers, nbytes)
-        self.seconds = float(self.time.max())
-        out_time = np.zeros(n)
-        np.maximum.at(out_time, senders, self.time)
-        in_time = np.zeros(n)
-        in_time[self.receiving] = np.maximum.reduceat(self.time, self.starts)
-        self.out_time = out_time
-        self.own_time = np.maximum(out_time, in_time)
-        first = float(self.own_time[0])
-        self.own_alike = first if bool(np.all(self.own_time == first)) else None
-        # Where the in-degrees are alike (circulant, exponential, one-peer steps), column j
-        # holds each agent's j-th sender and its message time, padded with sender n (whose
-        # clock is -inf) where an agent has fewer: k contiguous passes instead of a reduceat;
-        # a column whose senders are i + s (mod n) is read as two slices.
-        k = int(counts.max())
-        self.columns = None
-        if k * n <= 2 * senders.size:
-            # each row's senders by their distance ahead, (sender - receiver) mod n
-            order = np.lexsort(((senders - receivers) % n, receivers))
-            slot = np.arange(senders.size) - np.repeat(indptr[:-1], counts)
-            index = np.full((k, n), n, dtype=np.int64)
-            seconds = np.zeros((k, n))
-            index[slot, receivers] = senders[order]
-            seconds[slot, receivers] = self.time[order]
-            ranks = np.arange(n)
-            self.columns = []
-            for column, times in zip(index, seconds, strict=True):
-                shift = int(column[0])
-                circulant = np.array_equal(column, (ranks + shift) % n) and 0 < shift < n
-                sent = times[column < n]  # a padding's seconds do not count: it never arrives
-                alike = sent.size > 0 and bool(np.all(sent == sent[0]))
-                self.columns.append(
-                    (column, shift if circulant else None, float(sent[0]) if alike else times)
-                )
-
-    def kernel_arrays(self) -> tuple[np.ndarray, ...]:
-        """The columns as ``fogsim.clock._clock_nb.exchange`` reads them: shifts, index,
-        rows, seconds, second_rows, alike."""
-        if self._kernel is None:
-            assert self.columns is not None
-            n, k = self.topology.size, len(self.columns)
-            shifts = np.full(k, -1, dtype=np.int64)
-            rows = np.full(k, -1, dtype=np.int64)
-            second_rows = np.full(k, -1, dtype=np.int64)
-            alike = np.zeros(k)
-            index: list[np.ndarray] = []
-            seconds: list[np.ndarray] = []
-            for c, (column, shift, times) in enumerate(self.columns):
-                if shift is None:
-                    rows[c] = len(index)
-                    index.append(column)
-                else:
-                    shifts[c] = shift
-                if isinstance(times, np.ndarray):
-                    second_rows[c] = len(seconds)
-                    seconds.append(times)
-                else:
-                    alike[c] = times
-            self._kernel = (
-                shifts,
-                np.array(index, dtype=np.int64).reshape(len(index), n),
-                rows,
-                np.array(seconds, dtype=np.float64).reshape(len(seconds), n),
-                second_rows,
-                alike,
-            )
-        return self._kernel
 
 
 class _Trace:
