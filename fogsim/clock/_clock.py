@@ -253,7 +253,7 @@ class Clock(CostMeter):
         self.busy = None
         if self._paused:
             return
-        seconds = super().record("barrier", 0.0, size=self.n)
+        seconds = super().record("barrier", 0.0, size=self.size)
         done = max(self._latest(), landed) + seconds
         if self._started is not None:
             self._started.append((np.full(self.n, done), np.full(self.n, seconds)))
