@@ -20,8 +20,8 @@ from fogsim import clock as C
 from fogsim import topology as T
 from fogsim._asynchrony import Asynchrony
 from fogsim.hierarchy import Level, Network
+from tests.test_clock import ALPHA, W, ring_world  # latency (s), bandwidth (B/s), a ring
 
-ALPHA, W = 2e-5, 1e9  # latency (s), bandwidth (bytes/s)
 D = 100  # float64 per agent: N = 800 bytes per message
 N = 8 * D
 
@@ -30,11 +30,6 @@ N = 8 * D
 def _shutdown():
     yield
     fs.shutdown()
-
-
-def ring_world(n: int, **platform):
-    fs.init(size=n, topology=T.ring_graph)
-    return C.start(C.Platform.uniform(n, latency=ALPHA, bandwidth=W, **platform))
 
 
 def window(name: str):
