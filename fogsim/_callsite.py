@@ -9,13 +9,25 @@ import os
 import sys
 from types import FrameType
 
-__all__ = ["call_site", "user_frame", "user_stacklevel"]
+__all__ = ["INSIDE", "call_site", "inside", "user_frame", "user_stacklevel"]
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 #: file name -> whether its frames are fogsim's (or threading's), found once per file
-_INSIDE: dict[str, bool] = {}
+INSIDE: dict[str, bool] = {}
+
+
+def inside(filename: str) -> bool:
+    """Whether frames of ``filename`` are fogsim's own (or threading's), kept in :data:`INSIDE`
+    (a hot loop reads the dictionary first: a string method per frame would cost the guards
+    that read this)."""
+    known = INSIDE.get(filename)
+    if known is None:
+        known = INSIDE[filename] = filename.startswith(_PACKAGE) or filename.endswith(
+            "threading.py"
+        )
+    return known
 
 
 def user_frame(depth: int = 1) -> FrameType | None:
@@ -23,12 +35,8 @@ def user_frame(depth: int = 1) -> FrameType | None:
     frame: FrameType | None = sys._getframe(depth + 1)
     while frame is not None:
         filename = frame.f_code.co_filename
-        inside = _INSIDE.get(filename)
-        if inside is None:  # a string method per frame would cost the guards that read this
-            inside = _INSIDE[filename] = filename.startswith(_PACKAGE) or filename.endswith(
-                "threading.py"
-            )
-        if not inside:
+        known = INSIDE.get(filename)
+        if not (inside(filename) if known is None else known):
             return frame
         frame = frame.f_back
     return None
