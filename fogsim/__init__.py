@@ -14,75 +14,19 @@ a leading agent axis; under ``mpiexec``/``fogrun`` each process is one agent. Se
 :func:`init`, :func:`neighbor_allreduce` and :mod:`fogsim.topology`.
 """
 
+# ruff: noqa: F405 - __all__ names the ops that the star imports below give type checkers
+
 import logging as _logging
 import typing as _typing
 
 if _typing.TYPE_CHECKING:  # the real imports, for type checkers and IDEs; at run time they are lazy
     from . import clock, spmd, timeline, topology
-    from ._api import (
-        allgather,
-        allgather_nonblocking,
-        allreduce,
-        allreduce_nonblocking,
-        barrier,
-        barrier_nonblocking,
-        broadcast,
-        broadcast_nonblocking,
-        global_view,
-        hierarchical_neighbor_allreduce,
-        hierarchical_neighbor_allreduce_nonblocking,
-        init,
-        is_initialized,
-        is_main_process,
-        local,
-        local_rank,
-        local_size,
-        neighbor_allgather,
-        neighbor_allgather_nonblocking,
-        neighbor_allreduce,
-        neighbor_allreduce_nonblocking,
-        poll,
-        rank,
-        shutdown,
-        size,
-        vmap,
-        wait,
-    )
-    from ._api_bytes import bytes_sent
-    from ._api_topology import (
-        in_neighbor_machine_ranks,
-        in_neighbor_ranks,
-        is_machine_topology_weighted,
-        is_topology_weighted,
-        load_machine_topology,
-        load_topology,
-        machine_rank,
-        machine_size,
-        out_neighbor_machine_ranks,
-        out_neighbor_ranks,
-        set_machine_topology,
-        set_topology,
-    )
-    from ._api_windows import (
-        get_win_version,
-        set_asynchrony,
-        set_win_ops_with_associated_p,
-        win_accumulate,
-        win_accumulate_nonblocking,
-        win_associated_p,
-        win_create,
-        win_free,
-        win_get,
-        win_get_nonblocking,
-        win_mutex,
-        win_names,
-        win_poll,
-        win_put,
-        win_put_nonblocking,
-        win_update,
-        win_update_then_collect,
-        win_wait,
-    )
+
+    # the public ops and the topology functions, as each module's __all__ names them
+    from ._api import *  # noqa: F403
+    from ._api_bytes import *  # noqa: F403
+    from ._api_topology import *  # noqa: F403
+    from ._api_windows import *  # noqa: F403
     from ._checkmodes import ModeReport, check_modes
     from ._context import Context
     from ._handles import Handle
@@ -171,49 +115,10 @@ __all__ = [
     "win_wait",
 ]
 
-_WINDOW_OPS = (
-    "win_create",
-    "win_free",
-    "win_names",
-    "win_put",
-    "win_accumulate",
-    "win_get",
-    "win_update",
-    "win_update_then_collect",
-    "win_mutex",
-    "get_win_version",
-    "win_associated_p",
-    "set_win_ops_with_associated_p",
-    "win_put_nonblocking",
-    "win_accumulate_nonblocking",
-    "win_get_nonblocking",
-    "win_wait",
-    "win_poll",
-    "set_asynchrony",
-)
-
-_TOPOLOGY_FUNCTIONS = (
-    "set_topology",
-    "load_topology",
-    "is_topology_weighted",
-    "in_neighbor_ranks",
-    "out_neighbor_ranks",
-    "machine_size",
-    "machine_rank",
-    "set_machine_topology",
-    "load_machine_topology",
-    "is_machine_topology_weighted",
-    "in_neighbor_machine_ranks",
-    "out_neighbor_machine_ranks",
-)
-
 # The public names are imported on first use (PEP 562), so that ``import fogsim.run`` (the
 # fogrun launcher) and ``import fogsim._settings`` do not pay for numpy, scipy and networkx.
-_MODULE_OF = {name: "._api" for name in __all__}
-_MODULE_OF.update(dict.fromkeys(_WINDOW_OPS, "._api_windows"))
-_MODULE_OF.update(dict.fromkeys(_TOPOLOGY_FUNCTIONS, "._api_topology"))
-_MODULE_OF.update(WeightWarning="._weightcheck", bytes_sent="._api_bytes")
-_MODULE_OF.update(
+#: The public names that are not an op or a topology function (see _OPS), and their modules.
+_MODULE_OF = dict(
     Context="._context",
     Handle="._handles",
     StallError="._stall",
@@ -228,19 +133,34 @@ _MODULE_OF.update(
     timeline_context=".timeline",
     timeline_end_activity=".timeline",
     timeline_start_activity=".timeline",
+    WeightWarning="._weightcheck",
 )
-del _MODULE_OF["__version__"]
+
+
+#: The modules of the public ops and the topology functions. A public name that is not in
+#: _MODULE_OF is found in the one whose __all__ lists it (``_api``, the first, is imported
+#: by the others anyway), so a new op is named once here: in __all__.
+_OPS = ("._api", "._api_windows", "._api_topology", "._api_bytes")
 
 
 def __getattr__(name: str) -> object:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
 
-    value = importlib.import_module(module, __name__)
-    if name not in ("topology", "timeline", "spmd", "clock"):
-        value = getattr(value, name)
+    module = _MODULE_OF.get(name)
+    if module is None:
+        if name == "__version__" or name not in __all__:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        for module in _OPS:
+            ops = importlib.import_module(module, __name__)
+            if name in ops.__all__:
+                value = getattr(ops, name)
+                break
+        else:
+            raise AttributeError(f"module {__name__!r} lists {name!r} but none of {_OPS} has it")
+    else:
+        value = importlib.import_module(module, __name__)
+        if name not in ("topology", "timeline", "spmd", "clock"):
+            value = getattr(value, name)
     globals()[name] = value  # later look-ups do not come here again
     return value
 
