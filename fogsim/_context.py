@@ -16,13 +16,14 @@ import numpy as np
 
 from . import _settings, _weightcheck
 from . import timeline as _timeline
+from ._handles import Handle
 from .backends import Backend, create_backend
 
 if TYPE_CHECKING:
     from .topology import Topology
 
 
-__all__ = ["Context", "current", "method_of", "pop_to", "push", "set_current"]
+__all__ = ["Context", "OpClock", "current", "method_of", "pop_to", "push", "set_current"]
 
 _current: Context | None = None
 
@@ -49,6 +50,15 @@ class SpmdAgent(Protocol):
     ) -> Context: ...
 
     def shutdown(self) -> None: ...
+
+
+class OpClock(Protocol):
+    """What the world asks of a running :mod:`fogsim.clock` (:attr:`Context.clock`)."""
+
+    def started(self, run: Callable[[], Any], op: str, name: str | None) -> Handle:
+        """Run ``run`` (an op of a world whose ops do not overlap) as a nonblocking op: the
+        clocks wait for it only when the returned handle is waited on."""
+        ...
 
 
 class _ThreadState(threading.local):
@@ -112,12 +122,12 @@ class Context:
             self.backend.close()
             raise
         self._closed = False
-        # the part methods the public ops' routes reached in this world, by route (see
-        # method_of): a world's parts are fixed when it is made
         #: the world's fogsim.clock while one runs, and where it writes its trace (see
         #: fogsim.clock.start)
-        self.clock: Any = None
+        self.clock: OpClock | None = None
         self.clock_trace: str | None = None
+        # the part methods the public ops' routes reached in this world, by route (see
+        # method_of): a world's parts are fixed when it is made
         self.methods: dict[Callable[[Backend], Callable[..., Any]], Callable[..., Any]] = {}
 
     def _shards(self, name: str, shards: int | str | None) -> int:

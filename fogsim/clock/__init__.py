@@ -97,12 +97,13 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import numpy as np
 
 from .. import _context
+from .._handles import Handle
 from ._block import BlockClock, Shards
 from ._calibrate import calibrate
 from ._clock import Clock
@@ -174,6 +175,11 @@ class WallClock:
         self.computing += mine
         return mine
 
+    def started(self, run: Callable[[], Any], op: str, name: str | None) -> Handle:
+        """Run ``run`` (an op) now and return its completed handle: a rank's nonblocking ops
+        overlap for real, so their own handles say when they end."""
+        return Handle.completed(op, run(), name)
+
     def breakdown(self) -> dict[str, float]:
         """This rank's clock and its emulated computation (the rest is the ops' time)."""
         t = self.time
@@ -191,8 +197,8 @@ class WallClock:
 
 
 def _clock_of(ctx: _context.Context) -> Clock | WallClock | None:
-    clock: Clock | WallClock | None = getattr(ctx, "clock", None)
-    return clock
+    clock = ctx.clock
+    return clock if isinstance(clock, Clock | WallClock) else None
 
 
 def start(
