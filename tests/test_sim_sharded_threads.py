@@ -16,6 +16,7 @@ import pytest
 import fogsim as fs
 from fogsim import topology as T
 from fogsim.backends._runtime.inprocess import InProcessWorld
+from fogsim.backends._stacking import AgentValue, CallName
 from fogsim.backends.sim._bands import BandPlan
 from fogsim.backends.sim._sharded import ShardedSimBackend
 from tests._threads import sharded
@@ -375,3 +376,54 @@ def test_an_op_with_a_sharded_form_runs_that_form():
         return method == backend.neighbors.neighbor_allreduce  # the bound sharded form itself
 
     assert sharded(8, 2, work) == [True, True]
+
+
+def test_the_table_above_covers_every_declared_op_but_the_window_ops():
+    """A new op joins ROUTES (and so the gathered check above) as it joins fogsim._api."""
+    import fogsim  # noqa: F401 - declares every op
+    from fogsim import _api, _api_windows  # noqa: F401
+    from fogsim._routing import DECLARED_OPS
+
+    class Reached:
+        def __init__(self, part):
+            self.part = part
+
+        def __getattr__(self, method):
+            return (self.part, method)
+
+    class World:
+        collectives = Reached("collectives")
+        neighbors = Reached("neighbors")
+        machines = Reached("machines")
+        windows = Reached("windows")
+
+    declared = {op.route(World()) for op in DECLARED_OPS}
+    covered = {route(World()) for route, _ in ROUTES.values()}
+    missing = {r for r in declared - covered if r[0] != "windows" and r[1] != "barrier"}
+    assert not missing, f"ops with no case in ROUTES: {sorted(missing)}"
+
+
+def test_an_op_with_no_sharded_form_that_calls_another_op_calls_the_simulators(monkeypatch):
+    """A simulator op written over another op of its part (``self.neighbor_allreduce``) runs
+    gathered on the simulator's own part, whose ``neighbor_allreduce`` takes the whole
+    world, not on the sharded part, whose sharded form takes the block's rows."""
+    from fogsim.backends.sim import _sharded
+    from fogsim.backends.sim._neighbors import SimNeighbors
+
+    def neighbor_allreduce_twice(self, x: AgentValue, name: CallName = None):
+        return self.neighbor_allreduce(self.neighbor_allreduce(x))
+    monkeypatch.setattr(SimNeighbors, "neighbor_allreduce_twice", neighbor_allreduce_twice, False)
+    monkeypatch.setitem(_sharded._SIMULATOR_OPS, neighbor_allreduce_twice, SimNeighbors)
+    n = 12
+    x = np.random.default_rng(7).standard_normal((n, 3))
+    with fs.Context(backend="sim", size=n, topology=T.ring_graph(n)) as ctx:
+        want = ctx.backend.neighbors.neighbor_allreduce(ctx.backend.neighbors.neighbor_allreduce(x))
+
+    def work(backend):
+        backend.set_topology(T.ring_graph(n))
+        lo, hi = backend.block
+        twice = backend.follow(lambda w: w.neighbors.neighbor_allreduce_twice)
+        return lo, hi, twice(x[lo:hi])
+
+    for lo, hi, got in sharded(n, 3, work):
+        np.testing.assert_array_equal(got, want[lo:hi])

@@ -33,19 +33,23 @@ import numpy as np
 
 from .. import _arrays, _context, _notebook
 from .._callsite import call_site
+from ..backends._stacking import Stacking, stacking_of
+from ..backends.sim._collectives import SimCollectives
+from ..backends.sim._machines import SimMachines
+from ..backends.sim._neighbors import SimNeighbors
 
 __all__ = ["RECORDED", "Record", "child", "stack_ranks"]
 
-#: The ops the checker records (SPMD runs each of them once for all agents).
-RECORDED = (
-    "allreduce",
-    "local_allreduce",
-    "decomposed_allreduce",
-    "allgather",
-    "broadcast",
-    "neighbor_allreduce",
-    "neighbor_allgather",
-    "hierarchical_neighbor_allreduce",
+#: The ops the checker records: every op of the simulator's parts that takes the agents'
+#: values (as its parameters declare, :mod:`fogsim.backends._stacking`), so a new op is
+#: recorded as it is written. SPMD runs each of them once for all agents.
+RECORDED = tuple(
+    name
+    for part in (SimCollectives, SimNeighbors, SimMachines)
+    for name, method in vars(part).items()
+    if not name.startswith("_")
+    and callable(method)
+    and any(p.stacking in (Stacking.VALUE, Stacking.VALUES) for p in stacking_of(method))
 )
 
 #: ``(op, site, x, out, reads)``: plain tuples, which unpickle in any process.

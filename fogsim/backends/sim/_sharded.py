@@ -48,6 +48,7 @@ opened by name through :func:`fogsim.backends.open_transport`.
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -71,10 +72,14 @@ from ._world import StackedWorld, world_size
 
 __all__ = ["ShardedSimBackend", "ShardedWindows"]
 
-#: The simulator's part methods: a sharded part that inherits one runs it gathered.
-_SIMULATOR_OPS = frozenset(
-    f for part in (SimCollectives, SimNeighbors, SimMachines) for f in vars(part).values()
-)
+#: The simulator's part methods, and their parts: a sharded part that inherits one runs it
+#: gathered, on the simulator's own part of that kind over the whole world.
+_SIMULATOR_OPS: dict[Any, type[SimCollectives | SimNeighbors | SimMachines]] = {
+    f: part
+    for part in (SimCollectives, SimNeighbors, SimMachines)
+    for f in vars(part).values()
+    if callable(f)
+}
 
 if TYPE_CHECKING:
     from .. import Backend
@@ -159,6 +164,14 @@ class ShardedSimBackend(StackedWorld):
         self.collectives = ShardedCollectives(whole, state, comm)
         self.neighbors = ShardedNeighbors(whole, state, comm)
         self.machines = ShardedMachines(whole, state, comm, self.collectives)
+        # the simulator's own parts over the whole world: what an op with no sharded form
+        # runs on, gathered (so that what it calls on ``self`` is the simulator's too, never
+        # a sharded form that takes the block's values)
+        self._simulator: dict[type, SimCollectives | SimNeighbors | SimMachines] = {
+            SimCollectives: SimCollectives(whole, comm.transport.barrier),
+            SimNeighbors: SimNeighbors(whole),
+            SimMachines: SimMachines(whole),
+        }
 
     def follow(self, route: Callable[[Backend], Callable[..., Any]]) -> Callable[..., Any]:
         """The part method ``route`` reaches: the sharded form where the part has one; an
@@ -166,8 +179,11 @@ class ShardedSimBackend(StackedWorld):
         (:func:`~._gathered.gathered`: the one-process numbers, with the whole world on
         every process for that op)."""
         method = route(self)
-        if getattr(method, "__func__", None) in _SIMULATOR_OPS:
-            return gathered(method, self._whole, self._state, self._comm)
+        function = getattr(method, "__func__", None)
+        part = _SIMULATOR_OPS.get(function)
+        if part is not None and function is not None:
+            simulator = types.MethodType(function, self._simulator[part])
+            return gathered(simulator, self._whole, self._state, self._comm)
         return method
 
     # -- world ----------------------------------------------------------------------------
