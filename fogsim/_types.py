@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 __all__ = [
     "ArrayLike",
     "CompressorLike",
+    "GradientProblem",
+    "Problem",
     "Value",
     "SelfWeight",
     "Weights",
@@ -79,3 +81,20 @@ class CompressorLike(Protocol):
     def payload_bytes(self, shape: Any, dtype: Any = ...) -> int:
         """The bytes one compressed value of ``shape`` and ``dtype`` sends."""
         ...
+
+
+class GradientProblem(Protocol):
+    """A problem the optimization methods of :mod:`fogsim.algorithms` take, such as
+    :class:`fogsim.algorithms.LeastSquares`: ``grad(x)`` returns the agents' local gradients
+    at their iterates ``x`` (stacked in simulation, batch-friendly). A ``dim`` attribute
+    lets ``x0`` default to zeros, ``batch_shape`` solves several problems at once, and a
+    ``solution()`` method gives the optimum for the ``"distance"`` metric."""
+
+    def grad(self, x: Any) -> Any:
+        """The local gradients at ``x``, shaped as ``x``."""
+        ...
+
+
+#: What the optimization methods take: a :class:`GradientProblem`, or the local gradient
+#: function ``x -> grad f(x)`` itself.
+Problem = GradientProblem | Callable[[Any], Any]

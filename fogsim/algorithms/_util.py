@@ -19,7 +19,7 @@ from fogsim import clock as _clock
 from fogsim import topology as T
 
 if TYPE_CHECKING:
-    from fogsim._types import TopologyLike
+    from fogsim._types import Problem, TopologyLike
 
 __all__ = [
     "Agents",
@@ -125,7 +125,7 @@ def check_form(form: Any, forms: tuple[str, ...]) -> str:
     return checked
 
 
-def grad_of(problem: Any) -> Callable[[Any], Any]:
+def grad_of(problem: Problem) -> Callable[[Any], Any]:
     """Return the local gradient oracle of ``problem`` (an object with ``grad`` or a function)."""
     grad = getattr(problem, "grad", None)
     oracle: Callable[[Any], Any]
@@ -141,7 +141,7 @@ def grad_of(problem: Any) -> Callable[[Any], Any]:
     return oracle
 
 
-def initial_point(problem: Any, x0: Any, agents: Agents) -> np.ndarray:
+def initial_point(problem: Problem, x0: Any, agents: Agents) -> np.ndarray:
     """Return ``x0``, or zeros of the problem's dimension when ``x0`` is None (one vector
     per problem of the batch when the problem has a ``batch_shape``)."""
     if x0 is not None:
@@ -152,13 +152,13 @@ def initial_point(problem: Any, x0: Any, agents: Agents) -> np.ndarray:
     return np.zeros((*agents.lead, *batch_of(problem), int(dim)))
 
 
-def batch_of(problem: Any) -> tuple[int, ...]:
+def batch_of(problem: Problem) -> tuple[int, ...]:
     """Return the problem's ``batch_shape`` (S problems solved at once), ``()`` if none."""
     batch = getattr(problem, "batch_shape", ())
     return tuple(int(s) for s in batch)
 
 
-def optimum(problem: Any, x_star: Any, agents: Agents) -> np.ndarray | None:
+def optimum(problem: Problem, x_star: Any, agents: Agents) -> np.ndarray | None:
     """Return ``x_star``, else the problem's ``solution()`` if it has one, else None."""
     if x_star is not None:
         try:

@@ -24,7 +24,7 @@ from ._util import Agents, History, check_iters, check_step, show, steps
 from .optimization import _Run
 
 if TYPE_CHECKING:
-    from fogsim._types import ArrayLike
+    from fogsim._types import ArrayLike, Problem
 
 __all__ = ["choco_gossip", "choco_sgd"]
 
@@ -84,7 +84,7 @@ def choco_gossip(
 
 
 def choco_sgd(
-    problem: Any,
+    problem: Problem,
     compressor: Compressor,
     gamma: float,
     lr: float | Callable[[int], float],

@@ -40,7 +40,7 @@ from ._util import (
 )
 
 if TYPE_CHECKING:
-    from fogsim._types import ArrayLike, TopologyLike
+    from fogsim._types import ArrayLike, Problem, TopologyLike
 
 __all__ = ["dgd", "exact_diffusion", "gradient_tracking", "push_diging"]
 
@@ -50,7 +50,7 @@ class _Run:
 
     def __init__(
         self,
-        problem: Any,
+        problem: Problem,
         iters: int,
         x0: Any,
         schedule: Any,
@@ -91,7 +91,7 @@ class _Run:
 
 
 def dgd(
-    problem: Any,
+    problem: Problem,
     alpha: float | Callable[[int], float],
     iters: int,
     form: str = "atc",
@@ -186,7 +186,7 @@ def _positive(value: Any, argname: str) -> int:
 
 
 def exact_diffusion(
-    problem: Any,
+    problem: Problem,
     alpha: float,
     iters: int,
     x0: ArrayLike | None = None,
@@ -224,7 +224,7 @@ def exact_diffusion(
 
 
 def gradient_tracking(
-    problem: Any,
+    problem: Problem,
     alpha: float,
     iters: int,
     x0: ArrayLike | None = None,
@@ -264,7 +264,7 @@ def gradient_tracking(
 
 
 def push_diging(
-    problem: Any,
+    problem: Problem,
     alpha: float,
     iters: int,
     schedule: TopologyLike | Iterator[Any] | None = None,
