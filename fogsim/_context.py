@@ -20,6 +20,7 @@ from ._handles import Handle
 from .backends import Backend, create_backend
 
 if TYPE_CHECKING:
+    from ._types import TopologyLike
     from .topology import Topology
 
 
@@ -83,7 +84,7 @@ class Context:
         self,
         backend: str | None = None,
         size: int | None = None,
-        topology: Any = None,
+        topology: TopologyLike | None = None,
         seed: int | None = None,
         *,
         local_size: int | None = None,

@@ -10,7 +10,10 @@ import argparse
 import glob
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 __all__ = ["load", "main", "plot_gantt", "summarize"]
 
@@ -50,7 +53,7 @@ def _spans(events: list[dict[str, Any]]) -> list[tuple[int, str, float, float, i
 
 
 def summarize(
-    prefix: str, gantt: str | None = None, out: Any = None
+    prefix: str, gantt: str | None = None, out: TextIO | None = None
 ) -> dict[int, dict[str, float]]:
     """Print the total time (ms) per span name per rank (or agent); return it.
 
@@ -79,7 +82,7 @@ def summarize(
     return table
 
 
-def plot_gantt(prefix: str, path: str | None = None, ax: Any = None) -> Any:
+def plot_gantt(prefix: str, path: str | None = None, ax: Axes | None = None) -> Any:
     """Draw every rank's spans as a Gantt chart, one row per rank (or agent): each phase
     thinner than its op and on top of it. Save it to ``path`` if given."""
     import matplotlib
@@ -118,8 +121,9 @@ def plot_gantt(prefix: str, path: str | None = None, ax: Any = None) -> Any:
         borderaxespad=0.0,
     )  # beside the bars, not on them
     if path is not None:
-        ax.figure.tight_layout()
-        ax.figure.savefig(path, dpi=120)
+        figure: Any = ax.figure  # a Figure: the one made here, or the given axes'
+        figure.tight_layout()
+        figure.savefig(path, dpi=120)
     return ax
 
 

@@ -118,8 +118,8 @@ class Faults:
         self,
         n: int,
         link_drop: float = 0.0,
-        fail: Any = None,
-        stragglers: Any = None,
+        fail: Mapping[int, int] | None = None,
+        stragglers: Mapping[int, int] | None = None,
         noise: float = 0.0,
         dropped_weight: str = "self",
         seed: int | None = None,
@@ -247,8 +247,8 @@ def _add_noise(
 
 def inject(
     link_drop: float = 0.0,
-    fail: Any = None,
-    stragglers: Any = None,
+    fail: Mapping[int, int] | None = None,
+    stragglers: Mapping[int, int] | None = None,
     noise: float = 0.0,
     dropped_weight: str = "self",
     seed: int | None = None,

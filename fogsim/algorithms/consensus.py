@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 import fogsim as fs
 
@@ -137,7 +138,7 @@ def push_sum(
     return Result(x, history.arrays, {"z": z, "p": packed[..., -1].copy()})
 
 
-def push_sum_estimate(x: Any, p: Any, previous: Any) -> np.ndarray:
+def push_sum_estimate(x: npt.ArrayLike, p: npt.ArrayLike, previous: npt.ArrayLike) -> np.ndarray:
     """Return push-sum's estimate ``x / p`` where ``p`` is not tiny, else ``previous``.
 
     ``z_i <- x_i / p_i`` if ``p_i >= sqrt(tiny)``, else ``z_i`` unchanged, with ``tiny``

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -126,15 +125,17 @@ class LeastSquares:
         """Return the number of unknowns ``d``."""
         return int(self.A.shape[-1])
 
-    def value(self, x: Any) -> Any:
+    def value(self, x: npt.ArrayLike) -> np.ndarray:
         """Return the agent-local objective ``f_i(x_i) = 1/2 ||A_i x_i - b_i||^2``."""
-        r = np.einsum("...ij,...j->...i", self.A, x) - self.b
-        return 0.5 * np.einsum("...i,...i->...", r, r)
+        r = np.einsum("...ij,...j->...i", self.A, np.asarray(x)) - self.b
+        value: np.ndarray = 0.5 * np.einsum("...i,...i->...", r, r)
+        return value
 
-    def grad(self, x: Any) -> Any:
+    def grad(self, x: npt.ArrayLike) -> np.ndarray:
         """Return the agent-local gradient ``grad f_i(x_i) = A_i^T (A_i x_i - b_i)``."""
-        r = np.einsum("...ij,...j->...i", self.A, x) - self.b
-        return np.einsum("...ji,...j->...i", self.A, r)
+        r = np.einsum("...ij,...j->...i", self.A, np.asarray(x)) - self.b
+        grad: np.ndarray = np.einsum("...ji,...j->...i", self.A, r)
+        return grad
 
     def solution(self) -> np.ndarray:
         """Return the global optimum ``x* = (sum_i A_i^T A_i)^{-1} sum_i A_i^T b_i``.

@@ -97,10 +97,11 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from .. import _context
 from .._handles import Handle
@@ -149,7 +150,9 @@ class WallClock:
         """Seconds since the clock started, on this rank."""
         return time.perf_counter() - self._start
 
-    def compute(self, seconds: Any = None, flops: Any = None) -> float:
+    def compute(
+        self, seconds: npt.ArrayLike | None = None, flops: npt.ArrayLike | None = None
+    ) -> float:
         """Sleep for this rank's share of the computation (see :meth:`Clock.compute`)."""
         if (seconds is None) == (flops is None):
             raise TypeError("compute() takes seconds or flops=, one of them")
@@ -202,7 +205,10 @@ def _clock_of(ctx: _context.Context) -> Clock | WallClock | None:
 
 
 def start(
-    platform: Platform | None = None, *, trace: str | None = None, trace_agents: Any = 32
+    platform: Platform | None = None,
+    *,
+    trace: str | None = None,
+    trace_agents: int | Sequence[int] = 32,
 ) -> Clock | WallClock:
     """Start the current world's clock (see the module docstring) and return it.
 
@@ -278,7 +284,7 @@ def running() -> bool:
     return ctx is not None and _clock_of(ctx) is not None
 
 
-def compute(seconds: Any = None, *, flops: Any = None) -> Any:
+def compute(seconds: npt.ArrayLike | None = None, *, flops: npt.ArrayLike | None = None) -> Any:
     """Charge computation to the agents' clocks (see the module docstring); return the
     seconds charged (per agent in simulation, this rank's under MPI or torch)."""
     return current().compute(seconds, flops)

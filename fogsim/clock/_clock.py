@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .._handles import Handle
 from ..hierarchy.cost import CostMeter, CostModel
@@ -121,7 +122,9 @@ class Clock(CostMeter):
         return waiting
 
     # -- computation --------------------------------------------------------------------------
-    def compute(self, seconds: Any = None, flops: Any = None) -> Any:
+    def compute(
+        self, seconds: npt.ArrayLike | None = None, flops: npt.ArrayLike | None = None
+    ) -> Any:
         """Charge each agent ``seconds`` of computation (a number or one per agent), or
         ``flops`` on the platform's device, at its speed and its straggler draw; return the
         seconds charged: one number when every agent was charged alike, else one each."""
@@ -144,22 +147,22 @@ class Clock(CostMeter):
         if (seconds is None) == (flops is None):
             raise TypeError("compute() takes seconds or flops=, one of them")
         if seconds is None:
-            flops = self._per_agent(flops, "flops")
+            work = self._per_agent(flops, "flops")
             device = self.platform.device
-            seconds = flops if device is None else device.seconds(flops)
+            taken: Any = work if device is None else device.seconds(work)
         else:
-            seconds = self._per_agent(seconds, "seconds")
-        charged: Any = seconds
+            taken = self._per_agent(seconds, "seconds")
+        charged: Any = taken
         if self._inverse_speed is not None:
-            if isinstance(seconds, float):  # a loop charges the same number each step
+            if isinstance(taken, float):  # a loop charges the same number each step
                 scaled = self._scaled
-                if scaled is None or scaled[0] != seconds:
-                    each = seconds * self._inverse_speed
+                if scaled is None or scaled[0] != taken:
+                    each = taken * self._inverse_speed
                     each.flags.writeable = False
-                    self._scaled = scaled = (seconds, each)
+                    self._scaled = scaled = (taken, each)
                 charged = scaled[1]
             else:
-                charged = seconds * self._inverse_speed
+                charged = taken * self._inverse_speed
         stragglers = self.platform.stragglers
         if stragglers is not None:  # the world's draws (the same on every process)
             slow = stragglers.draw(self._rng, self.size, self._computations)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ..hierarchy.cost import Level, Network
 
@@ -68,7 +69,7 @@ class Device:
         if eff > 1:
             raise ValueError(f"Device.efficiency must be in (0, 1], got {self.efficiency!r}")
 
-    def seconds(self, flops: Any) -> Any:
+    def seconds(self, flops: npt.ArrayLike) -> np.ndarray:
         """The seconds ``flops`` take on this device."""
         return np.asarray(flops, dtype=np.float64) / (self.peak_flops * self.efficiency)
 
@@ -96,7 +97,7 @@ class Stragglers:
     probability: float = 0.0
     factor: float = 1.0
     tail: float | None = None
-    trace: Any = None
+    trace: npt.ArrayLike | None = None
 
     def __post_init__(self) -> None:
         p = _number(self.probability, "Stragglers.probability", low=0.0)
@@ -116,8 +117,10 @@ class Stragglers:
     def draw(self, rng: np.random.Generator, n: int, step: int) -> np.ndarray | None:
         """The ``n`` agents' multipliers for computation number ``step`` (None: all 1)."""
         out: np.ndarray | None = None
-        if self.trace is not None:
-            row = self.trace[step % self.trace.shape[0]]
+        trace = self.trace
+        if trace is not None:
+            assert isinstance(trace, np.ndarray)  # made one by __post_init__
+            row = trace[step % trace.shape[0]]
             if row.ndim and row.shape != (n,):
                 raise ValueError(
                     f"Stragglers.trace rows must hold one multiplier or {n} (one per agent), "

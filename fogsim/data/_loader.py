@@ -5,12 +5,17 @@ from __future__ import annotations
 import numbers
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from . import _order
+
+if TYPE_CHECKING:
+    import torch
+
+    from ._interop import TorchDatasetLike
 
 __all__ = ["AgentLoader"]
 
@@ -118,7 +123,7 @@ class AgentLoader:
 
     def __init__(
         self,
-        data: Any,
+        data: npt.ArrayLike | torch.Tensor | tuple[Any, ...] | TorchDatasetLike,
         partition: Sequence[npt.ArrayLike],
         batch_size: int,
         *,

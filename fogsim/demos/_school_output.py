@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 __all__ = ["SchoolHistory", "animate", "length", "plot_error"]
 
@@ -134,7 +137,9 @@ def animate(
     return path
 
 
-def plot_error(history: SchoolHistory, path: str | Path | None = None, ax: Any = None) -> Any:
+def plot_error(
+    history: SchoolHistory, path: str | Path | None = None, ax: Axes | None = None
+) -> Any:
     """Plot the estimation error over time (lone fish, diffusion, fusion center).
 
     Draws on ``ax`` if given, else on a new figure; saves it to ``path`` if given. Returns the
@@ -144,7 +149,7 @@ def plot_error(history: SchoolHistory, path: str | Path | None = None, ax: Any =
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
 
-        fig = Figure(figsize=(6, 3.5))
+        fig: Any = Figure(figsize=(6, 3.5))  # or the given axes' figure (or subfigure)
         FigureCanvasAgg(fig)
         ax = fig.add_subplot()
     else:

@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
 from scipy.spatial import cKDTree
 
@@ -91,7 +92,9 @@ class _Params:
 
 
 # -- the proximity graph ----------------------------------------------------------------
-def proximity_pairs(positions: Any, radius: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def proximity_pairs(
+    positions: npt.ArrayLike, radius: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Return the pairs of fish within ``radius``: ``(i, j, distance)`` with ``i < j``.
 
     A k-d tree finds them in ``O(n log n + pairs)`` (``cKDTree.query_pairs``); the pairs are

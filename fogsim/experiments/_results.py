@@ -5,12 +5,15 @@ from __future__ import annotations
 import csv
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._cache import Outcome
 from ._configs import Config, Value, axes_of, check_value
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 __all__ = ["Results"]
 
@@ -237,7 +240,7 @@ class Results:
         col: str | None = None,
         band: str | None = "std",
         logy: bool = True,
-        ax: Any = None,
+        ax: Axes | None = None,
     ) -> Any:
         """Draw the mean over seeds of ``metric`` against ``x``, with a shaded band.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import numbers
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -13,6 +13,9 @@ import fogsim as fs
 from fogsim import algorithms as _algorithms
 from fogsim import topology as _topology
 from fogsim.algorithms import LeastSquares, Result
+
+if TYPE_CHECKING:
+    from fogsim._types import TopologyLike
 
 __all__ = ["ALGORITHMS", "DEFAULTS", "TOPOLOGIES", "optimize", "unstack", "world"]
 
@@ -48,7 +51,9 @@ DEFAULTS: dict[str, Any] = {
 
 
 @contextlib.contextmanager
-def world(size: int, topology: Any = None, seed: int | None = None) -> Iterator[fs.Context]:
+def world(
+    size: int, topology: TopologyLike | None = None, seed: int | None = None
+) -> Iterator[fs.Context]:
     """Run the block in a new simulated world of ``size`` agents, all in this process;
     close it afterwards.
 
