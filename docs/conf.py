@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT))  # the checkout's fogsim, also without an installe
 
 import fogsim  # noqa: E402
 import fogsim._types  # noqa: E402
+import fogsim.compat.bluefog._types  # noqa: E402
 
 project = "fogsim"
 author = "the fogsim developers"
@@ -70,6 +71,7 @@ autodoc_preserve_defaults = True
 # _TYPE_ALIASES below for their references.
 autodoc_type_aliases = {
     **{name: name for name in fogsim._types.__all__},
+    **{name: name for name in fogsim.compat.bluefog._types.__all__},  # Tensor
     "npt.ArrayLike": "numpy.typing.ArrayLike",
     "npt.DTypeLike": "numpy.typing.DTypeLike",
 }
@@ -135,8 +137,9 @@ _DEFINED_PRIVATELY = {
     "scipy.sparse._base.sparray": "scipy.sparse.sparray",
     "scipy.sparse._matrix.spmatrix": "scipy.sparse.spmatrix",
 }
-# fogsim._types's aliases, which have no page of their own: shown by name, as text.
-_TYPE_ALIASES = frozenset(fogsim._types.__all__)
+# fogsim._types's aliases (and the BlueFog layer's), which have no page of their own: shown
+# by name, as text.
+_TYPE_ALIASES = frozenset(fogsim._types.__all__) | frozenset(fogsim.compat.bluefog._types.__all__)
 
 
 def _expand_abbreviation(app: object, env: object, node: dict, contnode: object) -> None:

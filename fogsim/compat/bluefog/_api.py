@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any
 
 import networkx as nx
 import numpy as np
 
 import fogsim
 
+from ..._types import ArrayLike, Ranks, SelfWeight, TopologyLike, Value, Weights
 from . import _errors
 from ._args import (
     _check_bool,
@@ -30,6 +30,7 @@ from ._args import (
 )
 from ._order import src_order, src_order_stacked
 from ._pairs import Call, bluefog_op
+from ._types import Tensor
 from .topology_util import ExponentialTwoGraph
 
 __all__ = [
@@ -127,9 +128,10 @@ def size() -> int:
     return fogsim.size()
 
 
-def rank() -> Any:
+def rank() -> int | np.ndarray:
     """Return this agent's rank (all ranks, stacked, under the simulator)."""
-    return fogsim.rank()
+    result: int | np.ndarray = fogsim.rank()
+    return result
 
 
 def local_size() -> int:
@@ -137,13 +139,14 @@ def local_size() -> int:
     return fogsim.local_size()
 
 
-def local_rank() -> Any:
+def local_rank() -> int | np.ndarray:
     """Return this agent's rank within its machine (stacked under the simulator)."""
-    return fogsim.local_rank()
+    result: int | np.ndarray = fogsim.local_rank()
+    return result
 
 
 # -- topology -----------------------------------------------------------------------------
-def set_topology(topology: Any = None, is_weighted: bool = False) -> bool:
+def set_topology(topology: TopologyLike | None = None, is_weighted: bool = False) -> bool:
     """Use ``topology`` (a ``networkx.DiGraph``) for the neighbor ops; return True.
 
     ``None`` means the exponential-2 graph. With ``is_weighted`` the neighbor ops use the
@@ -178,14 +181,16 @@ def is_topo_weighted() -> bool:
     return fogsim.is_topology_weighted()
 
 
-def in_neighbor_ranks() -> Any:
+def in_neighbor_ranks() -> list[int] | list[list[int]]:
     """Return the ranks this agent receives from, self excluded (one list per agent, stacked)."""
-    return fogsim.in_neighbor_ranks()
+    result: list[int] | list[list[int]] = fogsim.in_neighbor_ranks()
+    return result
 
 
-def out_neighbor_ranks() -> Any:
+def out_neighbor_ranks() -> list[int] | list[list[int]]:
     """Return the ranks this agent sends to, self excluded (one list per agent, stacked)."""
-    return fogsim.out_neighbor_ranks()
+    result: list[int] | list[list[int]] = fogsim.out_neighbor_ranks()
+    return result
 
 
 # -- machines -----------------------------------------------------------------------------
@@ -194,12 +199,13 @@ def machine_size() -> int:
     return fogsim.machine_size()
 
 
-def machine_rank() -> Any:
+def machine_rank() -> int | np.ndarray:
     """Return this agent's machine, ``rank() // local_size()`` (stacked under the simulator)."""
-    return fogsim.machine_rank()
+    result: int | np.ndarray = fogsim.machine_rank()
+    return result
 
 
-def set_machine_topology(topology: Any, is_weighted: bool = False) -> bool:
+def set_machine_topology(topology: TopologyLike, is_weighted: bool = False) -> bool:
     """Use ``topology`` (a ``networkx.DiGraph`` over the machines) for the hierarchical ops."""
     fogsim.set_machine_topology(topology, is_weighted=is_weighted, check_weights=False)
     return True
@@ -215,26 +221,28 @@ def is_machine_topo_weighted() -> bool:
     return fogsim.is_machine_topology_weighted()
 
 
-def in_neighbor_machine_ranks() -> Any:
+def in_neighbor_machine_ranks() -> list[int] | list[list[int]]:
     """Return the machines this agent's machine receives from."""
-    return fogsim.in_neighbor_machine_ranks()
+    result: list[int] | list[list[int]] = fogsim.in_neighbor_machine_ranks()
+    return result
 
 
-def out_neighbor_machine_ranks() -> Any:
+def out_neighbor_machine_ranks() -> list[int] | list[list[int]]:
     """Return the machines this agent's machine sends to."""
-    return fogsim.out_neighbor_machine_ranks()
+    result: list[int] | list[list[int]] = fogsim.out_neighbor_machine_ranks()
+    return result
 
 
 @bluefog_op(lambda: fogsim.hierarchical_neighbor_allreduce)
 def hierarchical_neighbor_allreduce(
-    call: Call[Any],
-    tensor: Any,
-    self_weight: Any = None,
-    src_machine_weights: Any = None,
-    dst_machine_weights: Any = None,
+    call: Call[Value],
+    tensor: ArrayLike,
+    self_weight: SelfWeight = None,
+    src_machine_weights: Weights = None,
+    dst_machine_weights: Weights = None,
     enable_topo_check: bool = True,
     name: str | None = None,
-) -> Any:
+) -> Value:
     """Average within each machine, then neighbor-average among machines (machine weights).
 
     See :func:`fogsim.hierarchical_neighbor_allreduce`.
@@ -257,12 +265,12 @@ hierarchical_neighbor_allreduce_nonblocking = hierarchical_neighbor_allreduce.no
 # -- collective ops -----------------------------------------------------------------------
 @bluefog_op(lambda: fogsim.allreduce)
 def allreduce(
-    call: Call[Any],
-    tensor: Any,
+    call: Call[Value],
+    tensor: ArrayLike,
     average: bool = True,
     is_hierarchical_local: bool = False,
     name: str | None = None,
-) -> Any:
+) -> Value:
     """Return the average (``average=False``: the sum) of ``tensor`` over all agents.
 
     ``is_hierarchical_local=True``: over the agents of the same machine only. Averaging an
@@ -277,15 +285,21 @@ allreduce_nonblocking = allreduce.nonblocking
 
 
 def allreduce_(
-    tensor: Any, average: bool = True, is_hierarchical_local: bool = False, name: str | None = None
-) -> Any:
+    tensor: Tensor,
+    average: bool = True,
+    is_hierarchical_local: bool = False,
+    name: str | None = None,
+) -> Value:
     """Average (or sum) ``tensor`` over all agents in place; return ``tensor``."""
     _check_in_place(tensor)
     return _copy_into(tensor, allreduce(tensor, average, is_hierarchical_local, name))
 
 
 def allreduce_nonblocking_(
-    tensor: Any, average: bool = True, is_hierarchical_local: bool = False, name: str | None = None
+    tensor: Tensor,
+    average: bool = True,
+    is_hierarchical_local: bool = False,
+    name: str | None = None,
 ) -> fogsim.Handle:
     """Start :func:`allreduce_`; :func:`synchronize` writes the result into ``tensor``."""
     return _in_place(
@@ -294,7 +308,7 @@ def allreduce_nonblocking_(
 
 
 @bluefog_op(lambda: fogsim.allgather)
-def allgather(call: Call[Any], tensor: Any, name: str | None = None) -> Any:
+def allgather(call: Call[Value], tensor: ArrayLike, name: str | None = None) -> Value:
     """Return every agent's ``tensor`` concatenated along the first dimension, by rank."""
     return call(tensor, name, tensor, name)
 
@@ -303,7 +317,9 @@ allgather_nonblocking = allgather.nonblocking
 
 
 @bluefog_op(lambda: fogsim.broadcast)
-def broadcast(call: Call[Any], tensor: Any, root_rank: int, name: str | None = None) -> Any:
+def broadcast(
+    call: Call[Value], tensor: ArrayLike, root_rank: int, name: str | None = None
+) -> Value:
     """Return agent ``root_rank``'s ``tensor`` on every agent (``tensor`` is not modified)."""
     return call(tensor, name, tensor, root_rank, name)
 
@@ -311,13 +327,15 @@ def broadcast(call: Call[Any], tensor: Any, root_rank: int, name: str | None = N
 broadcast_nonblocking = broadcast.nonblocking
 
 
-def broadcast_(tensor: Any, root_rank: int, name: str | None = None) -> Any:
+def broadcast_(tensor: Tensor, root_rank: int, name: str | None = None) -> Value:
     """Overwrite ``tensor`` with agent ``root_rank``'s, in place; return ``tensor``."""
     _check_in_place(tensor)
     return _copy_into(tensor, broadcast(tensor, root_rank, name))
 
 
-def broadcast_nonblocking_(tensor: Any, root_rank: int, name: str | None = None) -> fogsim.Handle:
+def broadcast_nonblocking_(
+    tensor: Tensor, root_rank: int, name: str | None = None
+) -> fogsim.Handle:
     """Start :func:`broadcast_`; :func:`synchronize` writes the result into ``tensor``."""
     return _in_place(tensor, lambda: broadcast_nonblocking(tensor, root_rank, name), name)
 
@@ -331,17 +349,17 @@ def broadcast_nonblocking_(tensor: Any, root_rank: int, name: str | None = None)
     """,
 )
 def neighbor_allreduce(
-    call: Call[Any],
-    tensor: Any,
-    self_weight: Any = None,
-    src_weights: Any = None,
-    dst_weights: Any = None,
+    call: Call[Value],
+    tensor: ArrayLike,
+    self_weight: SelfWeight = None,
+    src_weights: Weights = None,
+    dst_weights: Weights = None,
     enable_topo_check: bool = True,
     name: str | None = None,
     *,
-    neighbor_weights: Any = None,
-    send_neighbors: Any = None,
-) -> Any:
+    neighbor_weights: Weights = None,
+    send_neighbors: Ranks = None,
+) -> Value:
     """Return the weighted average of own and in-neighbors' values.
 
     ``x_i <- self_weight x_i + sum_j src_weights[j] dst_weights_j[i] x_j``
@@ -378,13 +396,13 @@ neighbor_allreduce_nonblocking = neighbor_allreduce.nonblocking
 
 
 def neighbor_allgather(
-    tensor: Any,
-    src_ranks: Any = None,
-    dst_ranks: Any = None,
+    tensor: ArrayLike,
+    src_ranks: Ranks = None,
+    dst_ranks: Ranks = None,
     name: str | None = None,
     *,
     enable_topo_check: bool = True,
-) -> Any:
+) -> Value:
     """Return the in-neighbors' ``tensor`` concatenated along the first dimension.
 
     With the topology's neighbors the blocks come by rank. ``src_ranks`` and ``dst_ranks``
@@ -401,9 +419,9 @@ def neighbor_allgather(
 
 
 def neighbor_allgather_nonblocking(
-    tensor: Any,
-    src_ranks: Any = None,
-    dst_ranks: Any = None,
+    tensor: ArrayLike,
+    src_ranks: Ranks = None,
+    dst_ranks: Ranks = None,
     name: str | None = None,
     *,
     enable_topo_check: bool = True,
@@ -423,7 +441,7 @@ def neighbor_allgather_nonblocking(
 
 
 def _start_neighbor_allgather(
-    tensor: Any, src_ranks: Any, dst_ranks: Any, name: str | None
+    tensor: ArrayLike, src_ranks: Ranks, dst_ranks: Ranks, name: str | None
 ) -> fogsim.Handle:
     handle = fogsim.neighbor_allgather_nonblocking(tensor, src_ranks, dst_ranks, name)
     if src_ranks is None:
@@ -452,7 +470,7 @@ def barrier() -> None:
     fogsim.barrier()
 
 
-def synchronize(handle: fogsim.Handle) -> Any:
+def synchronize(handle: fogsim.Handle) -> Value:
     """Block until the operation behind ``handle`` finishes; return its result.
 
     Its ``name``, if it had one, may then be given to another op.
@@ -463,7 +481,7 @@ def synchronize(handle: fogsim.Handle) -> Any:
         _errors.finished(handle)
 
 
-def wait(handle: fogsim.Handle) -> Any:
+def wait(handle: fogsim.Handle) -> Value:
     """Block until the operation behind ``handle`` finishes; return its result (= synchronize)."""
     return synchronize(handle)
 

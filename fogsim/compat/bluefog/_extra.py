@@ -15,6 +15,8 @@ import numpy as np
 import fogsim
 from fogsim import timeline as _timeline
 
+from ._types import Tensor
+
 __all__ = [
     "InferDestinationFromSourceRanks",
     "InferSourceFromDestinationRanks",
@@ -97,7 +99,9 @@ def win_lock(name: str) -> Iterator[None]:
 
 
 # -- topology inference (bluefog.torch.topology_util) ---------------------------------------
-def _infer(rank_list: Any, name: str, transpose: bool, construct_adjacency_matrix: bool) -> Any:
+def _infer(
+    rank_list: list[int], name: str, transpose: bool, construct_adjacency_matrix: bool
+) -> list[int] | tuple[list[int], np.ndarray]:
     me, n = fogsim.rank(), fogsim.size()
     if not isinstance(me, int | np.integer):
         raise TypeError(f"{name}: needs a per-agent backend (fogrun -np N or --spmd)")
@@ -124,7 +128,7 @@ def _infer(rank_list: Any, name: str, transpose: bool, construct_adjacency_matri
 
 def InferSourceFromDestinationRanks(
     dst_ranks: list[int], construct_adjacency_matrix: bool = False
-) -> Any:
+) -> list[int] | tuple[list[int], np.ndarray]:
     """Return the ranks that list this agent among their ``dst_ranks`` (collective).
 
     With ``construct_adjacency_matrix`` also ``W`` (``W[i, j]``: weight sent from i to j,
@@ -135,7 +139,7 @@ def InferSourceFromDestinationRanks(
 
 def InferDestinationFromSourceRanks(
     src_ranks: list[int], construct_adjacency_matrix: bool = False
-) -> Any:
+) -> list[int] | tuple[list[int], np.ndarray]:
     """Return the ranks that list this agent among their ``src_ranks`` (collective).
 
     ``construct_adjacency_matrix``: as in :func:`InferSourceFromDestinationRanks`.
@@ -143,12 +147,15 @@ def InferDestinationFromSourceRanks(
     return _infer(src_ranks, "src_ranks", True, construct_adjacency_matrix)
 
 
-def allreduce_parameters(params: Any) -> None:
+def allreduce_parameters(
+    params: dict[str, Tensor] | list[Tensor] | list[tuple[str, Tensor]],
+) -> None:
     """Average every tensor of ``params`` over all agents, in place.
 
     ``params``: a dict such as ``state_dict()`` (sorted by name, as BlueFog does), or a
     list of tensors or ``(name, tensor)`` pairs such as ``list(model.named_parameters())``.
     """
+    items: list[tuple[str | None, Tensor]]
     if isinstance(params, dict):
         items = sorted(params.items())
     elif isinstance(params, list):

@@ -6,10 +6,16 @@ communication type its own source says they are.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ... import optim as _optim
 from ...optim import CommunicationType
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    import fogsim.optim  # the wrappers' public names, for the results' annotations
 
 __all__ = [
     "DistributedAdaptThenCombineOptimizer",
@@ -25,11 +31,11 @@ __all__ = [
 
 
 def DistributedAdaptThenCombineOptimizer(
-    optimizer: Any,
-    model: Any,
-    communication_type: Any = CommunicationType.neighbor_allreduce,
+    optimizer: torch.optim.Optimizer,
+    model: nn.Module,
+    communication_type: CommunicationType | str | None = CommunicationType.neighbor_allreduce,
     num_steps_per_communication: int = 1,
-) -> Any:
+) -> fogsim.optim.DistributedAdaptThenCombineOptimizer:
     """Adapt then combine: :class:`fogsim.optim.DistributedAdaptThenCombineOptimizer`."""
     return _optim.DistributedAdaptThenCombineOptimizer(
         optimizer, model, communication_type, num_steps_per_communication
@@ -37,11 +43,11 @@ def DistributedAdaptThenCombineOptimizer(
 
 
 def DistributedAdaptWithCombineOptimizer(
-    optimizer: Any,
-    model: Any,
-    communication_type: Any = CommunicationType.neighbor_allreduce,
+    optimizer: torch.optim.Optimizer,
+    model: nn.Module,
+    communication_type: CommunicationType | str | None = CommunicationType.neighbor_allreduce,
     num_steps_per_communication: int = 1,
-) -> Any:
+) -> fogsim.optim.DistributedAdaptWithCombineOptimizer:
     """Adapt with combine: :class:`fogsim.optim.DistributedAdaptWithCombineOptimizer`."""
     return _optim.DistributedAdaptWithCombineOptimizer(
         optimizer, model, communication_type, num_steps_per_communication
@@ -49,8 +55,8 @@ def DistributedAdaptWithCombineOptimizer(
 
 
 def DistributedAllreduceOptimizer(
-    optimizer: Any, model: Any, num_steps_per_communication: int = 1
-) -> Any:
+    optimizer: torch.optim.Optimizer, model: nn.Module, num_steps_per_communication: int = 1
+) -> fogsim.optim.DistributedAdaptWithCombineOptimizer:
     """BlueFog's older name: adapt with combine over ``allreduce``."""
     return DistributedAdaptWithCombineOptimizer(
         optimizer, model, CommunicationType.allreduce, num_steps_per_communication
@@ -58,8 +64,8 @@ def DistributedAllreduceOptimizer(
 
 
 def DistributedNeighborAllreduceOptimizer(
-    optimizer: Any, model: Any, num_steps_per_communication: int = 1
-) -> Any:
+    optimizer: torch.optim.Optimizer, model: nn.Module, num_steps_per_communication: int = 1
+) -> fogsim.optim.DistributedAdaptWithCombineOptimizer:
     """BlueFog's older name: adapt with combine over ``neighbor_allreduce``."""
     return DistributedAdaptWithCombineOptimizer(
         optimizer, model, CommunicationType.neighbor_allreduce, num_steps_per_communication
@@ -67,8 +73,8 @@ def DistributedNeighborAllreduceOptimizer(
 
 
 def DistributedHierarchicalNeighborAllreduceOptimizer(
-    optimizer: Any, model: Any, num_steps_per_communication: int = 1
-) -> Any:
+    optimizer: torch.optim.Optimizer, model: nn.Module, num_steps_per_communication: int = 1
+) -> fogsim.optim.DistributedAdaptWithCombineOptimizer:
     """BlueFog's older name: adapt with combine over ``hierarchical_neighbor_allreduce``."""
     return DistributedAdaptWithCombineOptimizer(
         optimizer,
@@ -79,8 +85,8 @@ def DistributedHierarchicalNeighborAllreduceOptimizer(
 
 
 def DistributedGradientAllreduceOptimizer(
-    optimizer: Any, model: Any, num_steps_per_communication: int = 1
-) -> Any:
+    optimizer: torch.optim.Optimizer, model: nn.Module, num_steps_per_communication: int = 1
+) -> fogsim.optim.DistributedGradientAllreduceOptimizer:
     """Average the gradients over all agents (Horovod style): fogsim.optim's wrapper."""
     return _optim.DistributedGradientAllreduceOptimizer(
         optimizer, model, None, num_steps_per_communication
@@ -88,18 +94,18 @@ def DistributedGradientAllreduceOptimizer(
 
 
 def DistributedPushSumOptimizer(
-    optimizer: Any, model: Any, num_steps_per_communication: int = 1
-) -> Any:
+    optimizer: torch.optim.Optimizer, model: nn.Module, num_steps_per_communication: int = 1
+) -> fogsim.optim.DistributedPushSumOptimizer:
     """Push-sum over window accumulates: :class:`fogsim.optim.DistributedPushSumOptimizer`."""
     return _optim.DistributedPushSumOptimizer(optimizer, model, None, num_steps_per_communication)
 
 
 def DistributedWinPutOptimizer(
-    optimizer: Any,
-    model: Any,
+    optimizer: torch.optim.Optimizer,
+    model: nn.Module,
     num_steps_per_communication: int = 1,
     window_prefix: str | None = None,
-) -> Any:
+) -> fogsim.optim.DistributedWinPutOptimizer:
     """Average over ``win_put`` windows: :class:`fogsim.optim.DistributedWinPutOptimizer`."""
     if window_prefix is None:
         return _optim.DistributedWinPutOptimizer(
@@ -111,8 +117,8 @@ def DistributedWinPutOptimizer(
 
 
 def DistributedPullGetOptimizer(
-    optimizer: Any, model: Any, num_steps_per_communication: int = 1
-) -> Any:
+    optimizer: torch.optim.Optimizer, model: nn.Module, num_steps_per_communication: int = 1
+) -> fogsim.optim.DistributedWinPutOptimizer:
     """BlueFog pulls the neighbors' parameters with ``win_get``; fogsim has no pull-get
     wrapper and uses :func:`DistributedWinPutOptimizer` (the same neighbor average, the
     values pushed by their owners instead of fetched)."""

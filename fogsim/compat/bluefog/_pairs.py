@@ -7,7 +7,7 @@ function whose first parameter is its *call*. Its body turns BlueFog's arguments
 fogsim's and hands them to the call, with the tensor and the name the call checks::
 
     @bluefog_op(lambda: fogsim.allgather)
-    def allgather(call: Call[Any], tensor: Any, name: str | None = None) -> Any:
+    def allgather(call: Call[Value], tensor: ArrayLike, name: str | None = None) -> Value:
         \"\"\"Return every agent's ``tensor`` concatenated ...\"\"\"
         return call(tensor, name, tensor, name)
 
@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar
 
 from ... import _routing
+from ..._handles import Handle
 from . import _errors
 
 __all__ = ["Call", "bluefog_op"]
@@ -52,7 +53,7 @@ class Call(Protocol[R_co]):
 class BlueFogOp(Protocol, Generic[P, R_co]):
     """A BlueFog op as callers see it: its signature, and its twin."""
 
-    nonblocking: Callable[P, Any]
+    nonblocking: Callable[P, Handle]
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R_co: ...
 
@@ -74,7 +75,8 @@ def bluefog_op(
         name = declared.__name__
         twin_name = name + "_nonblocking"
         doc = twin_doc or f"Start :func:`{name}`; return a handle for :func:`synchronize`."
-        twin = _routing.renamed(declared, twin_name, doc, "Any")
+        # "fogsim.Handle": read in the declaring module, which imports fogsim
+        twin = _routing.renamed(declared, twin_name, doc, "fogsim.Handle")
         started = _started(twin_name, fogsim_op, names)
         declared.nonblocking = _routing.bind_first(twin, started)  # type: ignore[attr-defined]
         return _routing.bind_first(declared, _blocking(name, fogsim_op, names))  # type: ignore[no-any-return]

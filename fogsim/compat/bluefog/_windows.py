@@ -11,13 +11,18 @@ Listing 3 reads ``x_ext`` after every ``win_update_then_collect``). ``win_sync``
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 import fogsim
 
+from ..._types import ArrayLike, SelfWeight, Value, Weights
 from . import _errors
 from ._args import _float_scalar, _float_weights
 from ._pairs import Call, bluefog_op
+from ._types import Tensor
 
 _STARTED = "Start :func:`{}`; return a handle for :func:`win_wait`."
 
@@ -46,7 +51,7 @@ __all__ = [
 
 
 # -- one-sided window ops (see fogsim.win_create) --------------------------------------------
-def win_create(tensor: Any, name: str, zero_init: bool = False) -> bool:
+def win_create(tensor: Tensor, name: str, zero_init: bool = False) -> bool:
     """Create the window ``name`` for ``tensor`` (collective); one buffer per in-neighbor."""
     _errors.check_tensor("win_create", tensor)
     return fogsim.win_create(tensor, name, zero_init)
@@ -65,10 +70,10 @@ def win_free(name: str | None = None) -> bool:
 @bluefog_op(lambda: fogsim.win_put, names=False, twin_doc=_STARTED.format("win_put"))
 def win_put(
     call: Call[bool],
-    tensor: Any,
+    tensor: ArrayLike,
     name: str,
-    self_weight: Any = None,
-    dst_weights: Any = None,
+    self_weight: SelfWeight = None,
+    dst_weights: Weights = None,
     require_mutex: bool = False,
 ) -> bool:
     """Put ``dst_weights[j] * tensor`` into the buffers at the out-neighbors ``j``."""
@@ -82,10 +87,10 @@ win_put_nonblocking = win_put.nonblocking
 @bluefog_op(lambda: fogsim.win_accumulate, names=False, twin_doc=_STARTED.format("win_accumulate"))
 def win_accumulate(
     call: Call[bool],
-    tensor: Any,
+    tensor: ArrayLike,
     name: str,
-    self_weight: Any = None,
-    dst_weights: Any = None,
+    self_weight: SelfWeight = None,
+    dst_weights: Weights = None,
     require_mutex: bool = False,
 ) -> bool:
     """Add ``dst_weights[j] * tensor`` to the buffers at the out-neighbors ``j``."""
@@ -98,7 +103,7 @@ win_accumulate_nonblocking = win_accumulate.nonblocking
 
 @bluefog_op(lambda: fogsim.win_get, names=False, twin_doc=_STARTED.format("win_get"))
 def win_get(
-    call: Call[bool], name: str, src_weights: Any = None, require_mutex: bool = False
+    call: Call[bool], name: str, src_weights: Weights = None, require_mutex: bool = False
 ) -> bool:
     """Fetch the in-neighbors' exposed values (times ``src_weights``) into the buffers."""
     return call(None, name, name, _float_weights(src_weights), require_mutex)
@@ -109,12 +114,12 @@ win_get_nonblocking = win_get.nonblocking
 
 def win_update(
     name: str,
-    self_weight: Any = None,
-    neighbor_weights: Any = None,
+    self_weight: SelfWeight = None,
+    neighbor_weights: Weights = None,
     reset: bool = False,
     clone: bool = False,
     require_mutex: bool = False,
-) -> Any:
+) -> Value:
     """Return the weighted average of the registered tensor and the buffers (in place).
 
     A half-precision tensor (float16, bfloat16) is combined in float32 and rounded once.
@@ -133,14 +138,14 @@ def win_update(
     )
 
 
-def win_update_then_collect(name: str, require_mutex: bool = True) -> Any:
+def win_update_then_collect(name: str, require_mutex: bool = True) -> Value:
     """Add every buffer to the registered tensor and zero the buffers."""
     _known_window("win_update_then_collect", name)
     return fogsim.win_update_then_collect(name, require_mutex)
 
 
 def win_mutex(
-    name: str, for_self: bool = False, ranks: Any = None
+    name: str, for_self: bool = False, ranks: Sequence[int] | None = None
 ) -> contextlib.AbstractContextManager[Any]:
     """Context manager holding the window mutexes of ``ranks`` (default out-neighbors)."""
     return fogsim.win_mutex(name, for_self, ranks)
@@ -157,14 +162,16 @@ def win_poll(handle: fogsim.Handle) -> bool:
     return fogsim.win_poll(handle)
 
 
-def get_win_version(name: str) -> Any:
+def get_win_version(name: str) -> dict[int, int] | list[dict[int, int]]:
     """Return ``{in-neighbor: writes since the last win_update}``."""
-    return fogsim.get_win_version(name)
+    result: dict[int, int] | list[dict[int, int]] = fogsim.get_win_version(name)
+    return result
 
 
-def win_associated_p(name: str) -> Any:
+def win_associated_p(name: str) -> float | np.ndarray:
     """Return the push-sum weight ``p`` carried by the window."""
-    return fogsim.win_associated_p(name)
+    result: float | np.ndarray = fogsim.win_associated_p(name)
+    return result
 
 
 def turn_on_win_ops_with_associated_p() -> None:

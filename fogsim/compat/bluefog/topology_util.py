@@ -24,6 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ... import topology as _T
+from ..._types import TopologyData
 
 __all__ = [
     "ExponentialGraph",
@@ -148,7 +149,7 @@ def FullyConnectedGraph(size: int) -> nx.DiGraph:
 
 
 # -- graph utilities ----------------------------------------------------------------------
-def IsTopologyEquivalent(topo1: Any, topo2: Any) -> bool:
+def IsTopologyEquivalent(topo1: TopologyData | None, topo2: TopologyData | None) -> bool:
     """Return whether two graphs have the same nodes and the same weighted adjacency matrix.
 
     Not an isomorphism test: node ``k`` must match node ``k``; weights must be equal exactly.
@@ -167,13 +168,13 @@ def IsTopologyEquivalent(topo1: Any, topo2: Any) -> bool:
     return bool((a1 != a2).nnz == 0)
 
 
-def IsRegularGraph(topo: Any) -> bool:
+def IsRegularGraph(topo: TopologyData) -> bool:
     """Return whether every node has the same degree (in + out edges, self loop counted twice)."""
     degrees = {d for _, d in _as_graph(topo).degree()}
     return len(degrees) <= 1
 
 
-def GetRecvWeights(topo: Any, rank: int) -> tuple[float, dict[int, float]]:
+def GetRecvWeights(topo: TopologyData, rank: int) -> tuple[float, dict[int, float]]:
     """Return agent ``rank``'s ``(self_weight, {src_rank: weight})`` for receiving.
 
     ``weight`` is what ``rank`` applies to ``src_rank``'s value (edge ``src_rank -> rank``);
@@ -190,7 +191,7 @@ def GetRecvWeights(topo: Any, rank: int) -> tuple[float, dict[int, float]]:
     return self_weight, weights
 
 
-def GetSendWeights(topo: Any, rank: int) -> tuple[float, dict[int, float]]:
+def GetSendWeights(topo: TopologyData, rank: int) -> tuple[float, dict[int, float]]:
     """Return agent ``rank``'s ``(self_weight, {dst_rank: weight})`` for sending.
 
     ``weight`` is what ``dst_rank`` applies to ``rank``'s value (edge ``rank -> dst_rank``).
@@ -207,7 +208,7 @@ def GetSendWeights(topo: Any, rank: int) -> tuple[float, dict[int, float]]:
 
 
 # -- dynamic schedules --------------------------------------------------------------------
-def GetDynamicOnePeerSendRecvRanks(topo: Any, self_rank: int) -> Iterator[SendRecv]:
+def GetDynamicOnePeerSendRecvRanks(topo: TopologyData, self_rank: int) -> Iterator[SendRecv]:
     """Yield ``([send_rank], recv_ranks)`` of BlueFog's one-peer variant of ``topo``, per step.
 
     Every agent orders its out-neighbors by the distance ``(j - rank) % size``; at step t it
@@ -346,7 +347,7 @@ def _uniform_circulant(size: int, offsets: list[int]) -> nx.DiGraph:
     return _T.Topology.circulant(size, offsets, w, w).to_networkx()
 
 
-def _as_graph(topo: Any) -> nx.DiGraph:
+def _as_graph(topo: TopologyData) -> nx.DiGraph:
     """Return ``topo`` as a DiGraph (a fogsim Topology, a matrix or an undirected graph too)."""
     if isinstance(topo, nx.DiGraph):
         return topo
