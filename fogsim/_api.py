@@ -20,7 +20,16 @@ from . import timeline as _timeline
 from ._context import Context
 from ._handles import Handle
 from ._routing import Runner, public_op
-from ._types import ArrayLike, CompressorLike, Ranks, SelfWeight, TopologyLike, Value, Weights
+from ._types import (
+    ArrayLike,
+    CompressorLike,
+    PerAgent,
+    Ranks,
+    SelfWeight,
+    TopologyLike,
+    Value,
+    Weights,
+)
 from .backends import Backend
 
 __all__ = [
@@ -140,7 +149,7 @@ def size() -> int:
     return _backend().size()
 
 
-def rank() -> Any:
+def rank() -> PerAgent:
     """Return this agent's rank; in simulation the stacked ranks ``arange(size())``."""
     return _backend().rank()
 
@@ -150,7 +159,7 @@ def local_size() -> int:
     return _backend().local_size()
 
 
-def local_rank() -> Any:
+def local_rank() -> PerAgent:
     """Return the rank within this machine (stacked in simulation)."""
     return _backend().local_rank()
 

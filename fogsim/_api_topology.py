@@ -7,11 +7,9 @@ list per agent).
 
 from __future__ import annotations
 
-from typing import Any
-
 from . import _weightcheck
 from ._api import _backend
-from ._types import TopologyLike
+from ._types import PerAgent, TopologyLike
 from .topology import Topology
 
 __all__ = [
@@ -62,12 +60,12 @@ def is_topology_weighted() -> bool:
     return _backend().is_topology_weighted()
 
 
-def in_neighbor_ranks() -> Any:
+def in_neighbor_ranks() -> PerAgent:
     """Return the ranks this agent receives from (a list per agent in simulation)."""
     return _backend().in_neighbor_ranks()
 
 
-def out_neighbor_ranks() -> Any:
+def out_neighbor_ranks() -> PerAgent:
     """Return the ranks this agent sends to (a list per agent in simulation)."""
     return _backend().out_neighbor_ranks()
 
@@ -81,7 +79,7 @@ def machine_size() -> int:
     return _backend().machine_size()
 
 
-def machine_rank() -> Any:
+def machine_rank() -> PerAgent:
     """Return this agent's machine, ``rank() // local_size()`` (stacked in simulation)."""
     return _backend().machine_rank()
 
@@ -108,11 +106,11 @@ def is_machine_topology_weighted() -> bool:
     return _backend().is_machine_topology_weighted()
 
 
-def in_neighbor_machine_ranks() -> Any:
+def in_neighbor_machine_ranks() -> PerAgent:
     """Return the machines this agent's machine receives from (a list per agent in sim)."""
     return _backend().in_neighbor_machine_ranks()
 
 
-def out_neighbor_machine_ranks() -> Any:
+def out_neighbor_machine_ranks() -> PerAgent:
     """Return the machines this agent's machine sends to (a list per agent in sim)."""
     return _backend().out_neighbor_machine_ranks()

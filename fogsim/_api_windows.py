@@ -16,7 +16,7 @@ from . import _context
 from ._api import _backend, poll, wait
 from ._handles import Handle
 from ._routing import EAGER, Runner, public_op
-from ._types import ArrayLike, SelfWeight, Value, Weights
+from ._types import ArrayLike, PerAgent, SelfWeight, Value, Weights
 
 __all__ = [
     "win_create",
@@ -179,7 +179,7 @@ def win_mutex(
     return mutexes
 
 
-def get_win_version(name: str) -> Any:
+def get_win_version(name: str) -> PerAgent:
     """Return ``{in-neighbor: number of writes to its buffer since the last win_update}``.
 
     Puts and accumulates by the neighbor and gets by this agent count; in simulation a
@@ -188,7 +188,7 @@ def get_win_version(name: str) -> Any:
     return _backend().windows.get_win_version(name)
 
 
-def win_associated_p(name: str) -> Any:
+def win_associated_p(name: str) -> PerAgent:
     """Return the push-sum weight ``p`` carried by the window (per agent in simulation).
 
     ``p`` starts at 1 and the neighbour buffers' ``p`` at 0, with or without ``zero_init``

@@ -23,6 +23,7 @@ __all__ = [
     "ArrayLike",
     "CompressorLike",
     "GradientProblem",
+    "PerAgent",
     "Problem",
     "Value",
     "SelfWeight",
@@ -42,6 +43,12 @@ ArrayLike = Union[npt.ArrayLike, "torch.Tensor"]
 #: type checkers, so that a caller's code written for its own type (``y.mean(axis=0)`` on an
 #: array, ``y.mean(dim=0)`` on a tensor) needs no narrowing.
 Value: TypeAlias = Any
+
+#: What a query returns: this agent's own (an int, a list of ranks, a dict, a float) where
+#: each process or thread is one agent, and every agent's in simulation (an array of n, or n
+#: lists or dicts). Typed as ``Any``, as :data:`Value` is, so that code written for one mode
+#: needs no narrowing.
+PerAgent: TypeAlias = Any
 
 #: An n x n weight matrix for one step (``W[i, j]``: what agent i applies to agent j's value).
 WeightMatrix = _topology.WeightMatrix

@@ -412,6 +412,7 @@ def test_an_op_with_no_sharded_form_that_calls_another_op_calls_the_simulators(m
 
     def neighbor_allreduce_twice(self, x: AgentValue, name: CallName = None):
         return self.neighbor_allreduce(self.neighbor_allreduce(x))
+
     monkeypatch.setattr(SimNeighbors, "neighbor_allreduce_twice", neighbor_allreduce_twice, False)
     monkeypatch.setitem(_sharded._SIMULATOR_OPS, neighbor_allreduce_twice, SimNeighbors)
     n = 12

@@ -16,7 +16,7 @@ import numpy as np
 
 import fogsim
 
-from ..._types import ArrayLike, Ranks, SelfWeight, TopologyLike, Value, Weights
+from ..._types import ArrayLike, PerAgent, Ranks, SelfWeight, TopologyLike, Value, Weights
 from . import _errors
 from ._args import (
     _check_bool,
@@ -128,9 +128,9 @@ def size() -> int:
     return fogsim.size()
 
 
-def rank() -> int | np.ndarray:
+def rank() -> PerAgent:
     """Return this agent's rank (all ranks, stacked, under the simulator)."""
-    result: int | np.ndarray = fogsim.rank()
+    result: PerAgent = fogsim.rank()
     return result
 
 
@@ -139,9 +139,9 @@ def local_size() -> int:
     return fogsim.local_size()
 
 
-def local_rank() -> int | np.ndarray:
+def local_rank() -> PerAgent:
     """Return this agent's rank within its machine (stacked under the simulator)."""
-    result: int | np.ndarray = fogsim.local_rank()
+    result: PerAgent = fogsim.local_rank()
     return result
 
 
@@ -181,15 +181,15 @@ def is_topo_weighted() -> bool:
     return fogsim.is_topology_weighted()
 
 
-def in_neighbor_ranks() -> list[int] | list[list[int]]:
+def in_neighbor_ranks() -> PerAgent:
     """Return the ranks this agent receives from, self excluded (one list per agent, stacked)."""
-    result: list[int] | list[list[int]] = fogsim.in_neighbor_ranks()
+    result: PerAgent = fogsim.in_neighbor_ranks()
     return result
 
 
-def out_neighbor_ranks() -> list[int] | list[list[int]]:
+def out_neighbor_ranks() -> PerAgent:
     """Return the ranks this agent sends to, self excluded (one list per agent, stacked)."""
-    result: list[int] | list[list[int]] = fogsim.out_neighbor_ranks()
+    result: PerAgent = fogsim.out_neighbor_ranks()
     return result
 
 
@@ -199,9 +199,9 @@ def machine_size() -> int:
     return fogsim.machine_size()
 
 
-def machine_rank() -> int | np.ndarray:
+def machine_rank() -> PerAgent:
     """Return this agent's machine, ``rank() // local_size()`` (stacked under the simulator)."""
-    result: int | np.ndarray = fogsim.machine_rank()
+    result: PerAgent = fogsim.machine_rank()
     return result
 
 
@@ -221,15 +221,15 @@ def is_machine_topo_weighted() -> bool:
     return fogsim.is_machine_topology_weighted()
 
 
-def in_neighbor_machine_ranks() -> list[int] | list[list[int]]:
+def in_neighbor_machine_ranks() -> PerAgent:
     """Return the machines this agent's machine receives from."""
-    result: list[int] | list[list[int]] = fogsim.in_neighbor_machine_ranks()
+    result: PerAgent = fogsim.in_neighbor_machine_ranks()
     return result
 
 
-def out_neighbor_machine_ranks() -> list[int] | list[list[int]]:
+def out_neighbor_machine_ranks() -> PerAgent:
     """Return the machines this agent's machine sends to."""
-    result: list[int] | list[list[int]] = fogsim.out_neighbor_machine_ranks()
+    result: PerAgent = fogsim.out_neighbor_machine_ranks()
     return result
 
 

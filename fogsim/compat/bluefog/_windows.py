@@ -14,11 +14,9 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 import fogsim
 
-from ..._types import ArrayLike, SelfWeight, Value, Weights
+from ..._types import ArrayLike, PerAgent, SelfWeight, Value, Weights
 from . import _errors
 from ._args import _float_scalar, _float_weights
 from ._pairs import Call, bluefog_op
@@ -162,15 +160,15 @@ def win_poll(handle: fogsim.Handle) -> bool:
     return fogsim.win_poll(handle)
 
 
-def get_win_version(name: str) -> dict[int, int] | list[dict[int, int]]:
+def get_win_version(name: str) -> PerAgent:
     """Return ``{in-neighbor: writes since the last win_update}``."""
-    result: dict[int, int] | list[dict[int, int]] = fogsim.get_win_version(name)
+    result: PerAgent = fogsim.get_win_version(name)
     return result
 
 
-def win_associated_p(name: str) -> float | np.ndarray:
+def win_associated_p(name: str) -> PerAgent:
     """Return the push-sum weight ``p`` carried by the window."""
-    result: float | np.ndarray = fogsim.win_associated_p(name)
+    result: PerAgent = fogsim.win_associated_p(name)
     return result
 
 
