@@ -12,13 +12,16 @@ import abc
 import numbers
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .. import _weightcheck
 from .._jit import check_axes, compiled
 from ..topology import Topology, as_topology
 from ._parts import Capabilities, Collectives, Machines, Neighbors
 from ._windows import NoWindows, WindowPart
+
+if TYPE_CHECKING:
+    from .._types import ArrayLike, TopologyLike
 
 __all__ = ["Backend", "NoWindows", "OneAgentEach", "WindowPart", "check_rank", "launched_size"]
 
@@ -46,7 +49,7 @@ def launched_size(size: Any, n: int, rank: int, launcher: str) -> None:
         )
 
 
-def check_rank(value: Any, n: int, argname: str) -> int:
+def check_rank(value: object, n: int, argname: str) -> int:
     """Return ``value`` as a rank of a world of ``n`` agents, or raise naming ``argname``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{argname} must be an integer rank, got {type(value).__name__}")
@@ -117,7 +120,7 @@ class Backend(abc.ABC):
         """
         return route(self)
 
-    def check_rank(self, value: Any, argname: str) -> int:
+    def check_rank(self, value: object, argname: str) -> int:
         """Return ``value`` as a rank in range, or raise naming ``argname``."""
         return check_rank(value, self.size_int, argname)
 
@@ -130,7 +133,7 @@ class Backend(abc.ABC):
         raise NotImplementedError(f"backend {self.name!r} does not count bytes sent")
 
     # -- topology -------------------------------------------------------------------------
-    def set_topology(self, topology: Any, is_weighted: bool = False) -> None:
+    def set_topology(self, topology: TopologyLike, is_weighted: bool = False) -> None:
         """Validate and install ``topology``; then let the backend derive what it needs."""
         if not isinstance(is_weighted, bool):
             raise TypeError(f"is_weighted must be a bool, got {type(is_weighted).__name__}")
@@ -210,7 +213,7 @@ class Backend(abc.ABC):
         self.machines.check("machine_rank")
         return self.rank() // self.local_size()
 
-    def set_machine_topology(self, topology: Any, is_weighted: bool = False) -> None:
+    def set_machine_topology(self, topology: TopologyLike, is_weighted: bool = False) -> None:
         """Validate and install the topology among machines (for the hierarchical ops)."""
         if not isinstance(is_weighted, bool):
             raise TypeError(f"is_weighted must be a bool, got {type(is_weighted).__name__}")
@@ -285,7 +288,7 @@ class Backend(abc.ABC):
         """Return whether this process should print and write files for the job."""
 
     @abc.abstractmethod
-    def global_view(self, x: Any) -> Any:
+    def global_view(self, x: ArrayLike) -> Any:
         """Return every agent's ``x`` stacked along a new leading axis, on every agent."""
 
     def set_asynchrony(self, activation: str = "all", **options: Any) -> None:

@@ -24,9 +24,12 @@ What a world can do is declared in its :class:`Capabilities`, never probed with
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._handles import Handle
+
+if TYPE_CHECKING:
+    from .._types import ArrayLike, Ranks, SelfWeight, Weights
 
 __all__ = ["Capabilities", "Collectives", "Machines", "Neighbors"]
 
@@ -50,23 +53,25 @@ class Collectives(Protocol):
     """Ops every agent takes part in: ``allreduce``, ``allgather``, ``broadcast``,
     ``barrier``, with the public functions' arguments."""
 
-    def allreduce(self, x: Any, average: bool = True, name: str | None = None) -> Any: ...
+    def allreduce(self, x: ArrayLike, average: bool = True, name: str | None = None) -> Any: ...
 
-    def allgather(self, x: Any, name: str | None = None) -> Any: ...
+    def allgather(self, x: ArrayLike, name: str | None = None) -> Any: ...
 
-    def broadcast(self, x: Any, root_rank: int, name: str | None = None) -> Any: ...
+    def broadcast(self, x: ArrayLike, root_rank: int, name: str | None = None) -> Any: ...
 
     def barrier(self) -> None: ...
 
     def allreduce_nonblocking(
-        self, x: Any, average: bool = True, name: str | None = None
+        self, x: ArrayLike, average: bool = True, name: str | None = None
     ) -> Handle:
         return Handle.completed("allreduce", self.allreduce(x, average, name), name)
 
-    def allgather_nonblocking(self, x: Any, name: str | None = None) -> Handle:
+    def allgather_nonblocking(self, x: ArrayLike, name: str | None = None) -> Handle:
         return Handle.completed("allgather", self.allgather(x, name), name)
 
-    def broadcast_nonblocking(self, x: Any, root_rank: int, name: str | None = None) -> Handle:
+    def broadcast_nonblocking(
+        self, x: ArrayLike, root_rank: int, name: str | None = None
+    ) -> Handle:
         return Handle.completed("broadcast", self.broadcast(x, root_rank, name), name)
 
     def barrier_nonblocking(self) -> Handle:
@@ -79,24 +84,28 @@ class Neighbors(Protocol):
 
     def neighbor_allreduce(
         self,
-        x: Any,
-        self_weight: Any = None,
-        src_weights: Any = None,
-        dst_weights: Any = None,
+        x: ArrayLike,
+        self_weight: SelfWeight = None,
+        src_weights: Weights = None,
+        dst_weights: Weights = None,
         enable_topo_check: bool = True,
         name: str | None = None,
     ) -> Any: ...
 
     def neighbor_allgather(
-        self, x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
+        self,
+        x: ArrayLike,
+        src_ranks: Ranks = None,
+        dst_ranks: Ranks = None,
+        name: str | None = None,
     ) -> Any: ...
 
     def neighbor_allreduce_nonblocking(
         self,
-        x: Any,
-        self_weight: Any = None,
-        src_weights: Any = None,
-        dst_weights: Any = None,
+        x: ArrayLike,
+        self_weight: SelfWeight = None,
+        src_weights: Weights = None,
+        dst_weights: Weights = None,
         enable_topo_check: bool = True,
         name: str | None = None,
     ) -> Handle:
@@ -106,7 +115,11 @@ class Neighbors(Protocol):
         return Handle.completed("neighbor_allreduce", result, name)
 
     def neighbor_allgather_nonblocking(
-        self, x: Any, src_ranks: Any = None, dst_ranks: Any = None, name: str | None = None
+        self,
+        x: ArrayLike,
+        src_ranks: Ranks = None,
+        dst_ranks: Ranks = None,
+        name: str | None = None,
     ) -> Handle:
         result = self.neighbor_allgather(x, src_ranks, dst_ranks, name)
         return Handle.completed("neighbor_allgather", result, name)
@@ -123,26 +136,26 @@ class Machines(Protocol):
 
     def hierarchical_neighbor_allreduce(
         self,
-        x: Any,
-        self_weight: Any,
-        src_machine_weights: Any,
-        dst_machine_weights: Any,
+        x: ArrayLike,
+        self_weight: SelfWeight,
+        src_machine_weights: Weights,
+        dst_machine_weights: Weights,
         enable_topo_check: bool,
         name: str | None,
     ) -> Any: ...
 
-    def local_allreduce(self, x: Any, average: bool, name: str | None) -> Any: ...
+    def local_allreduce(self, x: ArrayLike, average: bool, name: str | None) -> Any: ...
 
     def decomposed_allreduce(
-        self, x: Any, average: bool, name: str | None, factors: tuple[int, ...] | None
+        self, x: ArrayLike, average: bool, name: str | None, factors: tuple[int, ...] | None
     ) -> Any: ...
 
     def hierarchical_neighbor_allreduce_nonblocking(
         self,
-        x: Any,
-        self_weight: Any,
-        src_machine_weights: Any,
-        dst_machine_weights: Any,
+        x: ArrayLike,
+        self_weight: SelfWeight,
+        src_machine_weights: Weights,
+        dst_machine_weights: Weights,
         enable_topo_check: bool,
         name: str | None,
     ) -> Handle:

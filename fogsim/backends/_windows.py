@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import abc
 import sys
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
 from .._arrays import Kind, is_tensor, require_window_float, wrap_like
+
+if TYPE_CHECKING:
+    from .._types import ArrayLike, Ranks, SelfWeight, Weights
 
 __all__ = [
     "NoWindows",
@@ -145,27 +148,37 @@ class WindowPart(abc.ABC):
     """
 
     @abc.abstractmethod
-    def win_create(self, x: Any, name: str, zero_init: bool) -> bool: ...
+    def win_create(self, x: ArrayLike, name: str, zero_init: bool) -> bool: ...
     @abc.abstractmethod
     def win_free(self, name: str | None) -> bool: ...
     @abc.abstractmethod
     def win_names(self) -> list[str]: ...
     @abc.abstractmethod
     def win_put(
-        self, x: Any, name: str, self_weight: Any, dst_weights: Any, require_mutex: bool
+        self,
+        x: ArrayLike,
+        name: str,
+        self_weight: SelfWeight,
+        dst_weights: Weights,
+        require_mutex: bool,
     ) -> bool: ...
     @abc.abstractmethod
     def win_accumulate(
-        self, x: Any, name: str, self_weight: Any, dst_weights: Any, require_mutex: bool
+        self,
+        x: ArrayLike,
+        name: str,
+        self_weight: SelfWeight,
+        dst_weights: Weights,
+        require_mutex: bool,
     ) -> bool: ...
     @abc.abstractmethod
-    def win_get(self, name: str, src_weights: Any, require_mutex: bool) -> bool: ...
+    def win_get(self, name: str, src_weights: Weights, require_mutex: bool) -> bool: ...
     @abc.abstractmethod
     def win_update(
         self,
         name: str,
-        self_weight: Any,
-        neighbor_weights: Any,
+        self_weight: SelfWeight,
+        neighbor_weights: Weights,
         reset: bool,
         clone: bool,
         require_mutex: bool,
@@ -173,7 +186,7 @@ class WindowPart(abc.ABC):
     @abc.abstractmethod
     def win_update_then_collect(self, name: str, require_mutex: bool) -> Any: ...
     @abc.abstractmethod
-    def win_mutex(self, name: str, for_self: bool, ranks: Any) -> Any: ...
+    def win_mutex(self, name: str, for_self: bool, ranks: Ranks) -> Any: ...
     @abc.abstractmethod
     def get_win_version(self, name: str) -> Any: ...
     @abc.abstractmethod

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -409,7 +409,7 @@ class Clock(CostMeter):
         return hit
 
     # -- a trace in virtual time -----------------------------------------------------------------
-    def trace(self, agents: Any = 32) -> None:
+    def trace(self, agents: int | Sequence[int] = 32) -> None:
         """Record each computation and op of some agents (the first ``agents``, or these
         ranks) in virtual time, for :meth:`write_trace`."""
         size = self.size

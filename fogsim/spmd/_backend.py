@@ -28,6 +28,7 @@ from ._windows import SpmdWindowOps
 from ._world import Execute, World
 
 if TYPE_CHECKING:
+    from .._types import ArrayLike
     from ..backends import Backend
 
 __all__ = ["SpmdBackend"]
@@ -134,7 +135,7 @@ class SpmdBackend(OneAgentEach):
         return sent
 
     # -- agent-local data -----------------------------------------------------------------
-    def global_view(self, x: Any) -> Any:
+    def global_view(self, x: ArrayLike) -> Any:
         return self._meet("global_view", x, _global_view)
 
     def set_asynchrony(self, activation: str = "all", **options: Any) -> None:

@@ -9,7 +9,7 @@ call raises the same error on every rank instead of hanging (see ``_runtime.agre
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mpi4py import MPI
 
@@ -28,6 +28,9 @@ from ._neighbor import MpiDataPath
 from ._peers import MPIPeers
 from ._rma import MpiRma
 from ._transport import MpiTransport
+
+if TYPE_CHECKING:
+    from ..._types import ArrayLike
 
 __all__ = ["MPIBackend"]
 
@@ -133,6 +136,6 @@ class MPIBackend(DistributedBackend):
         self.neighbors.on_topology(self._topology, self._is_weighted)
 
     # -- agent-local data -----------------------------------------------------------------
-    def global_view(self, x: Any) -> Any:
+    def global_view(self, x: ArrayLike) -> Any:
         arr, kind = to_numpy(x)
         return wrap_like(self.collectives.allgather(arr[None]), kind)

@@ -12,7 +12,7 @@ machine ops (:class:`~._machines.SimMachines`) and window ops
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ... import _settings
 from ..._arrays import wrap_like
@@ -25,6 +25,9 @@ from ._state import CostMeter, SimState
 from ._window import SimWindow
 from ._windows import MessageClock, SimWindowOps
 from ._world import StackedWorld, world_size
+
+if TYPE_CHECKING:
+    from ..._types import ArrayLike
 
 __all__ = ["SimBackend"]
 
@@ -85,10 +88,11 @@ class SimBackend(StackedWorld):
     def is_main_process(self) -> bool:
         return True
 
-    def global_view(self, x: Any) -> Any:
-        if _torchops.takes(x):
-            return _torchops.global_view(self._state, x)
-        arr, kind = self._state.stacked(x, "global_view", averaging=False)
+    def global_view(self, x: ArrayLike) -> Any:
+        value: Any = x  # an array, a tensor (on its device), a number or a list
+        if _torchops.takes(value):
+            return _torchops.global_view(self._state, value)
+        arr, kind = self._state.stacked(value, "global_view", averaging=False)
         return wrap_like(arr.copy(), kind)
 
     # -- window inspection, modelled asynchrony -------------------------------------------

@@ -82,6 +82,7 @@ _SIMULATOR_OPS: dict[Any, type[SimCollectives | SimNeighbors | SimMachines]] = {
 }
 
 if TYPE_CHECKING:
+    from ..._types import ArrayLike
     from .. import Backend
 
 _MODE = "the sharded simulator (agents split over processes)"
@@ -227,7 +228,7 @@ class ShardedSimBackend(StackedWorld):
         self._whole.close()
         self._comm.clear()
 
-    def global_view(self, x: Any) -> Any:
+    def global_view(self, x: ArrayLike) -> Any:
         """Return all N agents' values on every process (every block is sent to every
         process: one process's whole state, for metrics and plots)."""
         arr, kind = self._state.stacked(x, "global_view", averaging=False)

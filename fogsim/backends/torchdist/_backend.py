@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -31,6 +31,9 @@ from ._machines import TorchMachineLink
 from ._neighbor import TorchDataPath
 from ._peers import StorePeers, default_store
 from ._transport import TorchTransport, _TorchRequest
+
+if TYPE_CHECKING:
+    from ..._types import ArrayLike
 
 __all__ = ["TorchBackend"]
 
@@ -231,7 +234,6 @@ class TorchBackend(DistributedBackend):
         self._agreed = (topo, self._is_weighted)
 
     # -- agent-local data -----------------------------------------------------------------
-    def global_view(self, x: Any) -> Any:
-        if not _arrays.is_tensor(x):
-            x, _ = _arrays.to_numpy(x)
-        return self.collectives.allgather(x[None])
+    def global_view(self, x: ArrayLike) -> Any:
+        value: Any = x if _arrays.is_tensor(x) else _arrays.to_numpy(x)[0]
+        return self.collectives.allgather(value[None])
