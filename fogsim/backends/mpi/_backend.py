@@ -53,11 +53,12 @@ class MPIBackend(DistributedBackend):
         size: int | None = None,
         local_size: int | None = None,
         settings: _settings.Settings | None = None,
-        comm: Any = None,
+        comm: MPI.Intracomm | None = None,
     ) -> None:
         super().__init__()
         self._settings = settings or _settings.Settings()
-        self.comm = (MPI.COMM_WORLD if comm is None else comm).Dup()
+        #: this world's communicator: a duplicate of ``comm`` (default the whole job's)
+        self.comm: Any = (MPI.COMM_WORLD if comm is None else comm).Dup()
         self._n, self._rank = self.comm.Get_size(), self.comm.Get_rank()
         self.transport = MpiTransport(self.comm, MPI)  # what the shared protocol speaks
         try:  # the launcher's count wins over init(size=)
