@@ -130,8 +130,7 @@ def size() -> int:
 
 def rank() -> PerAgent:
     """Return this agent's rank (all ranks, stacked, under the simulator)."""
-    result: PerAgent = fogsim.rank()
-    return result
+    return fogsim.rank()
 
 
 def local_size() -> int:
@@ -141,8 +140,7 @@ def local_size() -> int:
 
 def local_rank() -> PerAgent:
     """Return this agent's rank within its machine (stacked under the simulator)."""
-    result: PerAgent = fogsim.local_rank()
-    return result
+    return fogsim.local_rank()
 
 
 # -- topology -----------------------------------------------------------------------------
@@ -183,14 +181,12 @@ def is_topo_weighted() -> bool:
 
 def in_neighbor_ranks() -> PerAgent:
     """Return the ranks this agent receives from, self excluded (one list per agent, stacked)."""
-    result: PerAgent = fogsim.in_neighbor_ranks()
-    return result
+    return fogsim.in_neighbor_ranks()
 
 
 def out_neighbor_ranks() -> PerAgent:
     """Return the ranks this agent sends to, self excluded (one list per agent, stacked)."""
-    result: PerAgent = fogsim.out_neighbor_ranks()
-    return result
+    return fogsim.out_neighbor_ranks()
 
 
 # -- machines -----------------------------------------------------------------------------
@@ -201,8 +197,7 @@ def machine_size() -> int:
 
 def machine_rank() -> PerAgent:
     """Return this agent's machine, ``rank() // local_size()`` (stacked under the simulator)."""
-    result: PerAgent = fogsim.machine_rank()
-    return result
+    return fogsim.machine_rank()
 
 
 def set_machine_topology(topology: TopologyLike, is_weighted: bool = False) -> bool:
@@ -223,14 +218,12 @@ def is_machine_topo_weighted() -> bool:
 
 def in_neighbor_machine_ranks() -> PerAgent:
     """Return the machines this agent's machine receives from."""
-    result: PerAgent = fogsim.in_neighbor_machine_ranks()
-    return result
+    return fogsim.in_neighbor_machine_ranks()
 
 
 def out_neighbor_machine_ranks() -> PerAgent:
     """Return the machines this agent's machine sends to."""
-    result: PerAgent = fogsim.out_neighbor_machine_ranks()
-    return result
+    return fogsim.out_neighbor_machine_ranks()
 
 
 @bluefog_op(lambda: fogsim.hierarchical_neighbor_allreduce)

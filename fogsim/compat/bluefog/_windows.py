@@ -162,14 +162,12 @@ def win_poll(handle: fogsim.Handle) -> bool:
 
 def get_win_version(name: str) -> PerAgent:
     """Return ``{in-neighbor: writes since the last win_update}``."""
-    result: PerAgent = fogsim.get_win_version(name)
-    return result
+    return fogsim.get_win_version(name)
 
 
 def win_associated_p(name: str) -> PerAgent:
     """Return the push-sum weight ``p`` carried by the window."""
-    result: PerAgent = fogsim.win_associated_p(name)
-    return result
+    return fogsim.win_associated_p(name)
 
 
 def turn_on_win_ops_with_associated_p() -> None:
