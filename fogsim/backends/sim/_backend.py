@@ -54,9 +54,8 @@ class SimBackend(StackedWorld):
         local_size: int | None = None,
         settings: _settings.Settings | None = None,
     ) -> None:
-        super().__init__()
         n, local = world_size(size, local_size, settings or _settings.Settings())
-        self._state = state = SimState(
+        state = SimState(
             n,
             local,
             n,
@@ -65,6 +64,7 @@ class SimBackend(StackedWorld):
             host_staging=False,
             machine_topology=self.load_machine_topology,
         )
+        super().__init__(state)
         self.windows = SimWindowOps(n)
         self.collectives = SimCollectives(state, self.windows.barrier)
         self.neighbors = SimNeighbors(state)

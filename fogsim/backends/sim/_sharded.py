@@ -121,7 +121,6 @@ class ShardedSimBackend(StackedWorld):
         shards: int | None = None,
         transport: Transport | None = None,
     ) -> None:
-        super().__init__()
         settings = settings or _settings.Settings()
         n, local = world_size(size, local_size, settings)
         #: the transport this world opened, and frees when it closes (None: given one)
@@ -141,7 +140,7 @@ class ShardedSimBackend(StackedWorld):
             f"{n}, sharded over {comm.parts} processes); stack one value per agent "
             "of the block (see fogsim.local)"
         )
-        self._state = state = SimState(
+        state = SimState(
             n,
             local,
             hi - lo,
@@ -150,8 +149,9 @@ class ShardedSimBackend(StackedWorld):
             host_staging=True,  # the ops other than neighbor_allreduce stage device tensors
             machine_topology=self.load_machine_topology,
         )
-        # the whole world beside the block, for what the parts inherit from the simulator's
-        # (made at the first op with no sharded form: see follow)
+        super().__init__(state)
+        # the whole world beside the block, for the ops with no sharded form (it takes the
+        # block's topologies at the first of them: see follow and _gathered)
         self._whole = whole = SimState(
             n,
             local,

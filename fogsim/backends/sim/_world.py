@@ -43,13 +43,13 @@ def world_size(
 
 
 class StackedWorld(Backend):
-    """A world whose agents' values this process stacks (see the module docstring).
+    """A world whose agents' values this process stacks (see the module docstring), in
+    ``state``: the :class:`SimState` that a subclass's parts share (its constructor builds
+    them over it)."""
 
-    A subclass's constructor sets ``_state`` (the :class:`SimState` its parts share) and
-    its parts.
-    """
-
-    _state: SimState
+    def __init__(self, state: SimState) -> None:
+        super().__init__()
+        self._state = state
 
     # -- world ----------------------------------------------------------------------------
     @property
