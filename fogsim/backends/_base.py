@@ -304,10 +304,12 @@ class Backend(abc.ABC):
 class OneAgentEach(Backend):
     """Base class of the backends whose processes (or threads) are one agent each (MPI,
     torch, SPMD): ``size``, ``rank``, ``local``, ``vmap`` and ``is_main_process`` from the
-    world's size ``_n`` and this agent's int rank ``_rank``, which the constructor sets."""
+    world's ``size`` and this agent's ``rank``, which a subclass's constructor passes."""
 
-    _n: int
-    _rank: int
+    def __init__(self, size: int, rank: int) -> None:
+        super().__init__()
+        self._n = size
+        self._rank = rank
 
     @property
     def size_int(self) -> int:

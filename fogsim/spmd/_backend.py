@@ -55,17 +55,15 @@ class SpmdBackend(OneAgentEach):
         local_size: int | None = None,
         settings: _settings.Settings | None = None,
     ) -> None:
-        super().__init__()
         agent = _context.spmd_agent()
         if agent is None:
             raise ValueError(
                 "backend 'spmd' runs per-agent code as the threads of fogsim.spmd.run(main, "
                 "size=N) or fogsim.spmd.run_path(script, size=N); it cannot start on its own"
             )
+        super().__init__(agent.world.size, agent.rank)
         self._agent = agent
         self._world: World = agent.world
-        self._rank: int = agent.rank
-        self._n: int = self._world.size
         # the run's count wins over init(size=), as a launcher's does
         launched_size(size, self._n, self._rank, f"the SPMD run ({self._n} threads)")
         self.windows = SpmdWindowOps(self._world, self._rank)

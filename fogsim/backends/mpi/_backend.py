@@ -55,11 +55,11 @@ class MPIBackend(DistributedBackend):
         settings: _settings.Settings | None = None,
         comm: MPI.Intracomm | None = None,
     ) -> None:
-        super().__init__()
+        own = (MPI.COMM_WORLD if comm is None else comm).Dup()
+        super().__init__(own.Get_size(), own.Get_rank())
         self._settings = settings or _settings.Settings()
         #: this world's communicator: a duplicate of ``comm`` (default the whole job's)
-        self.comm: Any = (MPI.COMM_WORLD if comm is None else comm).Dup()
-        self._n, self._rank = self.comm.Get_size(), self.comm.Get_rank()
+        self.comm: Any = own
         self.transport = MpiTransport(self.comm, MPI)  # what the shared protocol speaks
         try:  # the launcher's count wins over init(size=)
             launched_size(size, self._n, self._rank, f"the MPI launcher (-np {self._n})")

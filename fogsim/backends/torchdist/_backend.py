@@ -122,20 +122,22 @@ class TorchBackend(DistributedBackend):
         of the job (the machines' world of the hierarchical ops), which it then owns;
         None: a world of the whole job, on groups of its own.
         """
-        super().__init__()
-        self._agreed: tuple[Any, bool] | None = None  # the last topology all ranks agreed on
-        self._settings = settings or _settings.Settings()
+        settings = settings or _settings.Settings()
         if groups is not None:
-            self._rank, self._n, self.group, self.nccl_group = groups
+            rank, n, group, nccl_group = groups
         else:
-            self._rank, self._n = _world.start(self._settings)
+            rank, n = _world.start(settings)
             # the launcher's count wins over init(size=)
-            launched_size(size, self._n, self._rank, f"the launcher ({self._n} processes)")
-            self.group, self.nccl_group = _world.new_groups(self._rank, self._n)
-            if self._settings.rank_dir:  # for fogrun's report of a dead rank
+            launched_size(size, n, rank, f"the launcher ({n} processes)")
+            group, nccl_group = _world.new_groups(rank, n)
+            if settings.rank_dir:  # for fogrun's report of a dead rank
                 from ...run._liveness import record
 
-                record(self._settings.rank_dir, self._rank)
+                record(settings.rank_dir, rank)
+        super().__init__(n, rank)
+        self._agreed: tuple[Any, bool] | None = None  # the last topology all ranks agreed on
+        self._settings = settings
+        self.group, self.nccl_group = group, nccl_group
         self.transport = TorchTransport(self.group, self._n, self._rank)
         self.stall = self._stall_guard(world=groups is None)
         self.handles = HandleTable()
